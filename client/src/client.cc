@@ -1,0 +1,138 @@
+#include <sys/socket.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "commd/commd.h"
+#include "commd/v1/handles.pb.h"
+#include "commd/v1/node.grpc.pb.h"
+#include "common/grpc_status.h"
+#include "common/runtime_dir.h"
+#include "common/status_macros.h"
+#include "common/unix_socket.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace commd {
+namespace {
+
+constexpr char kClientVersion[] = COMMD_VERSION;
+constexpr size_t kMaxPacketBytes = 64 * 1024;
+
+std::string ResolveJobId(const std::string& explicit_job) {
+  if (!explicit_job.empty()) return explicit_job;
+  if (const char* env = std::getenv("COMMD_JOB_ID"); env != nullptr && *env != '\0') return env;
+  return "default";
+}
+
+// Connects to the fd channel, retrying while nobody listens until `deadline`.
+absl::StatusOr<UniqueFd> ConnectWithRetry(const std::string& path, absl::Time deadline) {
+  absl::Duration backoff = absl::Milliseconds(10);
+  for (;;) {
+    auto fd = ConnectUnix(path, SOCK_SEQPACKET);
+    if (fd.ok() || !absl::IsUnavailable(fd.status())) return fd;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::UnavailableError(
+          absl::StrCat(fd.status().message(),
+                       "; is commd running? (set COMMD_RUNTIME_DIR or "
+                       "ClientOptions::runtime_dir if it uses another runtime dir)"));
+    }
+    absl::SleepFor(std::min(backoff, deadline - now));
+    backoff = std::min(backoff * 2, absl::Milliseconds(200));
+  }
+}
+
+// One request/response exchange on the fd channel, bounded by `deadline`.
+absl::StatusOr<v1::HandleResponse> Exchange(int fd, const v1::HandleRequest& request,
+                                            absl::Time deadline) {
+  RETURN_IF_ERROR(SendMessage(fd, request.SerializeAsString()));
+  const absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
+  const timeval tv = absl::ToTimeval(left);
+  SYS_RETURN_IF_ERROR(::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
+  auto received = ReceiveMessage(fd, kMaxPacketBytes);
+  if (!received.ok()) return received.status();
+  if (!received->has_value()) {
+    return absl::DeadlineExceededError("commd did not answer on the fd channel in time");
+  }
+  v1::HandleResponse response;
+  if (!response.ParseFromString((*received)->bytes)) {
+    return absl::InternalError("commd sent an fd-channel response that does not parse");
+  }
+  if (response.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(response.code()), response.message());
+  }
+  return response;
+}
+
+}  // namespace
+
+class Client::Impl {
+ public:
+  ClientOptions options;
+  std::string runtime_dir;
+  std::string job_id;
+  std::string token;
+  UniqueFd handles;  // the fd channel; open for the session's life
+  std::unique_ptr<v1::Node::Stub> node;
+
+  // A context carrying the session token and the call deadline.
+  std::unique_ptr<grpc::ClientContext> Context() const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->AddMetadata(kSessionMetadataKey, token);
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + options.call_timeout));
+    return ctx;
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->runtime_dir = ClientRuntimeDir(options.runtime_dir);
+  impl->job_id = ResolveJobId(options.job_id);
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  const std::string handles_path = absl::StrCat(impl->runtime_dir, "/", kHandleSocketName);
+  ASSIGN_OR_RETURN(impl->handles, ConnectWithRetry(handles_path, deadline));
+
+  v1::HandleRequest request;
+  request.mutable_open_session()->set_job_id(impl->job_id);
+  request.mutable_open_session()->set_client_version(kClientVersion);
+  ASSIGN_OR_RETURN(v1::HandleResponse response, Exchange(impl->handles.get(), request, deadline));
+  impl->token = response.open_session().session_token();
+  impl->job_id = response.open_session().job_id();
+
+  const std::string grpc_path = absl::StrCat(impl->runtime_dir, "/", kGrpcSocketName);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  auto channel = grpc::CreateCustomChannel(absl::StrCat("unix:", grpc_path),
+                                           grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+    return absl::UnavailableError(absl::StrCat("cannot reach commd's gRPC socket ", grpc_path,
+                                               " within the connect timeout"));
+  }
+  impl->node = v1::Node::NewStub(channel);
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+absl::StatusOr<v1::NodeStatus> Client::GetStatus() {
+  v1::NodeStatus response;
+  RETURN_IF_ERROR(FromGrpcStatus(impl_->node->GetStatus(impl_->Context().get(), {}, &response)));
+  return response;
+}
+
+absl::StatusOr<v1::Topology> Client::GetTopology() {
+  v1::Topology response;
+  RETURN_IF_ERROR(FromGrpcStatus(impl_->node->GetTopology(impl_->Context().get(), {}, &response)));
+  return response;
+}
+
+const std::string& Client::runtime_dir() const { return impl_->runtime_dir; }
+const std::string& Client::job_id() const { return impl_->job_id; }
+
+}  // namespace commd

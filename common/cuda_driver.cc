@@ -1,0 +1,68 @@
+#include "common/cuda_driver.h"
+
+#include "absl/strings/str_cat.h"
+
+#ifdef COMMD_HAVE_CUDA
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace commd {
+namespace {
+
+#ifdef COMMD_HAVE_CUDA
+// Driver API version the entry points are requested at (CUDA 12.0 ABI).
+constexpr unsigned int kDriverApiVersion = 12000;
+
+template <typename Fn>
+bool GetEntryPoint(const char* name, Fn* fn, std::string* why) {
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  const cudaError_t err = cudaGetDriverEntryPointByVersion(
+      name, reinterpret_cast<void**>(fn), kDriverApiVersion, cudaEnableDefault, &found);
+  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || *fn == nullptr) {
+    *why = absl::StrCat("no CUDA driver: ", name, " unavailable (",
+                        err != cudaSuccess ? cudaGetErrorName(err) : "symbol not found", ": ",
+                        err != cudaSuccess ? cudaGetErrorString(err) : "driver too old", ")");
+    return false;
+  }
+  return true;
+}
+
+CudaDriverInfo Probe() {
+  CudaDriverInfo info;
+  info.built_with_cuda = true;
+  decltype(&cuInit) init = nullptr;
+  decltype(&cuDriverGetVersion) get_version = nullptr;
+  decltype(&cuDeviceGetCount) get_count = nullptr;
+  if (!GetEntryPoint("cuInit", &init, &info.summary) ||
+      !GetEntryPoint("cuDriverGetVersion", &get_version, &info.summary) ||
+      !GetEntryPoint("cuDeviceGetCount", &get_count, &info.summary)) {
+    return info;
+  }
+  if (CUresult r = init(0); r != CUDA_SUCCESS) {
+    info.summary = absl::StrCat("CUDA driver present but cuInit failed (CUresult ", r, ")");
+    return info;
+  }
+  get_version(&info.driver_version);
+  get_count(&info.device_count);
+  info.available = info.device_count > 0;
+  info.summary = absl::StrCat(info.device_count, " device(s), driver ", info.driver_version / 1000,
+                              ".", (info.driver_version % 1000) / 10);
+  return info;
+}
+#else
+CudaDriverInfo Probe() {
+  CudaDriverInfo info;
+  info.summary = "built without CUDA (COMMD_CUDA=OFF or no nvcc at build time)";
+  return info;
+}
+#endif
+
+}  // namespace
+
+const CudaDriverInfo& ProbeCudaDriver() {
+  static const CudaDriverInfo info = Probe();
+  return info;
+}
+
+}  // namespace commd

@@ -1,0 +1,29 @@
+// Whether this node can use CUDA, found without linking libcuda: the CUDA runtime is linked
+// statically and the driver API is reached through cudaGetDriverEntryPointByVersion, so one
+// binary starts on nodes with and without an NVIDIA driver.
+//
+//   CudaDriverInfo info = ProbeCudaDriver();
+//   if (!info.available) LOG << info.summary;   // e.g. "no CUDA driver: ..."
+//
+// Thread-safe; the probe runs once per process and is cached.
+#ifndef COMMD_COMMON_CUDA_DRIVER_H_
+#define COMMD_COMMON_CUDA_DRIVER_H_
+
+#include <string>
+
+namespace commd {
+
+struct CudaDriverInfo {
+  bool built_with_cuda = false;
+  bool available = false;  // a driver answered and at least one device exists
+  int device_count = 0;
+  int driver_version = 0;  // e.g. 13000 for 13.0
+  // One line for logs and status: "2 device(s), driver 13.0" or why CUDA is unavailable.
+  std::string summary;
+};
+
+const CudaDriverInfo& ProbeCudaDriver();
+
+}  // namespace commd
+
+#endif  // COMMD_COMMON_CUDA_DRIVER_H_

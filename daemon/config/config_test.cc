@@ -1,0 +1,113 @@
+#include "daemon/config/config.h"
+
+#include <functional>
+
+#include "gtest/gtest.h"
+
+namespace commd::config {
+namespace {
+
+namespace pb = google::protobuf;
+
+// Every field of the embedded defaults is written out, so --print-default-config documents
+// every field and no default hides in code.
+void ExpectAllFieldsSet(const pb::Message& msg, const std::string& path) {
+  const pb::Descriptor* d = msg.GetDescriptor();
+  const pb::Reflection* r = msg.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    if (f->is_repeated()) continue;
+    EXPECT_TRUE(r->HasField(msg, f)) << "deploy/commd.textproto does not set " << path << f->name();
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE && r->HasField(msg, f)) {
+      ExpectAllFieldsSet(r->GetMessage(msg, f), path + f->name() + ".");
+    }
+  }
+}
+
+TEST(ConfigTest, EmbeddedDefaultsParseValidateAndSetEveryField) {
+  auto parsed = ParseConfig(DefaultConfigText(), "defaults");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ExpectAllFieldsSet(*parsed, "");
+  EXPECT_EQ(parsed->metrics_address(), "0.0.0.0:9464");
+  EXPECT_EQ(parsed->log_level(), v1::INFO);
+  EXPECT_EQ(parsed->limits().max_sessions(), 4096u);
+}
+
+TEST(ConfigTest, EmptyFileKeepsDefaults) {
+  auto parsed = ParseConfig("", "empty.textproto");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->SerializeAsString(), DefaultConfig().SerializeAsString());
+}
+
+TEST(ConfigTest, FileOverridesOnlyWhatItNames) {
+  auto parsed = ParseConfig("log_level: DEBUG\nlimits { max_sessions: 7 }\nruntime_dir: \"\"\n",
+                            "c.textproto");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->log_level(), v1::DEBUG);
+  EXPECT_EQ(parsed->limits().max_sessions(), 7u);
+  EXPECT_EQ(parsed->limits().max_message_bytes(), DefaultConfig().limits().max_message_bytes());
+  EXPECT_EQ(parsed->topology().nvml_library(), "libnvidia-ml.so.1");
+}
+
+struct BadConfig {
+  std::string text;
+  std::vector<std::string> message_parts;  // each must appear in the error
+};
+
+class BadConfigTest : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(BadConfigTest, RejectedWithFileLineAndField) {
+  auto parsed = ParseConfig(GetParam().text, "/etc/commd/c.textproto");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const std::string& part : GetParam().message_parts) {
+    EXPECT_NE(parsed.status().message().find(part), std::string::npos)
+        << "'" << part << "' missing from: " << parsed.status().message();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Errors, BadConfigTest,
+    ::testing::Values(
+        // Unknown field: file, line and the field's name.
+        BadConfig{"log_level: INFO\nmetrics_adress: \"x:1\"\n",
+                  {"/etc/commd/c.textproto:2", "metrics_adress"}},
+        // Unknown nested field.
+        BadConfig{"limits {\n  max_session: 3\n}\n", {"c.textproto:2", "max_session"}},
+        // Wrong type: the line text names the field.
+        BadConfig{"\nlimits { max_sessions: \"many\" }\n",
+                  {"c.textproto:2", "max_sessions", "integer"}},
+        // Negative for an unsigned field.
+        BadConfig{"limits { max_message_bytes: -5 }\n", {"c.textproto:1", "max_message_bytes"}},
+        // Out of the declared range: the value and the range.
+        BadConfig{"\n\nlimits {\n  max_sessions: 0\n}\n",
+                  {"c.textproto:4", "limits.max_sessions = 0", "allowed 1 to 1048576"}},
+        BadConfig{"limits { max_message_bytes: 100 }\n",
+                  {"limits.max_message_bytes = 100", "allowed 4096 to 268435456"}},
+        // Unknown enum value and the unspecified one.
+        BadConfig{"log_level: LOUD\n", {"c.textproto:1", "LOUD"}},
+        BadConfig{"log_level: LOG_LEVEL_UNSPECIFIED\n",
+                  {"c.textproto:1", "log_level must be one of DEBUG, INFO, WARNING, ERROR"}},
+        // A metrics address that is not HOST:PORT.
+        BadConfig{"metrics_address: \"localhost\"\n", {"c.textproto:1", "metrics_address"}},
+        BadConfig{"metrics_address: \"127.0.0.1:70000\"\n", {"metrics_address", "0 to 65535"}}));
+
+TEST(ConfigTest, MissingFileNamesThePath) {
+  auto parsed = LoadConfigFile("/nonexistent/commd.textproto");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(parsed.status().message().find("/nonexistent/commd.textproto"), std::string::npos);
+}
+
+TEST(ConfigTest, ParseHostPort) {
+  auto hp = ParseHostPort("[::1]:0");
+  ASSERT_TRUE(hp.ok());
+  EXPECT_EQ(hp->host, "::1");
+  EXPECT_EQ(hp->port, 0);
+  EXPECT_FALSE(ParseHostPort(":80").ok());
+  EXPECT_FALSE(ParseHostPort("h:").ok());
+  EXPECT_FALSE(ParseHostPort("h:-1").ok());
+}
+
+}  // namespace
+}  // namespace commd::config

@@ -1,0 +1,122 @@
+#include "daemon/daemon.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda_driver.h"
+#include "common/log.h"
+#include "common/runtime_dir.h"
+#include "common/status_macros.h"
+#include "daemon/topology/topology.h"
+#include "grpcpp/server_builder.h"
+
+namespace commd {
+
+const char* DaemonVersion() { return COMMD_VERSION; }
+
+LogSeverity ToLogSeverity(v1::LogLevel level) {
+  switch (level) {
+    case v1::DEBUG:
+      return LogSeverity::kDebug;
+    case v1::WARNING:
+      return LogSeverity::kWarning;
+    case v1::ERROR:
+      return LogSeverity::kError;
+    default:
+      return LogSeverity::kInfo;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const v1::DaemonConfig& config) {
+  std::unique_ptr<Daemon> d(new Daemon());
+  d->config_ = config;
+  d->start_time_ = absl::Now();
+  const std::string dir = config.runtime_dir().empty() ? DefaultRuntimeDir() : config.runtime_dir();
+  ASSIGN_OR_RETURN(gid_t socket_gid, server::LookupGroup(config.socket_group(), "socket_group"));
+  ASSIGN_OR_RETURN(gid_t admin_gid, server::LookupGroup(config.admin_group(), "admin_group"));
+  // The lock comes first, so a second daemon names the first instead of failing on a port.
+  ASSIGN_OR_RETURN(d->dir_, server::RuntimeDirLock::Acquire(dir, socket_gid));
+  ASSIGN_OR_RETURN(d->metrics_, metrics::Metrics::Start(config.metrics_address(), DaemonVersion()));
+  COMMD_LOG(INFO, "metrics") << "serving http://" << d->metrics_->bound_address() << "/metrics";
+
+  const CudaDriverInfo& cuda = ProbeCudaDriver();
+  COMMD_LOG(INFO, "cuda") << cuda.summary << (cuda.available ? "" : "; host memory backend only");
+  d->topology_ = topology::DiscoverTopology(config.topology());
+  d->metrics_->SetTopology(d->topology_);
+  COMMD_LOG(INFO, "topology") << d->topology_.pus() << " CPUs, " << d->topology_.numa_nodes_size()
+                              << " NUMA node(s), " << d->topology_.gpus_size() << " GPU(s), "
+                              << d->topology_.nics_size() << " NIC(s), GPUs: "
+                              << v1::TopologyClass_Name(d->topology_.classification())
+                              << ", NVML: " << d->topology_.nvml_status();
+
+  ASSIGN_OR_RETURN(d->loop_, server::EventLoop::Create());
+  d->sessions_ = std::make_unique<server::SessionRegistry>(
+      d->loop_.get(), d->metrics_.get(),
+      server::SessionLimits{config.limits().max_sessions(), admin_gid});
+  RETURN_IF_ERROR(d->StartServers());
+  return d;
+}
+
+absl::Status Daemon::StartServers() {
+  server::HandleChannelOptions channel_options;
+  channel_options.path = dir_->handle_socket();
+  channel_options.max_connections = config_.limits().max_sessions();
+  channel_options.daemon_version = DaemonVersion();
+  ASSIGN_OR_RETURN(channel_,
+                   server::HandleChannel::Start(channel_options, loop_.get(), sessions_.get()));
+  RETURN_IF_ERROR(dir_->SecureSocket(dir_->handle_socket()));
+
+  rpc_ = std::make_unique<server::RpcContext>(sessions_.get(), metrics_.get());
+  node_service_ = std::make_unique<server::NodeService>(
+      rpc_.get(), [this](v1::NodeStatus* s) { FillStatus(s); }, [this] { return topology_; });
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(absl::StrCat("unix:", dir_->grpc_socket()),
+                           grpc::InsecureServerCredentials(), &bound);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.limits().max_message_bytes()));
+  builder.RegisterService(node_service_.get());
+  grpc_ = builder.BuildAndStart();
+  if (grpc_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", dir_->grpc_socket()));
+  }
+  RETURN_IF_ERROR(dir_->SecureSocket(dir_->grpc_socket()));
+  COMMD_LOG(INFO, "server") << "gRPC on " << dir_->grpc_socket() << ", fd channel on "
+                            << dir_->handle_socket();
+  return absl::OkStatus();
+}
+
+void Daemon::FillStatus(v1::NodeStatus* status) const {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  status->set_version(DaemonVersion());
+  status->set_hostname(host);
+  status->set_pid(::getpid());
+  status->set_start_time_unix_ms(absl::ToUnixMillis(start_time_));
+  status->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - start_time_));
+  status->set_sessions(static_cast<uint32_t>(sessions_->size()));
+  status->set_runtime_dir(dir_->dir());
+  status->set_metrics_address(metrics_->bound_address());
+  status->set_cuda_status(ProbeCudaDriver().summary);
+}
+
+void Daemon::Reload(const v1::DaemonConfig& config) {
+  SetMinLogLevel(ToLogSeverity(config.log_level()));
+  config_.set_log_level(config.log_level());
+  COMMD_LOG_ALWAYS("daemon") << "reloaded: log level " << v1::LogLevel_Name(config.log_level());
+}
+
+void Daemon::Shutdown(absl::Duration grace) {
+  if (grpc_ != nullptr) {
+    grpc_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+    grpc_.reset();
+  }
+  loop_.reset();
+  channel_.reset();
+  sessions_.reset();
+  dir_.reset();  // removes the sockets
+  metrics_.reset();
+}
+
+Daemon::~Daemon() { Shutdown(); }
+
+}  // namespace commd

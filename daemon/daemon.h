@@ -1,0 +1,73 @@
+// The running daemon: every component, started in order and stopped in reverse.
+//
+//   ASSIGN_OR_RETURN(auto daemon, Daemon::Start(config));   // sockets listening, metrics serving
+//   ...
+//   daemon->Shutdown();                                     // sockets removed
+//
+// main.cc owns process concerns (flags, signals, systemd); this class owns everything a test
+// can build without a process. Start/Shutdown/Reload are called from one thread.
+#ifndef COMMD_DAEMON_DAEMON_H_
+#define COMMD_DAEMON_DAEMON_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "commd/v1/config.pb.h"
+#include "commd/v1/topology.pb.h"
+#include "common/log.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/server/event_loop.h"
+#include "daemon/server/handle_channel.h"
+#include "daemon/server/node_service.h"
+#include "daemon/server/rpc.h"
+#include "daemon/server/runtime_dir_lock.h"
+#include "daemon/server/sessions.h"
+#include "grpcpp/server.h"
+
+namespace commd {
+
+// The daemon's version, as `commd --version` prints it.
+const char* DaemonVersion();
+
+class Daemon {
+ public:
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const v1::DaemonConfig& config);
+  ~Daemon();
+
+  // Stops accepting, ends in-flight calls (cancelled after `grace`), releases everything and
+  // removes the sockets. Idempotent.
+  void Shutdown(absl::Duration grace = absl::Seconds(3));
+
+  // Applies what can change live: the log level.
+  void Reload(const v1::DaemonConfig& config);
+
+  const std::string& runtime_dir() const { return dir_->dir(); }
+  const std::string& metrics_address() const { return metrics_->bound_address(); }
+
+ private:
+  Daemon() = default;
+  absl::Status StartServers();
+  void FillStatus(v1::NodeStatus* status) const;
+
+  v1::DaemonConfig config_;
+  absl::Time start_time_;
+  v1::Topology topology_;
+  std::unique_ptr<server::RuntimeDirLock> dir_;
+  std::unique_ptr<metrics::Metrics> metrics_;
+  std::unique_ptr<server::SessionRegistry> sessions_;
+  std::unique_ptr<server::HandleChannel> channel_;
+  std::unique_ptr<server::RpcContext> rpc_;
+  std::unique_ptr<server::NodeService> node_service_;
+  std::unique_ptr<grpc::Server> grpc_;
+  // Declared last so it is destroyed first: its thread calls into the channel and sessions.
+  std::unique_ptr<server::EventLoop> loop_;
+};
+
+// Maps the config's log level onto the logger's.
+LogSeverity ToLogSeverity(v1::LogLevel level);
+
+}  // namespace commd
+
+#endif  // COMMD_DAEMON_DAEMON_H_

@@ -1,0 +1,70 @@
+// The fd channel: the daemon's second unix socket (handles.sock, SOCK_SEQPACKET), where
+// sessions open with kernel-verified credentials and where file descriptors, which gRPC
+// cannot carry, are handed to clients with SCM_RIGHTS.
+//
+// Each packet from a client is one commd.v1.HandleRequest; each answer one HandleResponse.
+// A packet that is too large or does not parse drops that connection only; the daemon keeps
+// serving everyone else. Runs entirely on the EventLoop thread; never blocks on a client.
+#ifndef COMMD_DAEMON_SERVER_HANDLE_CHANNEL_H_
+#define COMMD_DAEMON_SERVER_HANDLE_CHANNEL_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "commd/v1/handles.pb.h"
+#include "common/unique_fd.h"
+#include "common/unix_socket.h"
+#include "daemon/server/event_loop.h"
+#include "daemon/server/sessions.h"
+
+namespace commd::server {
+
+// Requests on the fd channel are a few hundred bytes; a larger packet is refused.
+inline constexpr size_t kMaxHandlePacketBytes = 64 * 1024;
+
+struct HandleChannelOptions {
+  std::string path;
+  size_t max_packet_bytes = kMaxHandlePacketBytes;
+  size_t max_connections = 4096;
+  std::string daemon_version;
+};
+
+class HandleChannel {
+ public:
+  // Listens on options.path (mode 0660). `loop` and `sessions` must outlive the channel, and
+  // the loop must be stopped before the channel is destroyed.
+  static absl::StatusOr<std::unique_ptr<HandleChannel>> Start(HandleChannelOptions options,
+                                                              EventLoop* loop,
+                                                              SessionRegistry* sessions);
+
+ private:
+  struct Connection {
+    UniqueFd fd;
+    std::vector<std::string> session_tokens;  // sessions opened here end when it closes
+  };
+
+  HandleChannel(HandleChannelOptions options, EventLoop* loop, SessionRegistry* sessions)
+      : options_(std::move(options)), loop_(loop), sessions_(sessions) {}
+
+  void OnAccept();
+  void OnReadable(int fd);
+  void Drop(int fd, absl::string_view why);
+  v1::HandleResponse Dispatch(const v1::HandleRequest& request, const PeerCredentials& peer,
+                              Connection* connection);
+
+  const HandleChannelOptions options_;
+  EventLoop* const loop_;
+  SessionRegistry* const sessions_;
+  UniqueFd listener_;
+  // Touched only on the loop thread.
+  std::unordered_map<int, Connection> connections_;
+};
+
+}  // namespace commd::server
+
+#endif  // COMMD_DAEMON_SERVER_HANDLE_CHANNEL_H_

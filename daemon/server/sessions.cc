@@ -1,0 +1,135 @@
+#include "daemon/server/sessions.h"
+
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace commd::server {
+namespace {
+
+constexpr size_t kMaxJobIdLength = 128;
+
+absl::StatusOr<std::string> NewToken() {
+  char raw[16];
+  SYS_ASSIGN_OR_RETURN(ssize_t n, ::getrandom(raw, sizeof(raw), 0));
+  if (n != static_cast<ssize_t>(sizeof(raw))) return absl::InternalError("getrandom: short read");
+  return absl::BytesToHexString(absl::string_view(raw, sizeof(raw)));
+}
+
+absl::StatusOr<UniqueFd> PidFd(pid_t pid) {
+  SYS_ASSIGN_OR_RETURN(long fd, ::syscall(SYS_pidfd_open, pid, 0));
+  return UniqueFd(static_cast<int>(fd));
+}
+
+}  // namespace
+
+absl::Status ValidateJobId(absl::string_view job_id) {
+  if (job_id.empty() || job_id.size() > kMaxJobIdLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job id '", job_id, "' has length ", job_id.size(), "; allowed 1 to ", kMaxJobIdLength));
+  }
+  if (job_id.front() == '.' || job_id.front() == '-') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job id '", job_id, "' must not start with '.' or '-'"));
+  }
+  for (char c : job_id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-' || c == ':';
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job id '", absl::CEscape(job_id), "' has character '",
+                       absl::CEscape(std::string(1, c)), "'; allowed letters, digits and . _ - :"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+SessionRegistry::SessionRegistry(EventLoop* loop, metrics::Metrics* metrics, SessionLimits limits)
+    : loop_(loop), metrics_(metrics), limits_(limits) {}
+
+absl::StatusOr<std::shared_ptr<const Session>> SessionRegistry::Open(const PeerCredentials& peer,
+                                                                     absl::string_view job_id) {
+  const std::string job = job_id.empty() ? "default" : std::string(job_id);
+  RETURN_IF_ERROR(ValidateJobId(job));
+  ASSIGN_OR_RETURN(std::string token, NewToken());
+  ASSIGN_OR_RETURN(UniqueFd pidfd, PidFd(peer.pid));
+  auto session = std::make_shared<Session>();
+  session->token = token;
+  session->job_id = job;
+  session->uid = peer.uid;
+  session->gid = peer.gid;
+  session->pid = peer.pid;
+  session->admin = peer.uid == 0 || peer.gid == limits_.admin_gid;
+  session->opened = absl::Now();
+  const int watched = pidfd.get();
+  {
+    absl::MutexLock lock(&mu_);
+    if (sessions_.size() >= limits_.max_sessions) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("session limit reached: ", sessions_.size(), " sessions open, limit ",
+                       limits_.max_sessions, " (limits.max_sessions)"));
+    }
+    sessions_[token] = Entry{session, std::move(pidfd)};
+    metrics_->SetSessions(static_cast<double>(sessions_.size()));
+  }
+  RETURN_IF_ERROR(loop_->Add(watched, [this, token](uint32_t) { OnProcessExit(token); }));
+  COMMD_LOG(INFO, "sessions") << "session opened: job " << job << " uid " << peer.uid << " pid "
+                              << peer.pid;
+  return std::shared_ptr<const Session>(std::move(session));
+}
+
+absl::StatusOr<std::shared_ptr<const Session>> SessionRegistry::Authenticate(
+    absl::string_view token) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(std::string(token));
+  if (it == sessions_.end()) {
+    return absl::UnauthenticatedError(
+        token.empty() ? "no session token: open a session on the fd channel (handles.sock) and "
+                        "send its token as gRPC metadata 'commd-session'"
+                      : "unknown or expired session token");
+  }
+  return it->second.session;
+}
+
+void SessionRegistry::Close(absl::string_view token, absl::string_view reason) {
+  Entry entry;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(std::string(token));
+    if (it == sessions_.end()) return;
+    entry = std::move(it->second);
+    sessions_.erase(it);
+    metrics_->SetSessions(static_cast<double>(sessions_.size()));
+  }
+  loop_->Remove(entry.pidfd.get());
+  metrics_->SessionReleased(reason);
+  COMMD_LOG(INFO, "sessions") << "session closed (" << reason << "): job " << entry.session->job_id
+                              << " pid " << entry.session->pid;
+}
+
+void SessionRegistry::CloseForDisconnect(absl::string_view token) {
+  bool exited = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(std::string(token));
+    if (it == sessions_.end()) return;
+    pollfd p{it->second.pidfd.get(), POLLIN, 0};
+    exited = ::poll(&p, 1, 0) == 1;  // a pidfd turns readable when its process exits
+  }
+  Close(token, exited ? "process_exited" : "closed");
+}
+
+void SessionRegistry::OnProcessExit(const std::string& token) { Close(token, "process_exited"); }
+
+size_t SessionRegistry::size() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+}  // namespace commd::server

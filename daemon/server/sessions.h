@@ -1,0 +1,89 @@
+// Client sessions: who is connected, under which job, with which token.
+//
+// A session opens on the fd channel, where the kernel vouches for the peer's uid and pid
+// (SO_PEERCRED). The token it returns is the client's proof on every gRPC call, since gRPC
+// cannot see peer credentials. A session ends when its process exits (watched with a pidfd)
+// or when it is closed.
+//
+//   ASSIGN_OR_RETURN(auto session, sessions.Open(creds, "job-42"));
+//   ASSIGN_OR_RETURN(auto same, sessions.Authenticate(session->token));
+//
+// Thread-safe.
+#ifndef COMMD_DAEMON_SERVER_SESSIONS_H_
+#define COMMD_DAEMON_SERVER_SESSIONS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/unique_fd.h"
+#include "common/unix_socket.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/server/event_loop.h"
+
+namespace commd::server {
+
+struct Session {
+  std::string token;
+  std::string job_id;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  pid_t pid = 0;
+  bool admin = false;  // uid 0 or a member of the admin group
+  absl::Time opened;
+};
+
+struct SessionLimits {
+  uint32_t max_sessions = 4096;
+  gid_t admin_gid = static_cast<gid_t>(-1);  // -1: none
+};
+
+// Job ids name directories later (dumps), so they are kept to a safe alphabet.
+absl::Status ValidateJobId(absl::string_view job_id);
+
+class SessionRegistry {
+ public:
+  // `loop` and `metrics` must outlive the registry; the loop must be stopped first.
+  SessionRegistry(EventLoop* loop, metrics::Metrics* metrics, SessionLimits limits);
+
+  // Opens a session for the process `peer`. An empty job id means "default". Fails with
+  // RESOURCE_EXHAUSTED at limits.max_sessions, INVALID_ARGUMENT for a bad job id.
+  absl::StatusOr<std::shared_ptr<const Session>> Open(const PeerCredentials& peer,
+                                                      absl::string_view job_id);
+
+  // The session holding `token`, or UNAUTHENTICATED.
+  absl::StatusOr<std::shared_ptr<const Session>> Authenticate(absl::string_view token) const;
+
+  // Ends the session; `reason` is a metric label ("closed", "process_exited").
+  void Close(absl::string_view token, absl::string_view reason);
+
+  // Ends the session because its fd-channel connection closed: "process_exited" when its
+  // process is gone, "closed" when the client closed it.
+  void CloseForDisconnect(absl::string_view token);
+
+  size_t size() const;
+
+ private:
+  struct Entry {
+    std::shared_ptr<const Session> session;
+    UniqueFd pidfd;
+  };
+  void OnProcessExit(const std::string& token);
+
+  EventLoop* const loop_;
+  metrics::Metrics* const metrics_;
+  const SessionLimits limits_;
+  mutable absl::Mutex mu_;
+  std::unordered_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace commd::server
+
+#endif  // COMMD_DAEMON_SERVER_SESSIONS_H_

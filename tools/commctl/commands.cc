@@ -1,0 +1,153 @@
+#include "tools/commctl/commands.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "daemon/topology/topology_text.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace commd::ctl {
+namespace {
+
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  opts.always_print_primitive_fields = true;
+  opts.preserve_proto_field_names = true;
+  std::string out;
+  auto s = google::protobuf::util::MessageToJsonString(message, &out, opts);
+  if (!s.ok()) return absl::InternalError(std::string(s.message()));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> ConnectFor(const GlobalOptions& options) {
+  ClientOptions copts;
+  copts.runtime_dir = options.runtime_dir;
+  copts.connect_timeout = options.timeout;
+  copts.call_timeout = options.timeout;
+  copts.job_id = "commctl";
+  return Client::Connect(copts);
+}
+
+absl::Status Print(const GlobalOptions& options, const google::protobuf::Message& message,
+                   const std::string& text, std::ostream& out) {
+  if (options.json) {
+    ASSIGN_OR_RETURN(std::string json, ToJson(message));
+    out << json;
+  } else {
+    out << text;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Status(const GlobalOptions& options, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto client, ConnectFor(options));
+  ASSIGN_OR_RETURN(v1::NodeStatus status, client->GetStatus());
+  return Print(options, status, FormatStatus(status), out);
+}
+
+absl::Status Topo(const GlobalOptions& options, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto client, ConnectFor(options));
+  ASSIGN_OR_RETURN(v1::Topology topology, client->GetTopology());
+  return Print(options, topology, topology::RenderTopologyText(topology), out);
+}
+
+}  // namespace
+
+const char* Usage() {
+  return R"(Usage: commctl [--runtime-dir DIR] [--json] [--timeout SECONDS] COMMAND
+
+Inspect and control the commd daemon on this node.
+
+Commands:
+  status    daemon version, uptime, sessions, groups, memory in use, CUDA
+  topo      GPU/NIC link matrix (nvidia-smi topo -m vocabulary) and classification
+
+Options:
+  --runtime-dir DIR   the daemon's runtime dir (default: $COMMD_RUNTIME_DIR, then
+                      /run/commd as root, else $XDG_RUNTIME_DIR/commd, else /tmp/commd-$UID)
+  --json              machine-readable output
+  --timeout SECONDS   how long to wait for the daemon (default 5)
+  -h, --help          print this help
+
+Exit status: 0 on success, 1 when the command failed (one line on stderr says why),
+2 on a usage error.
+)";
+}
+
+absl::Status ParseArgs(int argc, const char* const* argv, GlobalOptions* options,
+                       std::vector<std::string>* rest) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    const bool has_inline = arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos;
+    if (has_inline) {
+      value = arg.substr(arg.find('=') + 1);
+      arg = arg.substr(0, arg.find('='));
+    }
+    auto take = [&]() -> absl::StatusOr<std::string> {
+      if (has_inline) return value;
+      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+      return std::string(argv[++i]);
+    };
+    if (arg == "--runtime-dir") {
+      ASSIGN_OR_RETURN(options->runtime_dir, take());
+    } else if (arg == "--json") {
+      options->json = true;
+    } else if (arg == "--timeout") {
+      ASSIGN_OR_RETURN(std::string t, take());
+      double seconds = 0;
+      if (!absl::SimpleAtod(t, &seconds) || seconds <= 0 || seconds > 3600) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--timeout '", t, "' is not a number of seconds in (0, 3600]"));
+      }
+      options->timeout = absl::Seconds(seconds);
+    } else if (arg.rfind("-", 0) == 0 && arg != "-h" && arg != "--help") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown option '", arg, "'"));
+    } else {
+      rest->push_back(arg);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::string>& args,
+                        std::ostream& out) {
+  if (args.empty()) return absl::InvalidArgumentError("no command given");
+  const std::string& command = args[0];
+  if (args.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", command, "' takes no arguments, got '", args[1], "'"));
+  }
+  if (command == "status") return Status(options, out);
+  if (command == "topo") return Topo(options, out);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown command '", command, "'; commands: status, topo"));
+}
+
+std::string FormatDuration(int64_t ms) {
+  int64_t s = ms / 1000;
+  const int64_t d = s / 86400, h = (s / 3600) % 24, m = (s / 60) % 60;
+  s %= 60;
+  if (d > 0) return absl::StrFormat("%dd %dh %dm %ds", d, h, m, s);
+  if (h > 0) return absl::StrFormat("%dh %dm %ds", h, m, s);
+  if (m > 0) return absl::StrFormat("%dm %ds", m, s);
+  return absl::StrFormat("%d.%03ds", s, ms % 1000);
+}
+
+std::string FormatStatus(const v1::NodeStatus& s) {
+  return absl::StrFormat(
+      "commd %s on %s (pid %d)\n"
+      "  uptime       %s\n"
+      "  runtime dir  %s\n"
+      "  metrics      http://%s/metrics\n"
+      "  sessions     %u\n"
+      "  groups       %u\n"
+      "  memory       %u bytes\n"
+      "  cuda         %s\n",
+      s.version(), s.hostname(), s.pid(), FormatDuration(s.uptime_ms()), s.runtime_dir(),
+      s.metrics_address(), s.sessions(), s.groups(), s.memory_allocated_bytes(), s.cuda_status());
+}
+
+}  // namespace commd::ctl

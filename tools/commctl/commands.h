@@ -1,0 +1,36 @@
+// commctl's commands, separate from main() so each is a plain function of its arguments.
+#ifndef COMMD_TOOLS_COMMCTL_COMMANDS_H_
+#define COMMD_TOOLS_COMMCTL_COMMANDS_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "commd/commd.h"
+
+namespace commd::ctl {
+
+struct GlobalOptions {
+  std::string runtime_dir;  // empty: $COMMD_RUNTIME_DIR, then the default
+  bool json = false;
+  absl::Duration timeout = absl::Seconds(5);
+};
+
+// Parses global flags wherever they appear; what remains is the command and its arguments.
+absl::Status ParseArgs(int argc, const char* const* argv, GlobalOptions* options,
+                       std::vector<std::string>* rest);
+
+const char* Usage();
+
+// Runs `args[0]` with its arguments, printing to `out`.
+absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::string>& args,
+                        std::ostream& out);
+
+// Text forms, exposed for tests.
+std::string FormatStatus(const v1::NodeStatus& status);
+std::string FormatDuration(int64_t ms);
+
+}  // namespace commd::ctl
+
+#endif  // COMMD_TOOLS_COMMCTL_COMMANDS_H_
