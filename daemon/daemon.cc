@@ -50,11 +50,40 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const v1::DaemonConfig& co
                               << ", NVML: " << d->topology_.nvml_status();
 
   ASSIGN_OR_RETURN(d->loop_, server::EventLoop::Create());
+  d->timers_ = std::make_unique<server::TimerQueue>();
   d->sessions_ = std::make_unique<server::SessionRegistry>(
-      d->loop_.get(), d->metrics_.get(),
+      d->loop_.get(), d->timers_.get(), d->metrics_.get(),
       server::SessionLimits{config.limits().max_sessions(), admin_gid});
+  RETURN_IF_ERROR(d->StartMemory());
   RETURN_IF_ERROR(d->StartServers());
   return d;
+}
+
+absl::Status Daemon::StartMemory() {
+  ASSIGN_OR_RETURN(auto host, memory::CreateHostMemoryBackend());
+  std::unique_ptr<memory::MemoryBackend> cuda;
+  if (auto backend = memory::CreateCudaMemoryBackend(); backend.ok()) {
+    cuda = *std::move(backend);
+  } else {
+    COMMD_LOG(INFO, "memory") << "no GPU memory backend: " << backend.status().message();
+  }
+  table_ = std::make_unique<memory::AllocationTable>(std::move(host), std::move(cuda), config_,
+                                                     &metrics_->registry());
+  groups::GroupsOptions options;
+  options.default_timeout = absl::Milliseconds(config_.groups().default_timeout_ms());
+  options.max_timeout = absl::Milliseconds(config_.groups().max_timeout_ms());
+  options.release_grace = absl::Milliseconds(config_.session().release_grace_ms());
+  options.max_groups = config_.limits().max_groups();
+  options.ring_capacity = config_.recorder().ring_capacity();
+  groups_ = std::make_unique<groups::GroupRegistry>(options, table_.get(), timers_.get(),
+                                                    &metrics_->registry());
+  persistent_ =
+      std::make_unique<memory::PersistentBuffers>(table_.get(), timers_.get(), config_.memory());
+  sessions_->AddEndListener([this](const server::Session& s, absl::string_view reason) {
+    groups_->OnSessionEnd(s, reason);
+    persistent_->OnSessionEnd(s);
+  });
+  return absl::OkStatus();
 }
 
 absl::Status Daemon::StartServers() {
@@ -62,6 +91,14 @@ absl::Status Daemon::StartServers() {
   channel_options.path = dir_->handle_socket();
   channel_options.max_connections = config_.limits().max_sessions();
   channel_options.daemon_version = DaemonVersion();
+  channel_options.importer = [table = table_.get()](
+                                 const std::vector<std::string>& tokens,
+                                 pid_t pid) -> absl::StatusOr<std::vector<server::ImportedFd>> {
+    ASSIGN_OR_RETURN(auto redeemed, table->Redeem(tokens, pid));
+    std::vector<server::ImportedFd> out;
+    for (auto& r : redeemed) out.push_back({std::move(r.fd), r.bytes});
+    return out;
+  };
   ASSIGN_OR_RETURN(channel_,
                    server::HandleChannel::Start(channel_options, loop_.get(), sessions_.get()));
   RETURN_IF_ERROR(dir_->SecureSocket(dir_->handle_socket()));
@@ -74,7 +111,14 @@ absl::Status Daemon::StartServers() {
   builder.AddListeningPort(absl::StrCat("unix:", dir_->grpc_socket()),
                            grpc::InsecureServerCredentials(), &bound);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.limits().max_message_bytes()));
+  session_service_ = std::make_unique<server::SessionService>(rpc_.get(), sessions_.get());
+  groups_service_ = std::make_unique<groups::GroupsService>(rpc_.get(), groups_.get());
+  memory_service_ = std::make_unique<memory::MemoryService>(rpc_.get(), persistent_.get());
   builder.RegisterService(node_service_.get());
+  builder.RegisterService(session_service_.get());
+  builder.RegisterService(groups_service_.get());
+  builder.RegisterService(memory_service_.get());
+  // Further services register here, each built from rpc_ and its own component.
   grpc_ = builder.BuildAndStart();
   if (grpc_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", dir_->grpc_socket()));
@@ -94,6 +138,8 @@ void Daemon::FillStatus(v1::NodeStatus* status) const {
   status->set_start_time_unix_ms(absl::ToUnixMillis(start_time_));
   status->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - start_time_));
   status->set_sessions(static_cast<uint32_t>(sessions_->size()));
+  status->set_groups(static_cast<uint32_t>(groups_->size()));
+  status->set_memory_allocated_bytes(table_->total_bytes());
   status->set_runtime_dir(dir_->dir());
   status->set_metrics_address(metrics_->bound_address());
   status->set_cuda_status(ProbeCudaDriver().summary);
@@ -110,7 +156,16 @@ void Daemon::Shutdown(absl::Duration grace) {
     grpc_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
     grpc_.reset();
   }
+  // Stop the threads that call into components before destroying any component.
   loop_.reset();
+  timers_.reset();
+  memory_service_.reset();
+  groups_service_.reset();
+  session_service_.reset();
+  node_service_.reset();
+  groups_.reset();
+  persistent_.reset();
+  table_.reset();
   channel_.reset();
   sessions_.reset();
   dir_.reset();  // removes the sockets

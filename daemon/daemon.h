@@ -17,13 +17,19 @@
 #include "commd/v1/config.pb.h"
 #include "commd/v1/topology.pb.h"
 #include "common/log.h"
+#include "daemon/groups/group_registry.h"
+#include "daemon/groups/groups_service.h"
+#include "daemon/memory/allocation_table.h"
+#include "daemon/memory/persistent_buffers.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/server/event_loop.h"
 #include "daemon/server/handle_channel.h"
 #include "daemon/server/node_service.h"
 #include "daemon/server/rpc.h"
 #include "daemon/server/runtime_dir_lock.h"
+#include "daemon/server/session_service.h"
 #include "daemon/server/sessions.h"
+#include "daemon/server/timer_queue.h"
 #include "grpcpp/server.h"
 
 namespace commd {
@@ -48,6 +54,7 @@ class Daemon {
 
  private:
   Daemon() = default;
+  absl::Status StartMemory();
   absl::Status StartServers();
   void FillStatus(v1::NodeStatus* status) const;
 
@@ -58,10 +65,17 @@ class Daemon {
   std::unique_ptr<metrics::Metrics> metrics_;
   std::unique_ptr<server::SessionRegistry> sessions_;
   std::unique_ptr<server::HandleChannel> channel_;
+  std::unique_ptr<memory::AllocationTable> table_;
+  std::unique_ptr<groups::GroupRegistry> groups_;
+  std::unique_ptr<memory::PersistentBuffers> persistent_;
   std::unique_ptr<server::RpcContext> rpc_;
   std::unique_ptr<server::NodeService> node_service_;
+  std::unique_ptr<server::SessionService> session_service_;
+  std::unique_ptr<groups::GroupsService> groups_service_;
+  std::unique_ptr<memory::MemoryService> memory_service_;
   std::unique_ptr<grpc::Server> grpc_;
-  // Declared last so it is destroyed first: its thread calls into the channel and sessions.
+  // Threads that call into the components above; Shutdown stops them first.
+  std::unique_ptr<server::TimerQueue> timers_;
   std::unique_ptr<server::EventLoop> loop_;
 };
 

@@ -1,10 +1,13 @@
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "client/src/client_impl.h"
 #include "commd/commd.h"
 #include "commd/v1/handles.pb.h"
 #include "commd/v1/node.grpc.pb.h"
@@ -70,29 +73,77 @@ absl::StatusOr<v1::HandleResponse> Exchange(int fd, const v1::HandleRequest& req
 
 }  // namespace
 
-class Client::Impl {
- public:
-  ClientOptions options;
-  std::string runtime_dir;
-  std::string job_id;
-  std::string token;
-  UniqueFd handles;  // the fd channel; open for the session's life
-  std::unique_ptr<v1::Node::Stub> node;
-
-  // A context carrying the session token and the call deadline.
-  std::unique_ptr<grpc::ClientContext> Context() const {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->AddMetadata(kSessionMetadataKey, token);
-    ctx->set_deadline(absl::ToChronoTime(absl::Now() + options.call_timeout));
-    return ctx;
-  }
-};
-
-Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
+Client::Impl::~Impl() {
+  if (attach_ctx != nullptr) attach_ctx->TryCancel();
+  if (attach_thread.joinable()) attach_thread.join();
+}
+
+absl::Status Client::Impl::Attach(absl::Time deadline) {
+  attach_ctx = std::make_unique<grpc::ClientContext>();
+  attach_ctx->AddMetadata(kSessionMetadataKey, token);
+  auto reader = std::shared_ptr<grpc::ClientReader<v1::SessionEvent>>(
+      session->Attach(attach_ctx.get(), v1::AttachRequest()));
+  // The first event confirms the daemon holds the stream; wait for it on the reader thread
+  // so that a daemon that never answers cannot block Connect past its deadline.
+  auto first = std::make_shared<absl::Notification>();
+  auto ok = std::make_shared<std::atomic<bool>>(false);
+  attach_thread = std::thread([reader, first, ok] {
+    v1::SessionEvent event;
+    ok->store(reader->Read(&event) && event.has_attached());
+    first->Notify();
+    while (reader->Read(&event)) {
+      // Abort and dump events are acted on by the parts of the SDK that own groups.
+    }
+    reader->Finish();
+  });
+  if (!first->WaitForNotificationWithDeadline(deadline) || !ok->load()) {
+    return absl::UnavailableError("commd did not confirm the session's event stream in time");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<UniqueFd>> Client::Impl::Import(const std::vector<std::string>& tokens) {
+  std::vector<UniqueFd> fds;
+  absl::MutexLock lock(&handles_mu);
+  for (size_t begin = 0; begin < tokens.size(); begin += kMaxFdsPerMessage) {
+    v1::HandleRequest request;
+    const size_t end = std::min(tokens.size(), begin + kMaxFdsPerMessage);
+    for (size_t i = begin; i < end; ++i) request.mutable_import()->add_tokens(tokens[i]);
+    RETURN_IF_ERROR(SendMessage(handles.get(), request.SerializeAsString()));
+    const timeval tv = absl::ToTimeval(options.call_timeout);
+    SYS_RETURN_IF_ERROR(::setsockopt(handles.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
+    ASSIGN_OR_RETURN(auto received, ReceiveMessage(handles.get(), kMaxPacketBytes));
+    if (!received.has_value()) return absl::DeadlineExceededError("commd did not answer an import");
+    v1::HandleResponse response;
+    if (!response.ParseFromString(received->bytes)) {
+      return absl::InternalError("commd sent an import answer that does not parse");
+    }
+    if (response.code() != 0) {
+      return absl::Status(static_cast<absl::StatusCode>(response.code()), response.message());
+    }
+    if (received->fds.size() != end - begin) {
+      return absl::InternalError(
+          absl::StrCat("commd sent ", received->fds.size(), " fds for ", end - begin, " tokens"));
+    }
+    for (UniqueFd& fd : received->fds) fds.push_back(std::move(fd));
+  }
+  return fds;
+}
+
+absl::StatusOr<SharedMapping> Client::Impl::MapBuffer(const v1::BufferHandle& handle) {
+  if (handle.device() != "host") {
+    return absl::UnimplementedError(
+        absl::StrCat("this SDK build maps host memory only; buffer is on ", handle.device()));
+  }
+  ASSIGN_OR_RETURN(std::vector<UniqueFd> fds, Import({handle.import_token()}));
+  return SharedMapping::Map(fds[0].get(), handle.mapped_bytes());
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_shared<Impl>();
   impl->options = options;
   impl->runtime_dir = ClientRuntimeDir(options.runtime_dir);
   impl->job_id = ResolveJobId(options.job_id);
@@ -116,7 +167,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     return absl::UnavailableError(absl::StrCat("cannot reach commd's gRPC socket ", grpc_path,
                                                " within the connect timeout"));
   }
+  impl->channel = channel;
   impl->node = v1::Node::NewStub(channel);
+  impl->groups = v1::Groups::NewStub(channel);
+  impl->memory = v1::Memory::NewStub(channel);
+  impl->session = v1::Session::NewStub(channel);
+  RETURN_IF_ERROR(impl->Attach(deadline));
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 

@@ -100,6 +100,13 @@ absl::Status CheckScalar(const pb::Message& msg, const pb::FieldDescriptor* fiel
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": ", path, " must be one of ", EnumChoices(field->enum_type())));
   }
+  if (path == "recorder.ring_capacity") {
+    const uint32_t v = r->GetUInt32(msg, field);
+    if ((v & (v - 1)) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ", path, " = ", v, " is not a power of two"));
+    }
+  }
   if (path == "metrics_address") {
     auto hp = ParseHostPort(r->GetString(msg, field));
     if (!hp.ok())

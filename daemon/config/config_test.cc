@@ -90,6 +90,8 @@ INSTANTIATE_TEST_SUITE_P(
                   {"c.textproto:1", "log_level must be one of DEBUG, INFO, WARNING, ERROR"}},
         // A metrics address that is not HOST:PORT.
         BadConfig{"metrics_address: \"localhost\"\n", {"c.textproto:1", "metrics_address"}},
+        BadConfig{"recorder { ring_capacity: 1000 }\n",
+                  {"c.textproto:1", "recorder.ring_capacity = 1000 is not a power of two"}},
         BadConfig{"metrics_address: \"127.0.0.1:70000\"\n", {"metrics_address", "0 to 65535"}}));
 
 TEST(ConfigTest, MissingFileNamesThePath) {

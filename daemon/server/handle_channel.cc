@@ -71,14 +71,18 @@ void HandleChannel::OnReadable(int fd) {
     return Drop(fd, absl::StrCat("malformed packet of ", message->bytes.size(), " bytes from pid ",
                                  peer->pid));
   }
-  const v1::HandleResponse response = Dispatch(request, *peer, &connections_[fd]);
-  if (absl::Status s = SendMessage(fd, response.SerializeAsString()); !s.ok()) {
+  std::vector<UniqueFd> fds;
+  const v1::HandleResponse response = Dispatch(request, *peer, &connections_[fd], &fds);
+  std::vector<int> raw;
+  for (const UniqueFd& f : fds) raw.push_back(f.get());
+  if (absl::Status s = SendMessage(fd, response.SerializeAsString(), raw); !s.ok()) {
     Drop(fd, s.ToString());
   }
 }
 
 v1::HandleResponse HandleChannel::Dispatch(const v1::HandleRequest& request,
-                                           const PeerCredentials& peer, Connection* connection) {
+                                           const PeerCredentials& peer, Connection* connection,
+                                           std::vector<UniqueFd>* fds) {
   v1::HandleResponse response;
   switch (request.request_case()) {
     case v1::HandleRequest::kOpenSession: {
@@ -97,10 +101,37 @@ v1::HandleResponse HandleChannel::Dispatch(const v1::HandleRequest& request,
       out->set_daemon_version(options_.daemon_version);
       break;
     }
+    case v1::HandleRequest::kImport:
+      return Import(request.import(), peer, fds);
     case v1::HandleRequest::REQUEST_NOT_SET:
       response.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
       response.set_message("empty request");
       break;
+  }
+  return response;
+}
+
+v1::HandleResponse HandleChannel::Import(const v1::ImportRequest& request,
+                                         const PeerCredentials& peer, std::vector<UniqueFd>* fds) {
+  v1::HandleResponse response;
+  const std::vector<std::string> tokens(request.tokens().begin(), request.tokens().end());
+  absl::StatusOr<std::vector<ImportedFd>> imported;
+  if (tokens.empty() || tokens.size() > static_cast<size_t>(kMaxFdsPerMessage)) {
+    imported = absl::InvalidArgumentError(absl::StrCat(
+        "import of ", tokens.size(), " tokens; allowed 1 to ", kMaxFdsPerMessage, " per request"));
+  } else if (!options_.importer) {
+    imported = absl::UnimplementedError("this daemon hands out no memory");
+  } else {
+    imported = options_.importer(tokens, peer.pid);
+  }
+  if (!imported.ok()) {
+    response.set_code(static_cast<int>(imported.status().code()));
+    response.set_message(std::string(imported.status().message()));
+    return response;
+  }
+  for (ImportedFd& f : *imported) {
+    response.mutable_import()->add_sizes(f.bytes);
+    fds->push_back(std::move(f.fd));
   }
   return response;
 }

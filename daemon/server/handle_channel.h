@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -27,8 +28,18 @@ namespace commd::server {
 // Requests on the fd channel are a few hundred bytes; a larger packet is refused.
 inline constexpr size_t kMaxHandlePacketBytes = 64 * 1024;
 
+struct ImportedFd {
+  UniqueFd fd;
+  uint64_t bytes = 0;
+};
+
+// Redeems import tokens for process `pid` (see ImportRequest in handles.proto).
+using Importer = std::function<absl::StatusOr<std::vector<ImportedFd>>(
+    const std::vector<std::string>& tokens, pid_t pid)>;
+
 struct HandleChannelOptions {
   std::string path;
+  Importer importer;
   size_t max_packet_bytes = kMaxHandlePacketBytes;
   size_t max_connections = 4096;
   std::string daemon_version;
@@ -54,8 +65,11 @@ class HandleChannel {
   void OnAccept();
   void OnReadable(int fd);
   void Drop(int fd, absl::string_view why);
+  // Answers one request; fds to send with the answer go to `fds`.
   v1::HandleResponse Dispatch(const v1::HandleRequest& request, const PeerCredentials& peer,
-                              Connection* connection);
+                              Connection* connection, std::vector<UniqueFd>* fds);
+  v1::HandleResponse Import(const v1::ImportRequest& request, const PeerCredentials& peer,
+                            std::vector<UniqueFd>* fds);
 
   const HandleChannelOptions options_;
   EventLoop* const loop_;

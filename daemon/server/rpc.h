@@ -7,6 +7,9 @@
 #ifndef COMMD_DAEMON_SERVER_RPC_H_
 #define COMMD_DAEMON_SERVER_RPC_H_
 
+#include <functional>
+#include <memory>
+
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -17,6 +20,19 @@
 
 namespace commd::server {
 
+// A unary call whose answer comes later, from whichever thread completes it (the last rank
+// of a rendezvous, a store write, a deadline). Finish is called at most once; later calls are
+// ignored, so racing completions need no coordination of their own.
+class PendingCall {
+ public:
+  virtual ~PendingCall() = default;
+  // Sends `status` (the response message must be filled before an OK finish).
+  virtual void Finish(const absl::Status& status) = 0;
+  // Runs `callback` once if the client goes away (cancels, disconnects, its deadline passes)
+  // before Finish. Set it before anything else can finish the call.
+  virtual void OnCancel(std::function<void()> callback) = 0;
+};
+
 class RpcContext {
  public:
   RpcContext(SessionRegistry* sessions, metrics::Metrics* metrics)
@@ -25,6 +41,18 @@ class RpcContext {
   // Authenticates, runs `handler`, records metrics, and finishes the call.
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, absl::string_view method,
                                   absl::FunctionRef<absl::Status(const Session&)> handler);
+
+  // Authenticates and hands `handler` a PendingCall to finish later. When authentication
+  // fails the call finishes at once and `handler` is not run.
+  grpc::ServerUnaryReactor* ServeLater(
+      grpc::CallbackServerContext* ctx, absl::string_view method,
+      absl::FunctionRef<void(std::shared_ptr<const Session>, std::shared_ptr<PendingCall>)>
+          handler);
+
+  // The session whose token the call carries, or UNAUTHENTICATED.
+  absl::StatusOr<std::shared_ptr<const Session>> Authenticate(
+      grpc::CallbackServerContext* ctx) const;
+  metrics::Metrics* metrics() const { return metrics_; }
 
  private:
   SessionRegistry* const sessions_;

@@ -1,26 +1,22 @@
 #include "daemon/server/sessions.h"
 
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/names.h"
+#include "common/random_token.h"
 #include "common/status_macros.h"
 
 namespace commd::server {
 namespace {
 
-constexpr size_t kMaxJobIdLength = 128;
-
-absl::StatusOr<std::string> NewToken() {
-  char raw[16];
-  SYS_ASSIGN_OR_RETURN(ssize_t n, ::getrandom(raw, sizeof(raw), 0));
-  if (n != static_cast<ssize_t>(sizeof(raw))) return absl::InternalError("getrandom: short read");
-  return absl::BytesToHexString(absl::string_view(raw, sizeof(raw)));
-}
+// How long a disconnected session waits for its pidfd before counting as closed by the client.
+constexpr absl::Duration kExitSettleTime = absl::Milliseconds(100);
 
 absl::StatusOr<UniqueFd> PidFd(pid_t pid) {
   SYS_ASSIGN_OR_RETURN(long fd, ::syscall(SYS_pidfd_open, pid, 0));
@@ -29,35 +25,15 @@ absl::StatusOr<UniqueFd> PidFd(pid_t pid) {
 
 }  // namespace
 
-absl::Status ValidateJobId(absl::string_view job_id) {
-  if (job_id.empty() || job_id.size() > kMaxJobIdLength) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job id '", job_id, "' has length ", job_id.size(), "; allowed 1 to ", kMaxJobIdLength));
-  }
-  if (job_id.front() == '.' || job_id.front() == '-') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job id '", job_id, "' must not start with '.' or '-'"));
-  }
-  for (char c : job_id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-' || c == ':';
-    if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("job id '", absl::CEscape(job_id), "' has character '",
-                       absl::CEscape(std::string(1, c)), "'; allowed letters, digits and . _ - :"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-SessionRegistry::SessionRegistry(EventLoop* loop, metrics::Metrics* metrics, SessionLimits limits)
-    : loop_(loop), metrics_(metrics), limits_(limits) {}
+SessionRegistry::SessionRegistry(EventLoop* loop, TimerQueue* timers, metrics::Metrics* metrics,
+                                 SessionLimits limits)
+    : loop_(loop), timers_(timers), metrics_(metrics), limits_(limits) {}
 
 absl::StatusOr<std::shared_ptr<const Session>> SessionRegistry::Open(const PeerCredentials& peer,
                                                                      absl::string_view job_id) {
   const std::string job = job_id.empty() ? "default" : std::string(job_id);
   RETURN_IF_ERROR(ValidateJobId(job));
-  ASSIGN_OR_RETURN(std::string token, NewToken());
+  ASSIGN_OR_RETURN(std::string token, RandomToken());
   ASSIGN_OR_RETURN(UniqueFd pidfd, PidFd(peer.pid));
   auto session = std::make_shared<Session>();
   session->token = token;
@@ -97,18 +73,26 @@ absl::StatusOr<std::shared_ptr<const Session>> SessionRegistry::Authenticate(
   return it->second.session;
 }
 
+void SessionRegistry::AddEndListener(EndListener listener) {
+  absl::MutexLock lock(&mu_);
+  listeners_.push_back(std::move(listener));
+}
+
 void SessionRegistry::Close(absl::string_view token, absl::string_view reason) {
   Entry entry;
+  std::vector<EndListener> listeners;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(std::string(token));
     if (it == sessions_.end()) return;
     entry = std::move(it->second);
     sessions_.erase(it);
+    listeners = listeners_;
     metrics_->SetSessions(static_cast<double>(sessions_.size()));
   }
   loop_->Remove(entry.pidfd.get());
   metrics_->SessionReleased(reason);
+  for (const EndListener& listener : listeners) listener(*entry.session, reason);
   COMMD_LOG(INFO, "sessions") << "session closed (" << reason << "): job " << entry.session->job_id
                               << " pid " << entry.session->pid;
 }
@@ -122,7 +106,11 @@ void SessionRegistry::CloseForDisconnect(absl::string_view token) {
     pollfd p{it->second.pidfd.get(), POLLIN, 0};
     exited = ::poll(&p, 1, 0) == 1;  // a pidfd turns readable when its process exits
   }
-  Close(token, exited ? "process_exited" : "closed");
+  if (exited) return Close(token, "process_exited");
+  // If the process is on its way out, its pidfd closes the session as "process_exited"
+  // within this delay and the timer finds nothing left to close.
+  timers_->Schedule(absl::Now() + kExitSettleTime,
+                    [this, t = std::string(token)] { Close(t, "closed"); });
 }
 
 void SessionRegistry::OnProcessExit(const std::string& token) { Close(token, "process_exited"); }

@@ -14,9 +14,11 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -27,6 +29,7 @@
 #include "common/unix_socket.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/server/event_loop.h"
+#include "daemon/server/timer_queue.h"
 
 namespace commd::server {
 
@@ -45,13 +48,12 @@ struct SessionLimits {
   gid_t admin_gid = static_cast<gid_t>(-1);  // -1: none
 };
 
-// Job ids name directories later (dumps), so they are kept to a safe alphabet.
-absl::Status ValidateJobId(absl::string_view job_id);
-
 class SessionRegistry {
  public:
-  // `loop` and `metrics` must outlive the registry; the loop must be stopped first.
-  SessionRegistry(EventLoop* loop, metrics::Metrics* metrics, SessionLimits limits);
+  // `loop`, `timers` and `metrics` must outlive the registry; the loop and the timers must be
+  // stopped first.
+  SessionRegistry(EventLoop* loop, TimerQueue* timers, metrics::Metrics* metrics,
+                  SessionLimits limits);
 
   // Opens a session for the process `peer`. An empty job id means "default". Fails with
   // RESOURCE_EXHAUSTED at limits.max_sessions, INVALID_ARGUMENT for a bad job id.
@@ -64,11 +66,18 @@ class SessionRegistry {
   // Ends the session; `reason` is a metric label ("closed", "process_exited").
   void Close(absl::string_view token, absl::string_view reason);
 
-  // Ends the session because its fd-channel connection closed: "process_exited" when its
-  // process is gone, "closed" when the client closed it.
+  // Ends the session because its fd-channel connection or its Attach stream closed:
+  // "process_exited" when its process is gone, "closed" when the client closed it. A dying
+  // process closes its sockets before its pidfd turns readable, so a connection that closes
+  // while the process still runs is given a moment to show which it was.
   void CloseForDisconnect(absl::string_view token);
 
   size_t size() const;
+
+  // Runs `listener` (on the thread that ends a session, with no registry lock held) for
+  // every session that ends from now on. Register before serving; not removable.
+  using EndListener = std::function<void(const Session&, absl::string_view reason)>;
+  void AddEndListener(EndListener listener);
 
  private:
   struct Entry {
@@ -78,10 +87,12 @@ class SessionRegistry {
   void OnProcessExit(const std::string& token);
 
   EventLoop* const loop_;
+  TimerQueue* const timers_;
   metrics::Metrics* const metrics_;
   const SessionLimits limits_;
   mutable absl::Mutex mu_;
   std::unordered_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+  std::vector<EndListener> listeners_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace commd::server

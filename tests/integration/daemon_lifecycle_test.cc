@@ -4,11 +4,14 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "commd/commd.h"
 #include "daemon/config/config.h"
 #include "gmock/gmock.h"
@@ -55,6 +58,60 @@ TEST(DaemonLifecycleTest, ServesWithSecureSocketsAndStopsCleanlyOnSigterm) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/commd.sock"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/handles.sock"));
   EXPECT_THAT(stopped->output, HasSubstr("stopped"));
+}
+
+// Reads datagrams from `fd` until `done` says so or 10 s pass; returns them joined.
+std::string ReadNotifications(int fd, const std::function<bool(const std::string&)>& done) {
+  std::string all;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!done(all) && absl::Now() < deadline) {
+    char buf[4096];
+    const timeval tv{0, 100000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n > 0) all.append(buf, static_cast<size_t>(n)).append("\n");
+  }
+  return all;
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
+  return n;
+}
+
+TEST(DaemonLifecycleTest, SpeaksSystemdNotifyAndJournalFormat) {
+  TempDir tmp;
+  const std::string notify_path = tmp.Join("notify.sock");
+  const int notify = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", notify_path.c_str());
+  ASSERT_EQ(::bind(notify, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+
+  auto daemon = DaemonProcess::Start(
+      tmp.Join("run"), {.extra_env = {"NOTIFY_SOCKET=" + notify_path, "WATCHDOG_USEC=200000",
+                                      "JOURNAL_STREAM=8:12345"}});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  const std::string running =
+      ReadNotifications(notify, [](const std::string& s) { return Count(s, "WATCHDOG=1") >= 3; });
+  EXPECT_THAT(running, HasSubstr("READY=1"));
+  EXPECT_THAT(running, HasSubstr("STATUS=serving on " + tmp.Join("run")));
+  EXPECT_GE(Count(running, "WATCHDOG=1"), 3);
+  EXPECT_LT(running.find("READY=1"), running.find("WATCHDOG=1"));
+
+  ASSERT_TRUE((*daemon)->Stop().ok());
+  const std::string stopping = ReadNotifications(
+      notify, [](const std::string& s) { return s.find("STOPPING=1") != std::string::npos; });
+  EXPECT_THAT(stopping, HasSubstr("STOPPING=1"));
+  ::close(notify);
+
+  // Under the journal each line carries its syslog priority and no timestamp of its own, and
+  // the CUDA situation is said exactly once.
+  const std::string log = (*daemon)->Log();
+  EXPECT_THAT(log, HasSubstr("<6>INFO daemon: commd ready"));
+  EXPECT_THAT(log, ::testing::Not(::testing::ContainsRegex("^[0-9]{4}-")));
+  EXPECT_EQ(Count(log, " cuda: "), 1) << log;
 }
 
 TEST(DaemonLifecycleTest, SecondDaemonOnSameDirRefusesAndNamesTheHolder) {

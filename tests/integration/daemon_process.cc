@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -42,6 +44,9 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path,
             const std::vector<std::string>& extra_env) {
   const pid_t pid = ::fork();
   if (pid != 0) return pid;
+  // Die with the test, even when the test itself is killed (a timeout), so no daemon or
+  // client outlives it.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   ::setpgid(0, 0);
   const int out = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ::dup2(out, 1);
@@ -109,17 +114,116 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, absl::Duration ti
   return ToResult(status, ReadFile(log));
 }
 
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
+    const std::vector<std::string>& argv, const std::vector<std::string>& extra_env) {
+  std::unique_ptr<ChildProcess> child(new ChildProcess());
+  RETURN_IF_ERROR(child->Spawn(argv, extra_env));
+  return child;
+}
+
+absl::Status ChildProcess::Spawn(const std::vector<std::string>& argv,
+                                 const std::vector<std::string>& extra_env) {
+  log_path_ = log_dir_.Join("output");
+  pid_ = commd::testing::Spawn(argv, log_path_, extra_env);
+  if (pid_ < 0) return ErrnoStatus(errno, "fork");
+  return absl::OkStatus();
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    int status;
+    ::waitpid(pid_, &status, 0);
+  }
+}
+
+std::string ChildProcess::Log() const { return ReadFile(log_path_); }
+
+bool ChildProcess::WaitForLog(const std::string& text, absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (Log().find(text) != std::string::npos) return true;
+    int status;
+    if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;  // exited; what it printed is all there is
+      return Log().find(text) != std::string::npos;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+absl::StatusOr<ProcessResult> ChildProcess::Stop(int sig, absl::Duration timeout) {
+  if (pid_ <= 0) return absl::FailedPreconditionError("process is not running");
+  ::kill(pid_, sig);
+  return Wait(timeout);
+}
+
+absl::StatusOr<ProcessResult> ChildProcess::Wait(absl::Duration timeout) {
+  if (pid_ <= 0) return absl::FailedPreconditionError("process already reaped");
+  int status = 0;
+  if (!WaitExit(pid_, timeout, &status)) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return absl::DeadlineExceededError(
+        absl::StrCat("process did not exit within ", absl::FormatDuration(timeout)));
+  }
+  pid_ = -1;
+  return ToResult(status, Log());
+}
+
+int ChildProcess::CountOpenFds() const {
+  return CountDirEntries(absl::StrCat("/proc/", pid_, "/fd"));
+}
+
+int ChildProcess::CountMappings() const {
+  const std::string maps = ReadFile(absl::StrCat("/proc/", pid_, "/maps"));
+  return static_cast<int>(std::count(maps.begin(), maps.end(), '\n'));
+}
+
+int ChildProcess::CountMemfds() const {
+  std::error_code ec;
+  int n = 0;
+  const std::string dir = absl::StrCat("/proc/", pid_, "/fd");
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    std::error_code link_ec;
+    const auto target = std::filesystem::read_symlink(it->path(), link_ec);
+    if (!link_ec && target.string().rfind("/memfd:", 0) == 0) ++n;
+  }
+  return n;
+}
+
+int ChildProcess::CountMemfdMappings() const {
+  int n = 0;
+  for (absl::string_view line :
+       absl::StrSplit(ReadFile(absl::StrCat("/proc/", pid_, "/maps")), '\n')) {
+    if (absl::StrContains(line, "/memfd:")) ++n;
+  }
+  return n;
+}
+
+long ChildProcess::RssKib() const {
+  for (absl::string_view line :
+       absl::StrSplit(ReadFile(absl::StrCat("/proc/", pid_, "/status")), '\n')) {
+    if (absl::ConsumePrefix(&line, "VmRSS:")) {
+      long kib = 0;
+      line = absl::StripSuffix(absl::StripAsciiWhitespace(line), "kB");
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kib)) return kib;
+    }
+  }
+  return -1;
+}
+
 absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::string& runtime_dir,
                                                                     const Options& options) {
-  auto d = std::make_unique<DaemonProcess>();
+  std::unique_ptr<DaemonProcess> d(new DaemonProcess());
   d->runtime_dir_ = runtime_dir;
-  // A fresh log per start, so a restart on the same dir never reads its predecessor's lines.
-  static std::atomic<int> starts{0};
-  d->log_path_ = absl::StrCat(runtime_dir, ".", starts++, ".log");
   std::vector<std::string> argv = {COMMD_BINARY, "--runtime-dir", runtime_dir, "--metrics-address",
                                    "127.0.0.1:0"};
   argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
-  d->pid_ = Spawn(argv, d->log_path_, options.extra_env);
+  RETURN_IF_ERROR(d->Spawn(argv, options.extra_env));
   if (!options.wait_ready) return d;
   if (!d->WaitForLog("commd ready", absl::Seconds(30))) {
     return absl::DeadlineExceededError(absl::StrCat("commd did not get ready: ", d->Log()));
@@ -132,75 +236,6 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::s
   }
   d->metrics_address_ = m[1];
   return d;
-}
-
-DaemonProcess::~DaemonProcess() {
-  if (pid_ > 0) {
-    ::kill(pid_, SIGKILL);
-    int status;
-    ::waitpid(pid_, &status, 0);
-  }
-}
-
-std::string DaemonProcess::Log() const { return ReadFile(log_path_); }
-
-bool DaemonProcess::WaitForLog(const std::string& text, absl::Duration timeout) const {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (Log().find(text) != std::string::npos) return true;
-    int status;
-    if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
-      // Exited: leave the reaped status unused; the log says why.
-      const_cast<DaemonProcess*>(this)->pid_ = -1;
-      return Log().find(text) != std::string::npos;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return false;
-}
-
-absl::StatusOr<ProcessResult> DaemonProcess::Stop(int sig, absl::Duration timeout) {
-  if (pid_ <= 0) return absl::FailedPreconditionError("daemon is not running");
-  ::kill(pid_, sig);
-  return Wait(timeout);
-}
-
-absl::StatusOr<ProcessResult> DaemonProcess::Wait(absl::Duration timeout) {
-  if (pid_ <= 0) return absl::FailedPreconditionError("daemon already reaped");
-  int status = 0;
-  if (!WaitExit(pid_, timeout, &status)) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return absl::DeadlineExceededError(
-        absl::StrCat("commd did not exit within ", absl::FormatDuration(timeout)));
-  }
-  pid_ = -1;
-  return ToResult(status, Log());
-}
-
-int DaemonProcess::CountOpenFds() const {
-  return CountDirEntries(absl::StrCat("/proc/", pid_, "/fd"));
-}
-
-int DaemonProcess::CountMappings() const {
-  const std::string maps = ReadFile(absl::StrCat("/proc/", pid_, "/maps"));
-  return static_cast<int>(std::count(maps.begin(), maps.end(), '\n'));
-}
-
-long DaemonProcess::RssKib() const {
-  for (absl::string_view line :
-       absl::StrSplit(ReadFile(absl::StrCat("/proc/", pid_, "/status")), '\n')) {
-    if (absl::ConsumePrefix(&line, "VmRSS:")) {
-      long kib = 0;
-      if (absl::SimpleAtoi(
-              absl::StripAsciiWhitespace(absl::StripSuffix(absl::StripAsciiWhitespace(line), "kB")),
-              &kib)) {
-        return kib;
-      }
-    }
-  }
-  return -1;
 }
 
 absl::StatusOr<std::string> HttpGet(const std::string& address, const std::string& path) {

@@ -37,7 +37,44 @@ ProcessResult RunProcess(const std::vector<std::string>& argv,
                          absl::Duration timeout = absl::Seconds(30),
                          const std::vector<std::string>& extra_env = {});
 
-class DaemonProcess {
+// A process started for a test, its stdout and stderr captured in a file. Killed (SIGKILL)
+// on destruction if still running, and with the test process if that dies first.
+class ChildProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(
+      const std::vector<std::string>& argv, const std::vector<std::string>& extra_env = {});
+  virtual ~ChildProcess();
+
+  pid_t pid() const { return pid_; }
+  std::string Log() const;  // everything it printed so far
+  // Waits until its output contains `text` (false on timeout or exit without it).
+  bool WaitForLog(const std::string& text, absl::Duration timeout) const;
+  // Sends `sig` and waits up to `timeout` for the exit; DEADLINE_EXCEEDED (after a SIGKILL)
+  // if it does not exit in time.
+  absl::StatusOr<ProcessResult> Stop(int sig = 15, absl::Duration timeout = absl::Seconds(10));
+  // Waits for an exit that is under way.
+  absl::StatusOr<ProcessResult> Wait(absl::Duration timeout);
+
+  int CountOpenFds() const;
+  int CountMappings() const;
+  // Shared memory the process holds: open memfds, and mappings of memfds.
+  int CountMemfds() const;
+  int CountMemfdMappings() const;
+  long RssKib() const;
+
+ protected:
+  ChildProcess() = default;
+  absl::Status Spawn(const std::vector<std::string>& argv,
+                     const std::vector<std::string>& extra_env);
+
+ private:
+  mutable pid_t pid_ = -1;
+  std::string log_path_;
+  TempDir log_dir_;
+};
+
+// The real commd binary on a runtime dir of the test's.
+class DaemonProcess : public ChildProcess {
  public:
   struct Options {
     std::vector<std::string> extra_args;
@@ -45,36 +82,19 @@ class DaemonProcess {
     bool wait_ready = true;
   };
 
-  // Starts commd with --runtime-dir <dir> --metrics-address 127.0.0.1:0 plus `extra_args`,
-  // logging into <dir>/../commd.log, and waits for "commd ready" (or its exit).
+  // Starts commd with --runtime-dir <dir> --metrics-address 127.0.0.1:0 plus `extra_args`
+  // and waits for "commd ready" (or its exit).
   static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(const std::string& runtime_dir,
                                                               const Options& options);
   static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(const std::string& runtime_dir) {
     return Start(runtime_dir, Options{});
   }
-  ~DaemonProcess();  // SIGKILLs a daemon still running
 
-  pid_t pid() const { return pid_; }
   const std::string& runtime_dir() const { return runtime_dir_; }
   const std::string& metrics_address() const { return metrics_address_; }
-  std::string Log() const;
-
-  // Sends `sig` and waits up to `timeout` for the exit; returns the exit status, or
-  // DEADLINE_EXCEEDED (the daemon is then SIGKILLed).
-  absl::StatusOr<ProcessResult> Stop(int sig = 15, absl::Duration timeout = absl::Seconds(10));
-  // Waits for an exit that is under way (e.g. refused start).
-  absl::StatusOr<ProcessResult> Wait(absl::Duration timeout);
-  // Waits until the log contains `text`.
-  bool WaitForLog(const std::string& text, absl::Duration timeout) const;
-
-  int CountOpenFds() const;
-  int CountMappings() const;
-  long RssKib() const;
 
  private:
-  pid_t pid_ = -1;
   std::string runtime_dir_;
-  std::string log_path_;
   std::string metrics_address_;
 };
 

@@ -3,6 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "daemon/topology/topology_text.h"
 #include "google/protobuf/util/json_util.h"
@@ -53,6 +54,26 @@ absl::Status Topo(const GlobalOptions& options, std::ostream& out) {
   return Print(options, topology, topology::RenderTopologyText(topology), out);
 }
 
+std::string FormatGroups(const v1::ListGroupsResponse& groups) {
+  if (groups.groups().empty()) return "no groups\n";
+  std::string out = absl::StrFormat("%-24s %-16s %-10s %-7s %-12s %s\n", "JOB", "GROUP", "STATE",
+                                    "RANKS", "MEMORY", "PIDS");
+  for (const v1::GroupInfo& g : groups.groups()) {
+    std::vector<std::string> pids;
+    for (const v1::Member& m : g.members()) pids.push_back(absl::StrCat(m.rank(), ":", m.pid()));
+    absl::StrAppendFormat(&out, "%-24s %-16s %-10s %-7s %-12d %s\n", g.job_id(), g.name(),
+                          g.state(), absl::StrCat(g.joined(), "/", g.world_size()),
+                          g.memory_bytes(), absl::StrJoin(pids, " "));
+  }
+  return out;
+}
+
+absl::Status Groups(const GlobalOptions& options, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto client, ConnectFor(options));
+  ASSIGN_OR_RETURN(v1::ListGroupsResponse groups, client->ListGroups());
+  return Print(options, groups, FormatGroups(groups), out);
+}
+
 }  // namespace
 
 const char* Usage() {
@@ -63,6 +84,7 @@ Inspect and control the commd daemon on this node.
 Commands:
   status    daemon version, uptime, sessions, groups, memory in use, CUDA
   topo      GPU/NIC link matrix (nvidia-smi topo -m vocabulary) and classification
+  groups    groups with their state, ranks and processes (all jobs when run as root)
 
 Options:
   --runtime-dir DIR   the daemon's runtime dir (default: $COMMD_RUNTIME_DIR, then
@@ -122,8 +144,9 @@ absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::str
   }
   if (command == "status") return Status(options, out);
   if (command == "topo") return Topo(options, out);
+  if (command == "groups") return Groups(options, out);
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown command '", command, "'; commands: status, topo"));
+      absl::StrCat("unknown command '", command, "'; commands: status, topo, groups"));
 }
 
 std::string FormatDuration(int64_t ms) {

@@ -16,11 +16,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "commd/device.h"
+#include "commd/group.h"
+#include "commd/v1/groups.pb.h"
 #include "commd/v1/node.pb.h"
 #include "commd/v1/topology.pb.h"
-
-// Marks what the shared library exports; everything else stays hidden.
-#define COMMD_API __attribute__((visibility("default")))
 
 namespace commd {
 
@@ -51,13 +51,34 @@ class COMMD_API Client {
   // The node's topology as the daemon discovered it at start. Blocks for one round trip.
   absl::StatusOr<v1::Topology> GetTopology();
 
+  // Groups of this job (of every job for uid 0 and the admin group), forming or formed.
+  absl::StatusOr<v1::ListGroupsResponse> ListGroups();
+
+  // Joins (or forms) a group of this job: blocks until options.world_size ranks joined, or
+  // fails every waiting rank with DEADLINE_EXCEEDED naming the ranks that never came. A rank
+  // out of range or a world size that disagrees fails this caller only (INVALID_ARGUMENT);
+  // a rank already taken is ALREADY_EXISTS.
+  absl::StatusOr<std::unique_ptr<Group>> JoinGroup(const GroupOptions& options);
+
+  // A named buffer of this job that survives this process: a later process of the same job
+  // and uid re-attaches by name and sees the same bytes. Freed `ttl` after its last user
+  // left (zero: the daemon's default), or by DeletePersistent. ALREADY_EXISTS if the name is
+  // taken.
+  absl::StatusOr<std::unique_ptr<PersistentBuffer>> AllocatePersistent(
+      const std::string& name, size_t bytes, absl::Duration ttl = absl::ZeroDuration(),
+      Device device = Device::Host());
+  absl::StatusOr<std::unique_ptr<PersistentBuffer>> AttachPersistent(const std::string& name);
+  absl::Status DeletePersistent(const std::string& name);
+
   const std::string& runtime_dir() const;
   const std::string& job_id() const;
 
+  class Impl;  // opaque: internal to the SDK
+
  private:
-  class Impl;
-  explicit Client(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Client(std::shared_ptr<Impl> impl);
+  // Shared with every Group and buffer, so the session outlives whichever is destroyed last.
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace commd

@@ -1,0 +1,110 @@
+// Groups of ranks on this node and the memory they share.
+//
+//   commd::GroupOptions opts{.name = "tp", .rank = local_rank, .world_size = 8};
+//   ASSIGN_OR_RETURN(auto group, client->JoinGroup(opts));         // blocks until all joined
+//   ASSIGN_OR_RETURN(auto buf, group->AllocateSymmetric(1 << 20));  // collective
+//   std::memcpy(buf->data(), mine, n);                              // this rank's buffer
+//   const void* theirs = buf->peer((group->rank() + 1) % group->world_size());
+//
+// A Group and its buffers keep their Client's connection alive; destroy them in any order.
+// Calls on one Group may come from several threads.
+#ifndef COMMD_CLIENT_INCLUDE_COMMD_GROUP_H_
+#define COMMD_CLIENT_INCLUDE_COMMD_GROUP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "commd/device.h"
+#include "commd/export.h"
+
+namespace commd {
+
+struct GroupOptions {
+  std::string name;
+  int rank = -1;  // rank within the group on this node
+  int world_size = -1;
+  int global_rank = -1;  // -1: same as rank; names the flight-recorder file
+  Device device = Device::Host();
+  absl::Duration timeout = absl::Minutes(10);  // rendezvous and allocation deadline
+};
+
+// One symmetric allocation: a buffer per rank, each laid out [signal pad | data], every rank
+// mapping every other's. Unmapped on destruction (the daemon frees the memory once every rank
+// released it).
+class COMMD_API SymmetricBuffer {
+ public:
+  ~SymmetricBuffer();
+  SymmetricBuffer(const SymmetricBuffer&) = delete;
+  SymmetricBuffer& operator=(const SymmetricBuffer&) = delete;
+
+  void* data();                    // this rank's data
+  void* peer(int rank);            // `rank`'s data, mapped here; nullptr for a rank out of range
+  uint32_t* signal_pad(int rank);  // `rank`'s signal pad (uint32 slots)
+  size_t signal_pad_bytes() const;
+  size_t size() const;  // data bytes per rank, as asked
+  Device device() const;
+  uint64_t id() const;
+
+ private:
+  friend class Group;
+  struct State;
+  explicit SymmetricBuffer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+class COMMD_API Group {
+ public:
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  int global_rank() const;
+  const std::string& name() const;
+  Device device() const;
+  // pid of each rank's process, by rank.
+  const std::vector<int64_t>& member_pids() const;
+
+  // Collective: every rank must call it with the same `bytes`. Blocks until every rank has
+  // asked (then each gets every rank's buffer), a rank asked another size (INVALID_ARGUMENT
+  // on every rank), a rank left (ABORTED naming it) or the group's timeout passed
+  // (DEADLINE_EXCEEDED naming the ranks that never asked).
+  absl::StatusOr<std::unique_ptr<SymmetricBuffer>> AllocateSymmetric(size_t bytes);
+
+  // This rank's control block (shared with the daemon): progress, abort word, recorder.
+  void* control_block() const;
+  size_t control_block_bytes() const;
+
+ private:
+  friend class Client;
+  struct State;
+  explicit Group(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// A named buffer of the job that outlives its creator (see Client::AllocatePersistent).
+class COMMD_API PersistentBuffer {
+ public:
+  ~PersistentBuffer();  // unmaps; the buffer itself lives on until its TTL passes unused
+  PersistentBuffer(const PersistentBuffer&) = delete;
+  PersistentBuffer& operator=(const PersistentBuffer&) = delete;
+  void* data();
+  size_t size() const;
+  const std::string& name() const;
+
+ private:
+  friend class Client;
+  struct State;
+  explicit PersistentBuffer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace commd
+
+#endif  // COMMD_CLIENT_INCLUDE_COMMD_GROUP_H_

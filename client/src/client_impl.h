@@ -1,0 +1,70 @@
+// Internal to the SDK: what every part of a Client shares (session token, channel, stubs).
+#ifndef COMMD_CLIENT_SRC_CLIENT_IMPL_H_
+#define COMMD_CLIENT_SRC_CLIENT_IMPL_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "commd/commd.h"
+#include "commd/v1/groups.grpc.pb.h"
+#include "commd/v1/memory.grpc.pb.h"
+#include "commd/v1/node.grpc.pb.h"
+#include "commd/v1/session.grpc.pb.h"
+#include "common/runtime_dir.h"
+#include "common/shm_mapping.h"
+#include "common/unique_fd.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+
+namespace commd {
+
+class Client::Impl {
+ public:
+  ClientOptions options;
+  std::string runtime_dir;
+  std::string job_id;
+  std::string token;
+  absl::Mutex handles_mu;  // one exchange at a time on the fd channel
+  UniqueFd handles;        // the fd channel; open for the session's life
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Node::Stub> node;
+  std::unique_ptr<v1::Groups::Stub> groups;
+  std::unique_ptr<v1::Memory::Stub> memory;
+  std::unique_ptr<v1::Session::Stub> session;
+  // The Attach stream: its context (cancelled on destruction) and reader thread.
+  std::unique_ptr<grpc::ClientContext> attach_ctx;
+  std::thread attach_thread;
+
+  ~Impl();
+
+  // Opens the Attach stream and waits (until `deadline`) for the daemon's first event.
+  absl::Status Attach(absl::Time deadline);
+  // Redeems import tokens for file descriptors on the fd channel.
+  absl::StatusOr<std::vector<UniqueFd>> Import(const std::vector<std::string>& tokens);
+  // Imports and maps one buffer handle (host memory).
+  absl::StatusOr<SharedMapping> MapBuffer(const v1::BufferHandle& handle);
+
+  // A context carrying the session token and the call deadline.
+  std::unique_ptr<grpc::ClientContext> Context() const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->AddMetadata(kSessionMetadataKey, token);
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + options.call_timeout));
+    return ctx;
+  }
+  // A context for a call that waits on other ranks for up to `wait`.
+  std::unique_ptr<grpc::ClientContext> WaitingContext(absl::Duration wait) const {
+    auto ctx = Context();
+    // The daemon answers at `wait` with a message naming who is missing; the margin keeps
+    // gRPC's own deadline from cutting that answer off.
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + wait + options.call_timeout));
+    return ctx;
+  }
+};
+
+}  // namespace commd
+
+#endif  // COMMD_CLIENT_SRC_CLIENT_IMPL_H_

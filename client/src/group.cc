@@ -1,0 +1,176 @@
+// Groups, symmetric buffers and persistent buffers: the SDK side of daemon-owned memory.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "client/src/client_impl.h"
+#include "commd/commd.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+
+namespace commd {
+
+struct Group::State {
+  std::shared_ptr<Client::Impl> client;
+  v1::JoinGroupResponse joined;
+  GroupOptions options;
+  std::vector<int64_t> pids;
+  SharedMapping control_block;
+};
+
+struct SymmetricBuffer::State {
+  std::shared_ptr<Client::Impl> client;
+  uint64_t group_id = 0;
+  int rank = 0;
+  Device device = Device::Host();
+  v1::SymmetricAllocation allocation;
+  std::vector<SharedMapping> mappings;  // by rank
+};
+
+struct PersistentBuffer::State {
+  v1::PersistentBuffer buffer;
+  SharedMapping mapping;
+};
+
+absl::StatusOr<v1::ListGroupsResponse> Client::ListGroups() {
+  v1::ListGroupsResponse response;
+  RETURN_IF_ERROR(FromGrpcStatus(
+      impl_->groups->ListGroups(impl_->Context().get(), v1::ListGroupsRequest(), &response)));
+  return response;
+}
+
+absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& options) {
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group timeout ", absl::FormatDuration(options.timeout), " must be positive"));
+  }
+  v1::JoinGroupRequest request;
+  request.set_name(options.name);
+  request.set_rank(options.rank);
+  request.set_world_size(options.world_size);
+  request.set_global_rank(options.global_rank);
+  request.set_device(options.device.ToString());
+  request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
+  auto state = std::make_unique<Group::State>();
+  state->client = impl_;
+  state->options = options;
+  RETURN_IF_ERROR(FromGrpcStatus(impl_->groups->JoinGroup(
+      impl_->WaitingContext(options.timeout).get(), request, &state->joined)));
+  for (const v1::Member& m : state->joined.members()) state->pids.push_back(m.pid());
+  ASSIGN_OR_RETURN(state->control_block, impl_->MapBuffer(state->joined.control_block()));
+  return std::unique_ptr<Group>(new Group(std::move(state)));
+}
+
+Group::Group(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Group::~Group() = default;
+int Group::rank() const { return state_->joined.rank(); }
+int Group::world_size() const { return state_->joined.world_size(); }
+int Group::global_rank() const { return state_->joined.members(rank()).global_rank(); }
+const std::string& Group::name() const { return state_->joined.name(); }
+Device Group::device() const { return state_->options.device; }
+const std::vector<int64_t>& Group::member_pids() const { return state_->pids; }
+void* Group::control_block() const { return state_->control_block.data(); }
+size_t Group::control_block_bytes() const { return state_->control_block.size(); }
+
+absl::StatusOr<std::unique_ptr<SymmetricBuffer>> Group::AllocateSymmetric(size_t bytes) {
+  v1::AllocateSymmetricRequest request;
+  request.set_group_id(state_->joined.group_id());
+  request.set_bytes(bytes);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(state_->options.timeout));
+  auto buffer = std::make_unique<SymmetricBuffer::State>();
+  buffer->client = state_->client;
+  buffer->group_id = state_->joined.group_id();
+  buffer->rank = rank();
+  buffer->device = state_->options.device;
+  Client::Impl& client = *state_->client;
+  RETURN_IF_ERROR(FromGrpcStatus(client.groups->AllocateSymmetric(
+      client.WaitingContext(state_->options.timeout).get(), request, &buffer->allocation)));
+  // Wrap before mapping, so a failure below still releases this rank's share.
+  std::unique_ptr<SymmetricBuffer> out(new SymmetricBuffer(std::move(buffer)));
+  SymmetricBuffer::State& s = *out->state_;
+  std::vector<std::string> tokens;
+  for (const v1::BufferHandle& h : s.allocation.buffers()) {
+    if (h.device() != "host") {
+      return absl::UnimplementedError(absl::StrCat("this SDK build maps host memory only; rank ",
+                                                   h.rank(), "'s buffer is on ", h.device()));
+    }
+    tokens.push_back(h.import_token());
+  }
+  ASSIGN_OR_RETURN(std::vector<UniqueFd> fds, client.Import(tokens));
+  for (size_t r = 0; r < fds.size(); ++r) {
+    ASSIGN_OR_RETURN(SharedMapping m,
+                     SharedMapping::Map(fds[r].get(), s.allocation.buffers(r).mapped_bytes()));
+    s.mappings.push_back(std::move(m));
+  }
+  return out;
+}
+
+SymmetricBuffer::SymmetricBuffer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+SymmetricBuffer::~SymmetricBuffer() {
+  state_->mappings.clear();
+  v1::ReleaseSymmetricRequest request;
+  request.set_group_id(state_->group_id);
+  request.set_allocation_id(state_->allocation.allocation_id());
+  v1::ReleaseSymmetricResponse response;
+  // Best effort: if the daemon is gone, so is the memory; nothing is left to release.
+  (void)state_->client->groups->ReleaseSymmetric(state_->client->Context().get(), request,
+                                                 &response);
+}
+
+void* SymmetricBuffer::data() { return peer(state_->rank); }
+
+void* SymmetricBuffer::peer(int rank) {
+  if (rank < 0 || rank >= static_cast<int>(state_->mappings.size())) return nullptr;
+  return static_cast<char*>(state_->mappings[rank].data()) + state_->allocation.data_offset();
+}
+
+uint32_t* SymmetricBuffer::signal_pad(int rank) {
+  if (rank < 0 || rank >= static_cast<int>(state_->mappings.size())) return nullptr;
+  return static_cast<uint32_t*>(state_->mappings[rank].data());
+}
+
+size_t SymmetricBuffer::signal_pad_bytes() const { return state_->allocation.signal_pad_bytes(); }
+size_t SymmetricBuffer::size() const { return state_->allocation.bytes(); }
+Device SymmetricBuffer::device() const { return state_->device; }
+uint64_t SymmetricBuffer::id() const { return state_->allocation.allocation_id(); }
+
+absl::StatusOr<std::unique_ptr<PersistentBuffer>> Client::AllocatePersistent(
+    const std::string& name, size_t bytes, absl::Duration ttl, Device device) {
+  v1::AllocatePersistentRequest request;
+  request.set_name(name);
+  request.set_bytes(bytes);
+  request.set_device(device.ToString());
+  request.set_ttl_ms(absl::ToInt64Milliseconds(ttl));
+  auto state = std::make_unique<PersistentBuffer::State>();
+  RETURN_IF_ERROR(FromGrpcStatus(
+      impl_->memory->AllocatePersistent(impl_->Context().get(), request, &state->buffer)));
+  ASSIGN_OR_RETURN(state->mapping, impl_->MapBuffer(state->buffer.handle()));
+  return std::unique_ptr<PersistentBuffer>(new PersistentBuffer(std::move(state)));
+}
+
+absl::StatusOr<std::unique_ptr<PersistentBuffer>> Client::AttachPersistent(
+    const std::string& name) {
+  v1::AttachPersistentRequest request;
+  request.set_name(name);
+  auto state = std::make_unique<PersistentBuffer::State>();
+  RETURN_IF_ERROR(FromGrpcStatus(
+      impl_->memory->AttachPersistent(impl_->Context().get(), request, &state->buffer)));
+  ASSIGN_OR_RETURN(state->mapping, impl_->MapBuffer(state->buffer.handle()));
+  return std::unique_ptr<PersistentBuffer>(new PersistentBuffer(std::move(state)));
+}
+
+absl::Status Client::DeletePersistent(const std::string& name) {
+  v1::DeletePersistentRequest request;
+  request.set_name(name);
+  v1::DeletePersistentResponse response;
+  return FromGrpcStatus(
+      impl_->memory->DeletePersistent(impl_->Context().get(), request, &response));
+}
+
+PersistentBuffer::PersistentBuffer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+PersistentBuffer::~PersistentBuffer() = default;
+void* PersistentBuffer::data() { return state_->mapping.data(); }
+size_t PersistentBuffer::size() const { return state_->buffer.bytes(); }
+const std::string& PersistentBuffer::name() const { return state_->buffer.name(); }
+
+}  // namespace commd

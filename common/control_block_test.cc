@@ -1,0 +1,286 @@
+#include "common/control_block.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/control_block_admin.h"
+#include "common/control_block_clock.h"
+#include "common/control_block_writer.h"
+
+namespace commd {
+namespace {
+
+class FakeClock : public RecorderClock {
+ public:
+  explicit FakeClock(uint64_t* now) : now_(now) {}
+  uint64_t NowNs() override { return (*now_)++; }
+
+ private:
+  uint64_t* now_;
+};
+
+struct Block {
+  explicit Block(uint32_t capacity) : bytes(ControlBlockBytes(capacity)) {
+    mem.reset(static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    EXPECT_TRUE(InitControlBlock(mem.get(), bytes,
+                                 {.ring_capacity = capacity,
+                                  .rank = 1,
+                                  .world_size = 4,
+                                  .global_rank = 9,
+                                  .created_ns = 123})
+                    .ok());
+  }
+  template <typename T>
+  T* at(uint64_t offset) {
+    return reinterpret_cast<T*>(mem.get() + offset);
+  }
+  RingEntry* entry(uint32_t slot) { return at<RingEntry>(kRingOffset) + slot; }
+  size_t bytes;
+  std::unique_ptr<char, decltype(&std::free)> mem{nullptr, &std::free};
+};
+
+std::unique_ptr<RingWriter> Attach(Block& b, uint64_t* now) {
+  auto w = RingWriter::Attach(b.mem.get(), b.bytes,
+                              {.pg_id = 7,
+                               .pg_name = "group0",
+                               .pg_desc = "default_pg",
+                               .clock = std::make_unique<FakeClock>(now)});
+  EXPECT_TRUE(w.ok()) << w.status();
+  return std::move(w).value();
+}
+
+TEST(ControlBlockAbi, SectionsAreFixedAndAligned) {
+  EXPECT_EQ(kProgressOffset, 128u);
+  EXPECT_EQ(kRingStateOffset, 192u);
+  EXPECT_EQ(kCountersOffset, 256u);
+  EXPECT_EQ(kAbortOffset, 448u);
+  EXPECT_EQ(kRingOffset, 768u);
+  EXPECT_EQ(sizeof(RingEntry), 832u);
+  EXPECT_EQ(alignof(RingEntry), 64u);
+  EXPECT_EQ(DiscoveryOffset(16), 768u + 16 * 832);
+  EXPECT_EQ(ControlBlockBytes(16), 768u + 16 * 864);
+  EXPECT_EQ(ControlBlockBytes(kRingMaxCapacity), 768u + uint64_t{kRingMaxCapacity} * 864);
+  for (uint32_t bad : {0u, 3u, 12u, kRingMaxCapacity * 2}) EXPECT_EQ(ControlBlockBytes(bad), 0u);
+  EXPECT_EQ(offsetof(ControlBlockAbort, reason) % 4, 0u);  // futex word
+}
+
+TEST(ControlBlockAbi, NameTablesCoverEveryValue) {
+  for (uint32_t i = 0; i < kRecordOpCount; ++i) EXPECT_NE(RecordOpTorchName(i), nullptr) << i;
+  EXPECT_EQ(RecordOpTorchName(kRecordOpCount), nullptr);
+  for (uint32_t i = 0; i < kRecordDtypeCount; ++i) EXPECT_GT(RecordDtypeBytes(i), 0u) << i;
+  EXPECT_STREQ(RecordOpTorchName(uint32_t(RecordOp::kAllReduce)), "all_reduce");
+  EXPECT_STREQ(RecordDtypeTorchName(uint32_t(RecordDtype::kBFloat16)), "BFloat16");
+  EXPECT_STREQ(AbortReasonName(uint32_t(AbortReason::kStuck)), "stuck");
+}
+
+TEST(ControlBlockInit, WritesHeader) {
+  Block b(8);
+  const auto* h = b.at<ControlBlockHeader>(0);
+  EXPECT_EQ(h->magic, kControlBlockMagic);
+  EXPECT_EQ(h->abi_version, kControlBlockAbiVersion);
+  EXPECT_EQ(h->total_bytes, ControlBlockBytes(8));
+  EXPECT_EQ(h->ring_capacity, 8u);
+  EXPECT_EQ(h->entry_bytes, sizeof(RingEntry));
+  EXPECT_EQ(h->rank, 1);
+  EXPECT_EQ(h->world_size, 4);
+  EXPECT_EQ(h->global_rank, 9);
+  EXPECT_EQ(h->ring_offset, kRingOffset);
+  EXPECT_EQ(h->discovery_offset, DiscoveryOffset(8));
+  EXPECT_EQ(h->created_ns, 123u);
+}
+
+TEST(ControlBlockInit, RejectsBadParameters) {
+  Block b(8);
+  auto status = InitControlBlock(b.mem.get(), b.bytes, {.ring_capacity = 6});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("ring capacity 6"), std::string::npos) << status;
+  status = InitControlBlock(b.mem.get(), b.bytes - 1, {.ring_capacity = 8});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  status = InitControlBlock(b.mem.get(), b.bytes, {.ring_capacity = 8, .rank = 4, .world_size = 4});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  status = InitControlBlock(b.mem.get() + 8, b.bytes - 64, {.ring_capacity = 4});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RingWriter, AttachRejectsForeignMemory) {
+  Block b(8);
+  b.at<ControlBlockHeader>(0)->abi_version = 99;
+  auto w = RingWriter::Attach(b.mem.get(), b.bytes);
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition);
+  Block c(8);
+  w = RingWriter::Attach(c.mem.get(), c.bytes - 32);
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(RingWriter, BeginStartedCompletedWriteEntryProgressAndCounters) {
+  Block b(8);
+  uint64_t now = 1000;
+  auto w = Attach(b, &now);
+  const int64_t dims[] = {2, 3};
+  RecordTensor t{.dims = dims, .ndim = 2, .dtype = RecordDtype::kBFloat16};
+  RecordHandle h = w->Begin(
+      {.op = RecordOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}, .timeout_ms = 5000});
+  const RingEntry* e = b.entry(0);
+  EXPECT_EQ(e->seq, 2u);
+  EXPECT_EQ(e->record_id, 0u);
+  EXPECT_EQ(e->pg_id, 7u);
+  EXPECT_STREQ(e->pg_name, "group0");
+  EXPECT_STREQ(e->pg_desc, "default_pg");
+  EXPECT_EQ(e->collective_seq_id, 1u);
+  EXPECT_EQ(e->p2p_seq_id, 0u);
+  EXPECT_EQ(e->op_id, 1u);
+  EXPECT_EQ(e->time_created_ns, 1000u);
+  EXPECT_EQ(e->state, uint8_t(RecordState::kScheduled));
+  EXPECT_EQ(e->bytes, 2u * 3 * 2);
+  EXPECT_EQ(e->num_inputs, 1);
+  EXPECT_EQ(e->input_ndims[0], 2);
+  EXPECT_EQ(e->input_dims[0][1], 3);
+  EXPECT_EQ(e->output_dtypes[0], uint8_t(RecordDtype::kBFloat16));
+  EXPECT_EQ(e->timeout_ms, 5000u);
+  EXPECT_EQ(e->peer, -1);
+  const auto* p = b.at<ControlBlockProgress>(kProgressOffset);
+  EXPECT_EQ(p->last_enqueued_seq, 1u);
+  EXPECT_EQ(p->last_started_seq, 0u);
+
+  w->Started(h);
+  EXPECT_EQ(e->seq, 4u);
+  EXPECT_EQ(e->state, uint8_t(RecordState::kStarted));
+  EXPECT_EQ(e->time_started_ns, 1001u);
+  EXPECT_EQ(p->last_started_seq, 1u);
+  w->NanChecked(h, true);
+  w->Completed(h);
+  EXPECT_EQ(e->state, uint8_t(RecordState::kCompleted));
+  EXPECT_EQ(e->time_completed_ns, 1002u);
+  EXPECT_EQ(e->flags, kRecordFlagRetired | kRecordFlagNan);
+  EXPECT_EQ(p->last_completed_seq, 1u);
+  EXPECT_EQ(p->heartbeat_ns, 1002u);
+  const auto* c = b.at<ControlBlockCounters>(kCountersOffset);
+  EXPECT_EQ(c->collectives, 1u);
+  EXPECT_EQ(c->bytes, 12u);
+  EXPECT_EQ(c->nan_checks, 1u);
+  EXPECT_EQ(c->nans_found, 1u);
+  EXPECT_EQ(c->per_op[uint32_t(RecordOp::kAllReduce)], 1u);
+}
+
+TEST(RingWriter, BeginStartedIsBeginThenStartedWithOneClockRead) {
+  Block b(8);
+  uint64_t now = 500;
+  auto w = Attach(b, &now);
+  RecordHandle h = w->BeginStarted({.op = RecordOp::kBarrier});
+  const RingEntry* e = b.entry(0);
+  EXPECT_EQ(e->seq, 2u);  // one seqlock section
+  EXPECT_EQ(e->state, uint8_t(RecordState::kStarted));
+  EXPECT_EQ(e->time_created_ns, 500u);
+  EXPECT_EQ(e->time_started_ns, 500u);
+  EXPECT_EQ(now, 501u);
+  const auto* p = b.at<ControlBlockProgress>(kProgressOffset);
+  EXPECT_EQ(p->last_enqueued_seq, 1u);
+  EXPECT_EQ(p->last_started_seq, 1u);
+  w->Completed(h);
+  EXPECT_EQ(e->time_completed_ns, 501u);
+  EXPECT_EQ(p->last_completed_seq, 1u);
+}
+
+TEST(RingWriter, SequenceIdsFollowPyTorch) {
+  Block b(16);
+  uint64_t now = 1;
+  auto w = Attach(b, &now);
+  w->Begin({.op = RecordOp::kAllReduce});
+  w->Begin({.op = RecordOp::kSend, .peer = 2});
+  w->Begin({.op = RecordOp::kRecv, .peer = 3});
+  w->Begin({.op = RecordOp::kAllGather});
+  w->Begin({.op = RecordOp::kCoalesced, .same_seq_as_previous = true});
+  struct Want {
+    uint64_t coll, p2p, op_id;
+    int32_t peer;
+  } want[] = {{1, 0, 1, -1}, {1, 1, 2, 2}, {1, 2, 3, 3}, {2, 2, 4, -1}, {2, 2, 5, -1}};
+  for (uint32_t i = 0; i < 5; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(b.entry(i)->collective_seq_id, want[i].coll);
+    EXPECT_EQ(b.entry(i)->p2p_seq_id, want[i].p2p);
+    EXPECT_EQ(b.entry(i)->op_id, want[i].op_id);
+    EXPECT_EQ(b.entry(i)->peer, want[i].peer);
+  }
+  EXPECT_EQ(b.entry(1)->flags & kRecordFlagP2p, kRecordFlagP2p);
+  EXPECT_EQ(b.at<ControlBlockProgress>(kProgressOffset)->last_enqueued_seq, 2u);
+}
+
+TEST(RingWriter, TruncatesTensorsDimsAndNames) {
+  Block b(4);
+  uint64_t now = 1;
+  auto w = Attach(b, &now);
+  // 62 ASCII bytes then a 3-byte character: the cut must not split it.
+  std::string name(62, 'n');
+  name += "\xe2\x82\xac";
+  auto pg = w->RegisterProcessGroup(3, name, "tp");
+  ASSERT_TRUE(pg.ok());
+  const int64_t six[] = {2, 3, 4, 5, 6, 7};
+  std::vector<RecordTensor> ts(10, RecordTensor{.dims = six, .ndim = 6});
+  w->Begin({.op = RecordOp::kAllGather, .pg = *pg, .inputs = ts, .outputs = {ts.data(), 1}});
+  const RingEntry* e = b.entry(0);
+  EXPECT_EQ(std::string(e->pg_name), std::string(62, 'n'));
+  EXPECT_EQ(e->pg_id, 3u);
+  EXPECT_EQ(e->num_inputs, kRecordMaxTensors);
+  EXPECT_EQ(e->total_inputs, 10u);
+  EXPECT_EQ(e->num_outputs, 1);
+  EXPECT_EQ(e->input_ndims[7], kRecordMaxDims);
+  EXPECT_EQ(e->input_dims[7][3], 5 * 6 * 7);  // folded: numel is kept
+  EXPECT_EQ(e->flags & kRecordFlagTruncated, kRecordFlagTruncated);
+  EXPECT_EQ(e->bytes, 10u * 5040 * 4);  // every input counts, recorded or not
+}
+
+TEST(RingWriter, WrapsAndCountsDropped) {
+  Block b(4);
+  uint64_t now = 1;
+  auto w = Attach(b, &now);
+  RecordHandle first = w->Begin({});
+  for (int i = 1; i < 11; ++i) {
+    RecordHandle h = w->Begin({});
+    if (i < 8) w->Completed(h);
+  }
+  const auto* rs = b.at<ControlBlockRingState>(kRingStateOffset);
+  EXPECT_EQ(rs->next_record_id, 11u);
+  EXPECT_EQ(rs->dropped, 7u);
+  for (uint32_t slot = 0; slot < 4; ++slot) EXPECT_EQ(b.entry(slot)->record_id % 4, slot);
+  EXPECT_EQ(b.entry(0)->record_id, 8u);
+  // A stale handle leaves the newer entry in its slot alone but still counts.
+  w->Completed(first);
+  EXPECT_EQ(b.entry(0)->state, uint8_t(RecordState::kScheduled));
+  EXPECT_EQ(b.at<ControlBlockCounters>(kCountersOffset)->collectives, 8u);
+  // A writer re-attaching continues the record ids.
+  auto w2 = Attach(b, &now);
+  EXPECT_EQ(w2->Begin({}).record_id, 11u);
+}
+
+TEST(RingWriter, SeesAbortRequest) {
+  Block b(4);
+  uint64_t now = 1;
+  auto w = Attach(b, &now);
+  EXPECT_EQ(w->abort_reason(), AbortReason::kNone);
+  EXPECT_TRUE(RequestAbort(b.mem.get(), b.bytes, AbortReason::kStuck, "seq 3 stuck", 55));
+  EXPECT_FALSE(RequestAbort(b.mem.get(), b.bytes, AbortReason::kAdmin, "later", 56));
+  EXPECT_EQ(w->abort_reason(), AbortReason::kStuck);
+  EXPECT_EQ(w->abort_text(), "seq 3 stuck");
+}
+
+TEST(RecorderClock, TscTracksRealtime) {
+  auto tsc = NewTscRecorderClock();
+  auto rt = NewRealtimeRecorderClock();
+  uint64_t prev = 0;
+  for (int i = 0; i < 1000; ++i) {
+    uint64_t a = rt->NowNs(), t = tsc->NowNs(), b = rt->NowNs();
+    EXPECT_GE(t + 200'000, a);  // within 0.2 ms of CLOCK_REALTIME
+    EXPECT_LE(t, b + 200'000);
+    EXPECT_GE(t, prev);
+    prev = t;
+  }
+}
+
+}  // namespace
+}  // namespace commd

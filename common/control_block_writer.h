@@ -1,0 +1,151 @@
+// The rank's side of the flight recorder: records each collective into the control block's
+// ring and keeps the progress words, counters and heartbeat current.
+//
+//   ASSIGN_OR_RETURN(auto writer, RingWriter::Attach(base, mapped_bytes, {.pg_name = "0"}));
+//   const int64_t dims[] = {1024};
+//   RecordTensor t{.dims = dims, .ndim = 1, .dtype = RecordDtype::kFloat32};
+//   RecordHandle h = writer->Begin({.op = RecordOp::kAllReduce, .inputs = {&t, 1},
+//                                   .outputs = {&t, 1}, .timeout_ms = 600000});
+//   writer->Started(h);     // (BeginStarted does both when the collective starts at once)
+//   ...
+//   writer->Completed(h);   // or Abandon(h) when the collective failed or timed out
+//
+// Begin/Started/Completed take no lock, allocate nothing and make no system call: a few
+// relaxed stores under the entry's seqlock plus one clock read each. The ring keeps the
+// newest `capacity` entries; each overwrite counts one `dropped`.
+//
+// Sequence ids follow PyTorch's recorder: a collective increments its group's
+// collective_seq_id and records the current p2p_seq_id; send/recv do the opposite. op_id
+// increments for every entry. Progress words follow collectives only (p2p ops involve a
+// subset of the group, so they cannot be compared across ranks).
+//
+// Thread-safety: a RingWriter is the single writer of its block. It is not thread-safe; the
+// SDK serializes calls per group. Readers (the daemon) never block it.
+#ifndef COMMD_COMMON_CONTROL_BLOCK_WRITER_H_
+#define COMMD_COMMON_CONTROL_BLOCK_WRITER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/control_block.h"
+#include "common/control_block_clock.h"
+
+namespace commd {
+
+// One tensor argument. `dims` (borrowed for the call) holds `ndim` sizes; ndim 0 is a scalar.
+struct RecordTensor {
+  const int64_t* dims = nullptr;
+  uint32_t ndim = 0;
+  RecordDtype dtype = RecordDtype::kFloat32;
+};
+
+struct RecordArgs {
+  RecordOp op = RecordOp::kAllReduce;
+  uint32_t pg = 0;  // from RegisterProcessGroup; 0 is the writer's own group
+  std::span<const RecordTensor> inputs;
+  std::span<const RecordTensor> outputs;
+  int32_t peer = -1;  // send / recv: the peer's rank in the group
+  uint64_t timeout_ms = 0;
+  // A member of a coalesced group after the first: reuse the last sequence id of its kind.
+  bool same_seq_as_previous = false;
+};
+
+// Returned by Begin; pass it to the later calls. Cheap to copy.
+struct RecordHandle {
+  uint64_t record_id = ~uint64_t{0};
+  uint64_t collective_seq_id = 0;  // 0 for p2p
+  uint64_t bytes = 0;
+  RecordOp op = RecordOp::kAllReduce;
+};
+
+struct RingWriterOptions {
+  uint64_t pg_id = 0;
+  std::string pg_name = "0";
+  std::string pg_desc = "undefined";     // PyTorch's value when a group has no description
+  std::unique_ptr<RecorderClock> clock;  // null: NewTscRecorderClock()
+};
+
+class RingWriter {
+ public:
+  static constexpr uint32_t kMaxProcessGroups = 16;
+
+  // Checks the header the daemon wrote (magic, version, sizes against `mapped_bytes`) and
+  // continues after the newest entry already in the ring. `base` must stay mapped for the
+  // writer's lifetime. FAILED_PRECONDITION names the mismatch.
+  static absl::StatusOr<std::unique_ptr<RingWriter>> Attach(void* base, size_t mapped_bytes,
+                                                            RingWriterOptions options = {});
+
+  // Adds a process group whose entries this writer also records (e.g. NCCL groups recorded
+  // through Group::recorder()). Names longer than 63 bytes are cut at a UTF-8 boundary.
+  // RESOURCE_EXHAUSTED beyond kMaxProcessGroups. Not for the hot path (no allocation though).
+  absl::StatusOr<uint32_t> RegisterProcessGroup(uint64_t pg_id, std::string_view name,
+                                                std::string_view desc);
+
+  // Records a new entry in state "scheduled". An unknown `pg` records under group 0.
+  RecordHandle Begin(const RecordArgs& args);
+  // Begin + Started with one clock read, for collectives that start when they are called
+  // (the host backend): created and started times are equal.
+  RecordHandle BeginStarted(const RecordArgs& args);
+  // Marks the entry started / completed (completed also retires it). Calls on an entry the
+  // ring has since overwritten still update progress words and counters.
+  void Started(const RecordHandle& h);
+  void Completed(const RecordHandle& h);
+  // Retires the entry without completing it (timed out, aborted, failed).
+  void Abandon(const RecordHandle& h);
+  // Counts a NaN/Inf check on the entry's data; a hit also flags the entry.
+  void NanChecked(const RecordHandle& h, bool nan_found);
+  // Updates the heartbeat alone, for long waits between collectives.
+  void Heartbeat();
+
+  // The daemon's abort request: kNone until set (acquire load, safe from any thread).
+  AbortReason abort_reason() const;
+  // The reason text; allocates, call only after abort_reason() != kNone.
+  std::string abort_text() const;
+
+  uint32_t capacity() const { return mask_ + 1; }
+  uint64_t next_record_id() const { return next_record_id_; }
+
+  RingWriter(const RingWriter&) = delete;
+  RingWriter& operator=(const RingWriter&) = delete;
+
+ private:
+  struct Group {
+    uint64_t pg_id = 0;
+    uint64_t name_words[kRecordNameBytes / 8] = {};
+    uint64_t desc_words[kRecordNameBytes / 8] = {};
+    uint64_t collective_seq = 0;
+    uint64_t p2p_seq = 0;
+    uint64_t op_id = 0;
+  };
+
+  RingWriter(char* base, std::unique_ptr<RecorderClock> clock);
+  RecordHandle Record(const RecordArgs& args, bool started);
+  RingEntry* Slot(uint64_t record_id) const { return ring_ + (record_id & mask_); }
+  // The entry if it still holds `record_id`, else nullptr (overwritten by the wrap).
+  RingEntry* Live(uint64_t record_id) const;
+  static void SetName(uint64_t* words, std::string_view text);
+  void WriteEntry(RingEntry* e, const RecordArgs& args, const Group& g, RecordHandle& h,
+                  uint64_t now);
+  void Bump(uint64_t* counter, uint64_t by = 1);
+
+  ControlBlockProgress* progress_;
+  ControlBlockRingState* ring_state_;
+  ControlBlockCounters* counters_;
+  const ControlBlockAbort* abort_;
+  RingEntry* ring_;
+  uint32_t mask_ = 0;
+  uint64_t next_record_id_ = 0;
+  uint64_t dropped_ = 0;
+  uint32_t num_groups_ = 0;
+  Group groups_[kMaxProcessGroups];
+  std::unique_ptr<RecorderClock> clock_;
+};
+
+}  // namespace commd
+
+#endif  // COMMD_COMMON_CONTROL_BLOCK_WRITER_H_

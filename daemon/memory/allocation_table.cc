@@ -1,0 +1,225 @@
+#include "daemon/memory/allocation_table.h"
+
+#include <fcntl.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/random_token.h"
+#include "common/status_macros.h"
+
+namespace commd::memory {
+namespace {
+
+// Bounds the token map when clients ask for handles they never redeem.
+constexpr size_t kTokenSweepThreshold = 4096;
+
+}  // namespace
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return absl::StrCat(bytes, " bytes");
+  double v = static_cast<double>(bytes);
+  int unit = -1;
+  while (v >= 1024 && unit < 5) {
+    v /= 1024;
+    ++unit;
+  }
+  if (v == static_cast<double>(static_cast<uint64_t>(v))) {
+    return absl::StrCat(static_cast<uint64_t>(v), " ", kUnits[unit]);
+  }
+  return absl::StrFormat("%.1f %s (%d bytes)", v, kUnits[unit], bytes);
+}
+
+AllocationTable::AllocationTable(std::unique_ptr<MemoryBackend> host,
+                                 std::unique_ptr<MemoryBackend> cuda,
+                                 const v1::DaemonConfig& config, prometheus::Registry* registry)
+    : host_(std::move(host)),
+      cuda_(std::move(cuda)),
+      limits_(config.limits()),
+      token_ttl_(absl::Milliseconds(config.session().import_token_ttl_ms())) {
+  bytes_gauge_ = &prometheus::BuildGauge()
+                      .Name("commd_memory_allocated_bytes")
+                      .Help("Bytes of memory the daemon holds for clients, by backend and device")
+                      .Register(*registry);
+  count_gauge_ = &prometheus::BuildGauge()
+                      .Name("commd_allocations")
+                      .Help("Allocations the daemon holds, by backend and lifetime")
+                      .Register(*registry);
+  absl::MutexLock lock(&mu_);
+  UpdateMetrics();
+}
+
+AllocationTable::~AllocationTable() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, a] : allocations_) BackendFor(a->block.device)->Release(std::move(a->block));
+}
+
+MemoryBackend* AllocationTable::BackendFor(const Device& device) const {
+  return device.kind == Device::Kind::kCuda ? cuda_.get() : host_.get();
+}
+
+absl::StatusOr<std::shared_ptr<const Allocation>> AllocationTable::Allocate(const Owner& owner,
+                                                                            const Device& device,
+                                                                            size_t bytes,
+                                                                            absl::string_view label,
+                                                                            v1::Lifetime lifetime) {
+  if (bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("allocation of 0 bytes for ", label,
+                                                   "; allowed 1 byte to ",
+                                                   FormatBytes(limits_.max_allocation_bytes())));
+  }
+  if (bytes > limits_.max_allocation_bytes()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "allocation of ", FormatBytes(bytes), " for ", label, " exceeds the limit ",
+        FormatBytes(limits_.max_allocation_bytes()), " (limits.max_allocation_bytes)"));
+  }
+  MemoryBackend* backend = BackendFor(device);
+  if (backend == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("device ", device.ToString(),
+                                                   " is not available on this node (no CUDA "
+                                                   "memory backend); use 'host'"));
+  }
+  const auto job = std::make_pair(owner.uid, owner.job_id);
+  {
+    absl::MutexLock lock(&mu_);
+    const uint64_t held = job_bytes_[job];
+    if (held + bytes > limits_.max_bytes_per_job()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("allocation of ", FormatBytes(bytes), " would bring job ", owner.job_id,
+                       " to ", FormatBytes(held + bytes), ", over its limit ",
+                       FormatBytes(limits_.max_bytes_per_job()), " (limits.max_bytes_per_job)"));
+    }
+    if (!owner.session_token.empty() &&
+        session_counts_[owner.session_token] >= limits_.max_allocations_per_session()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("session holds ", session_counts_[owner.session_token],
+                       " allocations, the limit (limits.max_allocations_per_session)"));
+    }
+  }
+  ASSIGN_OR_RETURN(MemoryBlock block, backend->Allocate(device, bytes, label));
+  auto allocation = std::make_shared<Allocation>();
+  allocation->owner = owner;
+  allocation->label = std::string(label);
+  allocation->lifetime = lifetime;
+  allocation->backend = std::string(backend->name());
+  allocation->block = std::move(block);
+  absl::MutexLock lock(&mu_);
+  allocation->id = next_id_++;
+  job_bytes_[job] += allocation->block.bytes;
+  if (!owner.session_token.empty()) ++session_counts_[owner.session_token];
+  allocations_[allocation->id] = allocation;
+  UpdateMetrics();
+  return std::shared_ptr<const Allocation>(allocation);
+}
+
+void AllocationTable::Release(uint64_t id) {
+  std::shared_ptr<Allocation> allocation;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = allocations_.find(id);
+    if (it == allocations_.end()) return;
+    allocation = std::move(it->second);
+    allocations_.erase(it);
+    const auto job = std::make_pair(allocation->owner.uid, allocation->owner.job_id);
+    if ((job_bytes_[job] -= allocation->block.bytes) == 0) job_bytes_.erase(job);
+    const std::string& session = allocation->owner.session_token;
+    if (!session.empty() && --session_counts_[session] == 0) session_counts_.erase(session);
+    UpdateMetrics();
+  }
+  BackendFor(allocation->block.device)->Release(std::move(allocation->block));
+}
+
+absl::StatusOr<v1::BufferHandle> AllocationTable::Handle(const Allocation& allocation, pid_t pid,
+                                                         int rank) {
+  ASSIGN_OR_RETURN(std::string token, RandomToken());
+  v1::BufferHandle handle;
+  handle.set_rank(rank);
+  handle.set_import_token(token);
+  handle.set_mapped_bytes(allocation.block.bytes);
+  handle.set_device(allocation.block.device.ToString());
+  handle.set_backend(allocation.backend);
+  absl::MutexLock lock(&mu_);
+  auto it = allocations_.find(allocation.id);
+  if (it == allocations_.end()) {
+    return absl::NotFoundError(absl::StrCat("allocation ", allocation.label, " was released"));
+  }
+  const absl::Time now = absl::Now();
+  if (tokens_.size() >= kTokenSweepThreshold) DropExpiredTokens(now);
+  tokens_[token] = Token{it->second, pid, now + token_ttl_};
+  return handle;
+}
+
+absl::StatusOr<std::vector<Redeemed>> AllocationTable::Redeem(
+    const std::vector<std::string>& tokens, pid_t pid) {
+  std::vector<std::shared_ptr<const Allocation>> allocations;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    for (const std::string& token : tokens) {
+      auto it = tokens_.find(token);
+      // One message for every failure, so a token's existence leaks nothing to a stranger.
+      auto allocation = it == tokens_.end() ? nullptr : it->second.allocation.lock();
+      if (allocation == nullptr || it->second.pid != pid || it->second.expires < now) {
+        return absl::NotFoundError(
+            "import token unknown, already used, expired, or issued to another process");
+      }
+      allocations.push_back(std::move(allocation));
+    }
+    for (const std::string& token : tokens) tokens_.erase(token);
+  }
+  std::vector<Redeemed> out;
+  for (const auto& allocation : allocations) {
+    ASSIGN_OR_RETURN(ExportedMemory exported,
+                     BackendFor(allocation->block.device)->Export(allocation->block));
+    out.push_back(Redeemed{std::move(exported.fd), allocation->block.bytes});
+  }
+  return out;
+}
+
+void AllocationTable::DropExpiredTokens(absl::Time now) {
+  for (auto it = tokens_.begin(); it != tokens_.end();) {
+    it = (it->second.expires < now || it->second.allocation.expired()) ? tokens_.erase(it)
+                                                                       : std::next(it);
+  }
+}
+
+void AllocationTable::UpdateMetrics() {
+  // Every label set ever reported is set again (to 0 when nothing is left), so a gauge never
+  // keeps a stale value.
+  for (auto& [key, value] : bytes_) value = 0;
+  for (auto& [key, value] : counts_) value = 0;
+  bytes_[{"host", "host"}] += 0;
+  for (const char* lifetime : {"SESSION", "PERSISTENT"}) counts_[{"host", lifetime}] += 0;
+  for (const auto& [id, a] : allocations_) {
+    bytes_[{a->backend, a->block.device.ToString()}] += static_cast<double>(a->block.bytes);
+    counts_[{a->backend, v1::Lifetime_Name(a->lifetime)}] += 1;
+  }
+  for (const auto& [key, value] : bytes_) {
+    bytes_gauge_->Add({{"backend", key.first}, {"device", key.second}}).Set(value);
+  }
+  for (const auto& [key, value] : counts_) {
+    count_gauge_->Add({{"backend", key.first}, {"lifetime", key.second}}).Set(value);
+  }
+}
+
+uint64_t AllocationTable::job_bytes(uid_t uid, const std::string& job) const {
+  absl::MutexLock lock(&mu_);
+  auto it = job_bytes_.find({uid, job});
+  return it == job_bytes_.end() ? 0 : it->second;
+}
+
+uint64_t AllocationTable::total_bytes() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t total = 0;
+  for (const auto& [job, bytes] : job_bytes_) total += bytes;
+  return total;
+}
+
+size_t AllocationTable::count() const {
+  absl::MutexLock lock(&mu_);
+  return allocations_.size();
+}
+
+}  // namespace commd::memory

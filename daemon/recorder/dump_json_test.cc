@@ -1,0 +1,264 @@
+#include "daemon/recorder/dump_json.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "daemon/recorder/pickle_writer.h"
+#include "daemon/recorder/ring_test_util.h"
+
+namespace commd {
+namespace {
+
+using json = nlohmann::json;
+using testing::RecordMix;
+using testing::TestBlock;
+
+bool HavePython() { return std::system("command -v python3 >/dev/null 2>&1") == 0; }
+
+struct RankFixture {
+  explicit RankFixture(int32_t rank, int entries = 10) : block(16, rank, 2, rank) {
+    auto w = block.Writer();
+    RecordMix(*w, entries);
+    snapshot = *ReadControlBlock(block.base(), block.bytes);
+    EXPECT_TRUE(StampDiscoveries(block.base(), block.bytes, 7'000'000, &snapshot).ok());
+  }
+  RankDumpInput input() const {
+    return {.snapshot = &snapshot, .host = "node7", .pid = 4242 + snapshot.rank, .device = "host"};
+  }
+  TestBlock block;
+  RingSnapshot snapshot;
+};
+
+DumpOptions Options() {
+  return {.comm_lib_version = "commd 0.1.0",
+          .trigger = "hang",
+          .process_groups = {{.pg_id = 0, .name = "0", .desc = "default_pg", .ranks = {0, 1}}},
+          .diagnosis = json{{"kind", "stuck"}, {"ranks", {1}}}};
+}
+
+using Check = std::function<bool(const json&)>;
+const Check kInt = [](const json& v) { return v.is_number_integer(); };
+const Check kBool = [](const json& v) { return v.is_boolean(); };
+const Check kString = [](const json& v) { return v.is_string(); };
+const Check kIntOrNull = [](const json& v) { return v.is_null() || v.is_number_integer(); };
+const Check kSizes = [](const json& v) {
+  if (!v.is_array()) return false;
+  for (const json& t : v) {
+    if (!t.is_array()) return false;
+    for (const json& d : t) {
+      if (!d.is_number_integer()) return false;
+    }
+  }
+  return true;
+};
+const Check kStrings = [](const json& v) {
+  if (!v.is_array()) return false;
+  for (const json& s : v) {
+    if (!s.is_string()) return false;
+  }
+  return true;
+};
+
+TEST(DumpJson, EveryRequiredKeyHasItsType) {
+  RankFixture r(0);
+  const json d = EncodeRankDump(r.input(), Options());
+  EXPECT_EQ(d["version"], "2.10");
+  EXPECT_EQ(d["comm_lib_version"], "commd 0.1.0");
+  EXPECT_EQ(d["pg_config"], json::parse(R"({"0": {"name": "0", "desc": "default_pg",
+                                                   "ranks": "[0, 1]"}})"));
+  EXPECT_EQ(d["pg_status"], json::parse(R"({"0": {"last_enqueued_collective": 6,
+      "last_started_collective": 5, "last_completed_collective": 4}})"));
+  ASSERT_TRUE(d["entries"].is_array());
+  ASSERT_EQ(d["entries"].size(), 10u);
+  const std::vector<std::pair<const char*, Check>> schema = {
+      {"record_id", kInt},
+      {"pg_id", kInt},
+      {"process_group", [](const json& v) { return v.is_array() && v.size() == 2 && kStrings(v); }},
+      {"collective_seq_id", kInt},
+      {"p2p_seq_id", kInt},
+      {"op_id", kInt},
+      {"profiling_name", kString},
+      {"time_created_ns", kInt},
+      {"input_sizes", kSizes},
+      {"input_dtypes", kStrings},
+      {"output_sizes", kSizes},
+      {"output_dtypes", kStrings},
+      {"state",
+       [](const json& v) { return v == "scheduled" || v == "started" || v == "completed"; }},
+      {"time_discovered_started_ns", kIntOrNull},
+      {"time_discovered_completed_ns", kIntOrNull},
+      {"retired", kBool},
+      {"timeout_ms", kInt},
+      {"is_p2p", kBool},
+      {"duration_ms", [](const json& v) { return v.is_null() || v.is_number_float(); }},
+  };
+  for (const json& e : d["entries"]) {
+    for (const auto& [key, check] : schema) {
+      ASSERT_TRUE(e.contains(key)) << key << " missing in " << e.dump();
+      EXPECT_TRUE(check(e[key])) << key << " = " << e[key].dump();
+    }
+  }
+  const json& first = d["entries"][0];
+  EXPECT_EQ(first["profiling_name"], "nccl:all_reduce");
+  EXPECT_EQ(first["input_dtypes"], json::array({"Float"}));
+  EXPECT_EQ(first["state"], "completed");
+  EXPECT_EQ(first["time_discovered_completed_ns"], 7'000'000);
+  EXPECT_EQ(first["duration_ms"], 0.001);
+  EXPECT_TRUE(d["entries"][4]["time_discovered_started_ns"].is_null());  // never started
+  EXPECT_EQ(d["entries"][2]["profiling_name"], "nccl:send 0->1");
+  EXPECT_EQ(d["entries"][3]["profiling_name"], "nccl:recv 0<-1");
+  EXPECT_EQ(d["entries"][4]["commd"]["nan_found"], true);
+
+  const json& c = d["commd"];
+  EXPECT_EQ(c["host"], "node7");
+  EXPECT_EQ(c["pid"], 4242);
+  EXPECT_EQ(c["device"], "host");
+  EXPECT_EQ(c["trigger"], "hang");
+  EXPECT_EQ(c["dropped"], 0);
+  EXPECT_EQ(c["invalid_entries"], 0);
+  EXPECT_EQ(c["diagnosis"]["kind"], "stuck");
+  EXPECT_EQ(c["counters"]["per_op"]["all_reduce"], 2);
+}
+
+TEST(DumpJson, EmptyRingStillHasEntries) {
+  RankFixture r(1, 0);
+  const json d = EncodeRankDump(r.input(), {});
+  ASSERT_TRUE(d.contains("entries"));
+  EXPECT_EQ(d["entries"], json::array());
+  EXPECT_EQ(d["pg_status"]["0"]["last_completed_collective"], 0);
+}
+
+TEST(DumpJson, PgConfigCoversEveryEntryGroup) {
+  RankFixture r(0, 3);
+  const json d = EncodeRankDump(r.input(), {.profiling_lib = "xccl"});
+  EXPECT_EQ(d["pg_config"]["0"]["ranks"], "[0, 1]");
+  EXPECT_EQ(d["pg_config"]["0"]["desc"], "default_pg");
+  EXPECT_EQ(d["entries"][0]["profiling_name"], "xccl:all_reduce");
+}
+
+TEST(DumpJson, RanksStringIsPythonListSyntax) {
+  EXPECT_EQ(RanksString({}), "[]");
+  EXPECT_EQ(RanksString({3}), "[3]");
+  EXPECT_EQ(RanksString({0, 1, 2}), "[0, 1, 2]");
+}
+
+TEST(DumpJson, EncodesSeveralRanks) {
+  RankFixture r0(0), r1(1);
+  const RankDumpInput in[] = {r0.input(), r1.input()};
+  auto dumps = EncodeRankDumps(in, Options());
+  ASSERT_EQ(dumps.size(), 2u);
+  EXPECT_EQ(dumps[1]["entries"][2]["profiling_name"], "nccl:send 1->1");
+  EXPECT_EQ(dumps[1]["commd"]["global_rank"], 1);
+}
+
+// Runs `script` with the directory of the written rank files as argv[1].
+int RunPython(const std::string& script, const std::string& dir) {
+  const std::string path = dir + "/check.py";
+  std::ofstream(path) << script;
+  return std::system(("python3 " + path + " " + dir).c_str());
+}
+
+// What torchfrtrace's loader, builder and Op parser need from each rank file; mirrors the
+// checks of torch/distributed/flight_recorder/components/{loader,builder,types}.py.
+constexpr char kAnalyzerChecks[] = R"PY(
+import ast, json, os, pickle, sys
+COLLECTIVES = {"broadcast", "_broadcast_oop", "reduce", "_reduce_oop", "all_gather",
+  "all_gather_single", "all_gather_v", "all_reduce", "_all_gather_base",
+  "all_gather_into_tensor_coalesced", "reduce_scatter", "reduce_scatter_single",
+  "reduce_scatter_v", "reduce_scatter_tensor_coalesced", "_reduce_scatter_base", "gather",
+  "scatter", "all_to_all", "all_to_all_single", "all_to_all_v_single", "all_reduce_barrier",
+  "barrier", "split", "new_window", "allreduce_coalesced", "ALLGATHER_coalesced",
+  "REDUCE_SCATTER_coalesced"}
+d = sys.argv[1]
+prefix = "commd_fr_"
+versions = set()
+for f in sorted(os.listdir(d)):
+    if not f.startswith(prefix) or f.endswith(".json"):
+        continue
+    rank = int(f[len(prefix):])
+    dump = pickle.load(open(os.path.join(d, f), "rb"))
+    assert json.load(open(os.path.join(d, f + ".json"))) == dump, "pickle != json for " + f
+    versions.add(dump["version"])
+    major, minor = map(int, dump["version"].split("."))
+    for name, pg in dump["pg_config"].items():
+        ranks = ast.literal_eval(pg["ranks"])
+        assert all(isinstance(r, int) for r in ranks) and pg["name"] == name
+    for e in dump["entries"]:
+        assert e["process_group"][0] in dump["pg_config"]
+        lib, name = e["profiling_name"].split(":")
+        assert lib in ("nccl", "xccl"), lib
+        parts = name.split(" ")
+        assert parts[0] in COLLECTIVES | {"send", "recv", "coalesced"}, parts[0]
+        if parts[0] == "send":
+            s, t = map(int, parts[1].split("->"))
+            assert s == dump["commd"]["rank"]
+        if parts[0] == "recv":
+            t, s = map(int, parts[1].split("<-"))
+        for k in ("collective_seq_id", "p2p_seq_id", "record_id", "time_created_ns"):
+            assert isinstance(e[k], int), k
+        assert isinstance(e["is_p2p"], bool) and e["state"] in ("scheduled", "started", "completed")
+        assert e.get("frames", []) == []
+assert len(versions) == 1, versions
+print("analyzer checks passed")
+)PY";
+
+TEST(DumpPickle, TorchfrtraceCanLoadTheRankFiles) {
+  if (!HavePython()) GTEST_SKIP() << "python3 is not on PATH";
+  const std::string dir = ::testing::TempDir() + "/fr_dump_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  RankFixture r0(0), r1(1);
+  const RankDumpInput in[] = {r0.input(), r1.input()};
+  for (const auto& [rank, dump] : EncodeRankDumps(in, Options())) {
+    auto bytes = EncodePickle(dump);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    const std::string file = dir + "/commd_fr_" + std::to_string(rank);
+    std::ofstream(file, std::ios::binary) << *bytes;
+    std::ofstream(file + ".json") << dump.dump();
+  }
+  EXPECT_EQ(RunPython(kAnalyzerChecks, dir), 0);
+  std::filesystem::remove_all(dir);
+}
+
+// Every seed of the fuzz corpus that reads as a block encodes to JSON and to a pickle that
+// Python loads back to the same value.
+TEST(DumpPickle, CorpusSeedsRoundTripThroughPython) {
+  if (!HavePython()) GTEST_SKIP() << "python3 is not on PATH";
+  const std::string dir = ::testing::TempDir() + "/fr_corpus_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  int encoded = 0;
+  for (const auto& f : std::filesystem::directory_iterator(COMMD_RING_CORPUS)) {
+    std::ifstream in(f.path(), std::ios::binary);
+    std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<uint64_t> buf(raw.size() / 8 + 1);
+    std::memcpy(buf.data(), raw.data(), raw.size());
+    auto snap = ReadControlBlock(buf.data(), raw.size());
+    if (!snap.ok()) continue;
+    const json dump = EncodeRankDump({.snapshot = &*snap}, {});
+    auto bytes = EncodePickle(dump);
+    ASSERT_TRUE(bytes.ok()) << f.path() << ": " << bytes.status();
+    const std::string name = dir + "/commd_fr_" + std::to_string(encoded++);
+    std::ofstream(name, std::ios::binary) << *bytes;
+    std::ofstream(name + ".json") << dump.dump();
+  }
+  EXPECT_GE(encoded, 4);  // the valid_* seeds at least
+  constexpr char kSame[] = R"PY(
+import json, os, pickle, sys
+d = sys.argv[1]
+for f in os.listdir(d):
+    if f.startswith("commd_fr_") and not f.endswith(".json"):
+        assert pickle.load(open(os.path.join(d, f), "rb")) == json.load(open(os.path.join(d, f + ".json"))), f
+)PY";
+  EXPECT_EQ(RunPython(kSame, dir), 0);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace commd

@@ -1,0 +1,307 @@
+// Groups, symmetric buffers and persistent buffers against the real daemon, with real rank
+// processes mapping real shared memory.
+#include <signal.h>
+
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "commd/commd.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/daemon_process.h"
+
+namespace commd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A daemon whose departed ranks' memory is released quickly, so leak checks need not wait.
+constexpr char kConfig[] = R"(
+session { release_grace_ms: 200 }
+limits { max_allocation_bytes: 134217728 max_bytes_per_job: 268435456 }
+)";
+
+class GroupsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream(tmp_.Join("commd.textproto")) << kConfig;
+    auto d = DaemonProcess::Start(tmp_.Join("run"),
+                                  {.extra_args = {"--config", tmp_.Join("commd.textproto")}});
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+  }
+
+  absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& job = "job") {
+    ClientOptions options;
+    options.runtime_dir = daemon_->runtime_dir();
+    options.job_id = job;
+    return Client::Connect(options);
+  }
+
+  std::unique_ptr<ChildProcess> Rank(const std::string& group, int rank, int world,
+                                     const std::string& sizes, const std::string& mode = "run") {
+    auto child = ChildProcess::Start(
+        {COMMD_RANK_PROCESS, group, std::to_string(rank), std::to_string(world), sizes, mode},
+        {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job"});
+    EXPECT_TRUE(child.ok()) << child.status();
+    return child.ok() ? std::move(*child) : nullptr;
+  }
+
+  double Metric(const std::string& key) {
+    auto metrics = Scrape(*daemon_);
+    if (!metrics.ok()) return -1;
+    auto it = metrics->find(key);
+    return it == metrics->end() ? 0 : it->second;
+  }
+
+  // Waits until the daemon holds no client memory: no memfd open or mapped, and the memory
+  // gauge at zero.
+  void ExpectAllMemoryReleased() {
+    for (int i = 0; i < 250; ++i) {
+      if (daemon_->CountMemfds() == 0 && daemon_->CountMemfdMappings() == 0 &&
+          Metric(R"(commd_memory_allocated_bytes{backend="host",device="host"})") == 0) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_EQ(daemon_->CountMemfds(), 0);
+    EXPECT_EQ(daemon_->CountMemfdMappings(), 0);
+    EXPECT_EQ(Metric(R"(commd_memory_allocated_bytes{backend="host",device="host"})"), 0);
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<DaemonProcess> daemon_;
+};
+
+class GroupWorldTest : public GroupsTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(GroupWorldTest, EveryRankReadsEveryPeersPattern) {
+  const int world = GetParam();
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back(Rank("g", r, world, "8,4096,1048576,3000000"));
+  for (int r = 0; r < world; ++r) {
+    auto result = ranks[r]->Wait(absl::Seconds(120));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->exit_code, 0) << "rank " << r << ": " << result->output;
+    EXPECT_THAT(result->output, HasSubstr(absl::StrCat("OK rank ", r, " verified ", world)));
+  }
+  EXPECT_GE(Metric("commd_rendezvous_duration_seconds_count"), 1);
+  ExpectAllMemoryReleased();
+  EXPECT_EQ(Metric("commd_groups"), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, GroupWorldTest, ::testing::Values(2, 4, 8));
+
+TEST_F(GroupsTest, RankKilledMidRendezvousFailsTheOthersNamingIt) {
+  auto waiting = Rank("g", 0, 3, "4096");
+  auto doomed = Rank("g", 1, 3, "4096");
+  // Both are waiting in the rendezvous once the daemon lists two members.
+  auto client = Connect();
+  ASSERT_TRUE(client.ok());
+  int joined = 0;
+  for (int i = 0; i < 1000 && joined < 2; ++i) {
+    auto groups = (*client)->ListGroups();
+    ASSERT_TRUE(groups.ok()) << groups.status();
+    joined = groups->groups().empty() ? 0 : groups->groups(0).joined();
+    if (joined < 2) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(joined, 2);
+  const pid_t doomed_pid = doomed->pid();
+  ASSERT_TRUE(doomed->Stop(SIGKILL).ok());
+  auto result = waiting->Wait(absl::Seconds(30));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 1);
+  EXPECT_THAT(result->output, HasSubstr("ABORTED"));
+  EXPECT_THAT(result->output, HasSubstr(absl::StrCat("rank 1 (pid ", doomed_pid,
+                                                     ") of group g exited during "
+                                                     "rendezvous")));
+}
+
+TEST_F(GroupsTest, RankKilledMidAllocationFailsTheOthersAndIsReleasedAfterGrace) {
+  auto waiting = Rank("g", 0, 2, "4096");
+  auto doomed = Rank("g", 1, 2, "4096", "hang-after-join");
+  ASSERT_TRUE(doomed->WaitForLog("JOINED", absl::Seconds(30))) << doomed->Log();
+  ASSERT_TRUE(waiting->WaitForLog("JOINED", absl::Seconds(30))) << waiting->Log();
+  absl::SleepFor(absl::Milliseconds(300));  // rank 0 is now waiting in AllocateSymmetric
+  const pid_t doomed_pid = doomed->pid();
+  ASSERT_TRUE(doomed->Stop(SIGKILL).ok());
+  auto result = waiting->Wait(absl::Seconds(30));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 1);
+  EXPECT_THAT(result->output, HasSubstr("ABORTED"));
+  EXPECT_THAT(result->output, HasSubstr(absl::StrCat("rank 1 (pid ", doomed_pid, ")")));
+  EXPECT_GT(daemon_->CountMemfds(), 0);  // the dead rank's memory waits out the grace
+  waiting.reset();
+  ExpectAllMemoryReleased();
+}
+
+TEST_F(GroupsTest, MissingRankTimesOutNamingIt) {
+  auto client = Connect();
+  ASSERT_TRUE(client.ok());
+  auto group = (*client)->JoinGroup(
+      {.name = "g", .rank = 0, .world_size = 3, .timeout = absl::Milliseconds(300)});
+  ASSERT_FALSE(group.ok());
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(group.status().message(), HasSubstr("rank(s) [1, 2] never joined"));
+  EXPECT_THAT(group.status().message(), HasSubstr("joined: [0]"));
+  EXPECT_EQ(Metric("commd_groups"), 0);
+}
+
+// Joins `world` ranks of group `name` from threads of this process, one Client each.
+std::vector<absl::StatusOr<std::unique_ptr<Group>>> JoinAll(
+    const std::vector<std::unique_ptr<Client>>& clients, const std::string& name,
+    const std::vector<GroupOptions>& options) {
+  std::vector<absl::StatusOr<std::unique_ptr<Group>>> groups(options.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < options.size(); ++i) {
+    threads.emplace_back([&, i] { groups[i] = clients[i]->JoinGroup(options[i]); });
+  }
+  for (auto& t : threads) t.join();
+  return groups;
+}
+
+TEST_F(GroupsTest, BadJoinsFailOnlyTheOffender) {
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 5; ++i) clients.push_back(*Connect());
+  const absl::Duration t = absl::Seconds(20);
+  auto results = JoinAll(clients, "g",
+                         {{.name = "g", .rank = 0, .world_size = 2, .timeout = t},
+                          {.name = "g", .rank = 5, .world_size = 2, .timeout = t},
+                          {.name = "g", .rank = 1, .world_size = 3, .timeout = t},
+                          {.name = "g", .rank = 0, .world_size = 2, .timeout = t},
+                          {.name = "g", .rank = 1, .world_size = 2, .timeout = t}});
+  // Exactly one of the two rank-0 joins wins; the other is ALREADY_EXISTS.
+  const bool first_won = results[0].ok();
+  ASSERT_TRUE(first_won || results[3].ok());
+  const auto& duplicate = first_won ? results[3] : results[0];
+  // Either rank 0 was still waiting ("already joined") or the group had formed already.
+  EXPECT_EQ(duplicate.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(duplicate.status().message(), HasSubstr("group g"));
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(results[1].status().message(), HasSubstr("rank 5 for group g of world size 2; "
+                                                       "allowed 0 to 1"));
+  EXPECT_EQ(results[2].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(results[2].status().message(), HasSubstr("world size 3 disagrees"));
+  ASSERT_TRUE(results[4].ok()) << results[4].status();
+  EXPECT_EQ((*results[4])->world_size(), 2);
+  EXPECT_EQ((*results[4])->member_pids().size(), 2u);
+
+  // Bad values that never reach a group.
+  auto c = Connect();
+  EXPECT_EQ((*c)->JoinGroup({.name = "", .rank = 0, .world_size = 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT((*c)->JoinGroup({.name = "g h", .rank = 0, .world_size = 1}).status().message(),
+              HasSubstr("has character ' '"));
+  EXPECT_THAT((*c)->JoinGroup({.name = "x", .rank = 0, .world_size = 0}).status().message(),
+              HasSubstr("world size 0 for group x; allowed 1 to 1024"));
+  EXPECT_THAT((*c)->JoinGroup({.name = "x", .rank = 0, .world_size = 1, .device = Device::Cuda(0)})
+                  .status()
+                  .message(),
+              HasSubstr("device cuda:0 is not available on this node"));
+}
+
+TEST_F(GroupsTest, SymmetricSizeMismatchFailsEveryRank) {
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 2; ++i) clients.push_back(*Connect());
+  auto groups = JoinAll(clients, "g",
+                        {{.name = "g", .rank = 0, .world_size = 2, .timeout = absl::Seconds(20)},
+                         {.name = "g", .rank = 1, .world_size = 2, .timeout = absl::Seconds(20)}});
+  ASSERT_TRUE(groups[0].ok() && groups[1].ok());
+  absl::StatusOr<std::unique_ptr<SymmetricBuffer>> a, b;
+  std::thread t([&] { a = (*groups[0])->AllocateSymmetric(4096); });
+  b = (*groups[1])->AllocateSymmetric(8192);
+  t.join();
+  for (const auto* r : {&a, &b}) {
+    ASSERT_FALSE(r->ok());
+    EXPECT_EQ(r->status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r->status().message(), HasSubstr("rank 0: 4096, rank 1: 8192"));
+  }
+  // The group stays usable.
+  std::thread t2([&] { a = (*groups[0])->AllocateSymmetric(64); });
+  b = (*groups[1])->AllocateSymmetric(64);
+  t2.join();
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  static_cast<char*>((*a)->data())[0] = 'a';
+  EXPECT_EQ(static_cast<char*>((*b)->peer(0))[0], 'a');
+  EXPECT_EQ((*a)->peer(2), nullptr);
+  // Zero and over-limit sizes are the caller's error alone.
+  EXPECT_EQ((*groups[0])->AllocateSymmetric(0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GroupsTest, AllocationLimitsNameTheirConfigField) {
+  std::vector<std::unique_ptr<Client>> clients;
+  clients.push_back(*Connect());
+  auto groups = JoinAll(clients, "solo", {{.name = "solo", .rank = 0, .world_size = 1}});
+  ASSERT_TRUE(groups[0].ok());
+  auto big = (*groups[0])->AllocateSymmetric(size_t{200} << 20);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(big.status().message(), HasSubstr("limits.max_allocation_bytes"));
+  std::vector<std::unique_ptr<SymmetricBuffer>> held;
+  absl::Status last;
+  for (int i = 0; i < 3 && last.ok(); ++i) {
+    auto b = (*groups[0])->AllocateSymmetric(size_t{100} << 20);
+    last = b.status();
+    if (b.ok()) held.push_back(std::move(*b));
+  }
+  EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(last.message(), HasSubstr("limits.max_bytes_per_job"));
+  EXPECT_EQ(held.size(), 2u);
+}
+
+TEST_F(GroupsTest, PersistentBufferSurvivesItsProcessAndExpires) {
+  {
+    auto writer = Connect();
+    ASSERT_TRUE(writer.ok());
+    auto buf = (*writer)->AllocatePersistent("ckpt", 1 << 20, absl::Milliseconds(500));
+    ASSERT_TRUE(buf.ok()) << buf.status();
+    std::memset((*buf)->data(), 0x5a, (*buf)->size());
+    EXPECT_EQ((*writer)->AllocatePersistent("ckpt", 10).status().code(),
+              absl::StatusCode::kAlreadyExists);
+  }
+  // Another job sees nothing; the same job finds the same bytes.
+  auto other = Connect("other-job");
+  EXPECT_EQ((*other)->AttachPersistent("ckpt").status().code(), absl::StatusCode::kNotFound);
+  {
+    auto reader = Connect();
+    auto buf = (*reader)->AttachPersistent("ckpt");
+    ASSERT_TRUE(buf.ok()) << buf.status();
+    ASSERT_EQ((*buf)->size(), size_t{1} << 20);
+    const auto* bytes = static_cast<const unsigned char*>((*buf)->data());
+    EXPECT_TRUE(
+        std::all_of(bytes, bytes + (*buf)->size(), [](unsigned char c) { return c == 0x5a; }));
+  }
+  EXPECT_EQ(Metric(R"(commd_allocations{backend="host",lifetime="PERSISTENT"})"), 1);
+  // Unused for longer than its TTL: gone.
+  absl::SleepFor(absl::Milliseconds(1500));
+  auto late = Connect();
+  EXPECT_EQ((*late)->AttachPersistent("ckpt").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Metric(R"(commd_allocations{backend="host",lifetime="PERSISTENT"})"), 0);
+}
+
+TEST_F(GroupsTest, DaemonRestartGivesUnavailableThenWorksAgain) {
+  auto waiting = Rank("g", 0, 2, "4096");
+  ASSERT_TRUE(daemon_->WaitForLog("session opened", absl::Seconds(30)));
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(daemon_->Stop(SIGKILL).ok());
+  auto result = waiting->Wait(absl::Seconds(30));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 1);
+  EXPECT_THAT(result->output, HasSubstr("UNAVAILABLE"));
+
+  auto restarted = DaemonProcess::Start(tmp_.Join("run"));
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  daemon_ = std::move(*restarted);
+  auto a = Rank("g", 0, 2, "4096");
+  auto b = Rank("g", 1, 2, "4096");
+  for (auto* r : {a.get(), b.get()}) {
+    auto done = r->Wait(absl::Seconds(60));
+    ASSERT_TRUE(done.ok());
+    EXPECT_EQ(done->exit_code, 0) << done->output;
+  }
+}
+
+}  // namespace
+}  // namespace commd::testing
