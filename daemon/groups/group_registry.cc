@@ -33,7 +33,6 @@ struct GroupRegistry::Round {
   std::map<int, Ask> asks;  // by rank
   server::TimerId timer = 0;
   std::optional<absl::Status> failed;  // later askers of a failed round get this at once
-  bool done = false;
 };
 
 struct GroupRegistry::SymmetricBuffers {
@@ -357,6 +356,9 @@ void GroupRegistry::AllocateSymmetric(std::shared_ptr<const server::Session> ses
                        "; allowed 1 byte to limits.max_allocation_bytes")));
     }
     const uint64_t index = g->asks_made[rank]++;
+    // Failed rounds are kept only until every rank has moved past them.
+    const uint64_t oldest = *std::min_element(g->asks_made.begin(), g->asks_made.end());
+    g->rounds.erase(g->rounds.begin(), g->rounds.lower_bound(std::min(oldest, index)));
     Round& round = g->rounds[index];
     if (round.failed) return call->Finish(*round.failed);
     round.asks[rank] = Round::Ask{request.bytes(), call, response};
@@ -435,14 +437,13 @@ void GroupRegistry::CompleteRound(Group& g, uint64_t index, Deferred& deferred) 
     deferred.push_back([call = std::move(ask.call), status] { call->Finish(status); });
   }
   g.allocations[allocation_id] = std::move(buffers);
-  round.asks.clear();
-  round.done = true;
+  g.rounds.erase(index);  // every rank has asked: nobody will look this round up again
 }
 
 void GroupRegistry::FailRound(Group& g, uint64_t index, const absl::Status& status,
                               Deferred& deferred) {
   auto it = g.rounds.find(index);
-  if (it == g.rounds.end() || it->second.done || it->second.failed) return;
+  if (it == g.rounds.end() || it->second.failed) return;
   Round& round = it->second;
   timers_->Cancel(round.timer);
   round.failed = status;
@@ -460,7 +461,7 @@ void GroupRegistry::OnRoundTimeout(uint64_t group_id, uint64_t index) {
     if (it == groups_.end()) return;
     Group& g = *it->second;
     auto round = g.rounds.find(index);
-    if (round == g.rounds.end() || round->second.done) return;
+    if (round == g.rounds.end() || round->second.failed) return;
     std::vector<int> missing;
     for (int r = 0; r < g.world_size; ++r) {
       if (!round->second.asks.contains(r)) missing.push_back(r);

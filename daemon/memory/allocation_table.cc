@@ -47,8 +47,11 @@ AllocationTable::AllocationTable(std::unique_ptr<MemoryBackend> host,
                       .Name("commd_allocations")
                       .Help("Allocations the daemon holds, by backend and lifetime")
                       .Register(*registry);
-  absl::MutexLock lock(&mu_);
-  UpdateMetrics();
+  // Report zeros from the start, so dashboards see the series before the first allocation.
+  bytes_gauge_->Add({{"backend", "host"}, {"device", "host"}}).Set(0);
+  for (const char* lifetime : {"SESSION", "PERSISTENT"}) {
+    count_gauge_->Add({{"backend", "host"}, {"lifetime", lifetime}}).Set(0);
+  }
 }
 
 AllocationTable::~AllocationTable() {
@@ -110,7 +113,7 @@ absl::StatusOr<std::shared_ptr<const Allocation>> AllocationTable::Allocate(cons
   job_bytes_[job] += allocation->block.bytes;
   if (!owner.session_token.empty()) ++session_counts_[owner.session_token];
   allocations_[allocation->id] = allocation;
-  UpdateMetrics();
+  CountInMetrics(*allocation, +1);
   return std::shared_ptr<const Allocation>(allocation);
 }
 
@@ -126,7 +129,7 @@ void AllocationTable::Release(uint64_t id) {
     if ((job_bytes_[job] -= allocation->block.bytes) == 0) job_bytes_.erase(job);
     const std::string& session = allocation->owner.session_token;
     if (!session.empty() && --session_counts_[session] == 0) session_counts_.erase(session);
-    UpdateMetrics();
+    CountInMetrics(*allocation, -1);
   }
   BackendFor(allocation->block.device)->Release(std::move(allocation->block));
 }
@@ -185,23 +188,13 @@ void AllocationTable::DropExpiredTokens(absl::Time now) {
   }
 }
 
-void AllocationTable::UpdateMetrics() {
-  // Every label set ever reported is set again (to 0 when nothing is left), so a gauge never
-  // keeps a stale value.
-  for (auto& [key, value] : bytes_) value = 0;
-  for (auto& [key, value] : counts_) value = 0;
-  bytes_[{"host", "host"}] += 0;
-  for (const char* lifetime : {"SESSION", "PERSISTENT"}) counts_[{"host", lifetime}] += 0;
-  for (const auto& [id, a] : allocations_) {
-    bytes_[{a->backend, a->block.device.ToString()}] += static_cast<double>(a->block.bytes);
-    counts_[{a->backend, v1::Lifetime_Name(a->lifetime)}] += 1;
-  }
-  for (const auto& [key, value] : bytes_) {
-    bytes_gauge_->Add({{"backend", key.first}, {"device", key.second}}).Set(value);
-  }
-  for (const auto& [key, value] : counts_) {
-    count_gauge_->Add({{"backend", key.first}, {"lifetime", key.second}}).Set(value);
-  }
+void AllocationTable::CountInMetrics(const Allocation& a, int sign) {
+  const double bytes = sign * static_cast<double>(a.block.bytes);
+  const std::pair<std::string, std::string> by_device{a.backend, a.block.device.ToString()};
+  const std::pair<std::string, std::string> by_lifetime{a.backend, v1::Lifetime_Name(a.lifetime)};
+  bytes_gauge_->Add({{"backend", by_device.first}, {"device", by_device.second}}).Increment(bytes);
+  count_gauge_->Add({{"backend", by_lifetime.first}, {"lifetime", by_lifetime.second}})
+      .Increment(sign);
 }
 
 uint64_t AllocationTable::job_bytes(uid_t uid, const std::string& job) const {

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -275,6 +276,50 @@ TEST_F(DaemonClientTest, DaemonFdsReturnToBaselineAfterClients) {
   }
   EXPECT_LE(daemon_->CountOpenFds(), baseline);
   EXPECT_EQ(Metric("commd_sessions"), 0);
+}
+
+// The whole path from NVML (a fake library, as no GPU is here) and an hwloc topology of a
+// DGX H100-like node through the daemon to the SDK, commctl and /metrics.
+TEST(DaemonTopologyTest, FakeDgxH100ThroughDaemonSdkCommctlAndMetrics) {
+  TempDir tmp;
+  const std::string fixtures = COMMD_TOPOLOGY_FIXTURES;
+  std::ofstream(tmp.Join("commd.textproto"))
+      << "topology {\n  hwloc_xml: \"" << fixtures << "/dgx_h100.xml\"\n  nvml_library: \""
+      << COMMD_FAKE_NVML << "\"\n  sysfs_root: \"" << tmp.path() << "\"\n}\n";
+  auto daemon = DaemonProcess::Start(
+      tmp.Join("run"),
+      {.extra_args = {"--config", tmp.Join("commd.textproto")},
+       .extra_env = {"COMMD_FAKE_NVML_CONFIG=" + fixtures + "/dgx_h100.nvml.json"}});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  ClientOptions options;
+  options.runtime_dir = (*daemon)->runtime_dir();
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto topo = (*client)->GetTopology();
+  ASSERT_TRUE(topo.ok()) << topo.status();
+  EXPECT_EQ(topo->nvml_status(), "ok");
+  EXPECT_EQ(topo->classification(), v1::FULLY_CONNECTED);
+  ASSERT_EQ(topo->gpus_size(), 8);
+  ASSERT_EQ(topo->gpu_links_size(), 8);
+  EXPECT_EQ(topo->gpu_links(0).links(0).label(), "X");
+  EXPECT_EQ(topo->gpu_links(0).links(1).label(), "NV18");
+
+  ProcessResult text =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", (*daemon)->runtime_dir(), "topo"});
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("NV18"));
+  EXPECT_THAT(text.output, HasSubstr("FULLY_CONNECTED"));
+
+  auto metrics = Scrape(**daemon);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(metrics->at(R"(commd_topology_nvlinks{gpu="0",peer="1",type="NV18"})"), 18);
+  bool info = false;
+  for (const auto& [key, value] : *metrics) {
+    info = info ||
+           (key.find("commd_topology_info{classification=\"FULLY_CONNECTED\",gpus=\"8\"") == 0 &&
+            value == 1);
+  }
+  EXPECT_TRUE(info);
 }
 
 TEST(ClientLibraryTest, SharedLibraryExportsOnlyTheSdk) {

@@ -1,0 +1,173 @@
+#include "daemon/topology/nvml_api.h"
+
+#include <dlfcn.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace commd::topology {
+namespace {
+
+absl::StatusCode NvmlCode(nvmlReturn_t rc) {
+  switch (rc) {
+    case NVML_SUCCESS:
+      return absl::StatusCode::kOk;
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return absl::StatusCode::kInvalidArgument;
+    case NVML_ERROR_NOT_SUPPORTED:
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return absl::StatusCode::kUnimplemented;
+    case NVML_ERROR_NO_PERMISSION:
+      return absl::StatusCode::kPermissionDenied;
+    case NVML_ERROR_NOT_FOUND:
+      return absl::StatusCode::kNotFound;
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+    case NVML_ERROR_MEMORY:
+      return absl::StatusCode::kResourceExhausted;
+    case NVML_ERROR_UNINITIALIZED:
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+    case NVML_ERROR_LIBRARY_NOT_FOUND:
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+      return absl::StatusCode::kFailedPrecondition;
+    case NVML_ERROR_TIMEOUT:
+      return absl::StatusCode::kDeadlineExceeded;
+    case NVML_ERROR_GPU_IS_LOST:
+    case NVML_ERROR_IN_USE:
+      return absl::StatusCode::kUnavailable;
+    default:
+      return absl::StatusCode::kUnknown;
+  }
+}
+
+// Keeps the dlopen handle and the resolved entry points; each method is one NVML call
+// turned into a status.
+class DlNvml final : public NvmlApi {
+ public:
+  explicit DlNvml(void* handle) : handle_(handle) {}
+  ~DlNvml() override { dlclose(handle_); }
+
+  absl::Status Resolve(const std::string& path);
+
+  absl::Status Init() override { return Check(init_(), "nvmlInit_v2"); }
+  absl::Status Shutdown() override { return Check(shutdown_(), "nvmlShutdown"); }
+  absl::StatusOr<std::string> SystemDriverVersion() override {
+    char buf[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+    RETURN_IF_ERROR(Check(driver_version_(buf, sizeof(buf)), "nvmlSystemGetDriverVersion"));
+    return std::string(buf);
+  }
+  absl::StatusOr<unsigned> DeviceCount() override {
+    unsigned count = 0;
+    RETURN_IF_ERROR(Check(count_(&count), "nvmlDeviceGetCount_v2"));
+    return count;
+  }
+  absl::StatusOr<nvmlDevice_t> DeviceHandleByIndex(unsigned index) override {
+    nvmlDevice_t device = nullptr;
+    RETURN_IF_ERROR(Check(handle_by_index_(index, &device), "nvmlDeviceGetHandleByIndex_v2"));
+    return device;
+  }
+  absl::StatusOr<std::string> DeviceName(nvmlDevice_t device) override {
+    char buf[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+    RETURN_IF_ERROR(Check(name_(device, buf, sizeof(buf)), "nvmlDeviceGetName"));
+    return std::string(buf);
+  }
+  absl::StatusOr<std::string> DeviceUuid(nvmlDevice_t device) override {
+    char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    RETURN_IF_ERROR(Check(uuid_(device, buf, sizeof(buf)), "nvmlDeviceGetUUID"));
+    return std::string(buf);
+  }
+  absl::StatusOr<nvmlPciInfo_t> DevicePciInfo(nvmlDevice_t device) override {
+    nvmlPciInfo_t pci = {};
+    RETURN_IF_ERROR(Check(pci_info_(device, &pci), "nvmlDeviceGetPciInfo_v3"));
+    return pci;
+  }
+  absl::StatusOr<bool> NvLinkActive(nvmlDevice_t device, unsigned link) override {
+    nvmlEnableState_t state = NVML_FEATURE_DISABLED;
+    RETURN_IF_ERROR(Check(link_state_(device, link, &state), "nvmlDeviceGetNvLinkState"));
+    return state == NVML_FEATURE_ENABLED;
+  }
+  absl::StatusOr<nvmlPciInfo_t> NvLinkRemotePciInfo(nvmlDevice_t device, unsigned link) override {
+    nvmlPciInfo_t pci = {};
+    RETURN_IF_ERROR(Check(remote_pci_(device, link, &pci), "nvmlDeviceGetNvLinkRemotePciInfo_v2"));
+    return pci;
+  }
+  absl::StatusOr<nvmlIntNvLinkDeviceType_t> NvLinkRemoteDeviceType(nvmlDevice_t device,
+                                                                   unsigned link) override {
+    nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+    RETURN_IF_ERROR(
+        Check(remote_type_(device, link, &type), "nvmlDeviceGetNvLinkRemoteDeviceType"));
+    return type;
+  }
+
+ private:
+  template <typename Fn>
+  absl::Status Sym(const std::string& path, const char* name, Fn* out) {
+    void* sym = dlsym(handle_, name);
+    if (sym == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("NVML library ", path, " lacks symbol ", name));
+    }
+    *out = reinterpret_cast<Fn>(sym);
+    return absl::OkStatus();
+  }
+  absl::Status Check(nvmlReturn_t rc, absl::string_view call) const {
+    return NvmlStatus(rc, call, error_string_);
+  }
+
+  void* handle_;
+  nvmlInit_v2_fn init_ = nullptr;
+  nvmlShutdown_fn shutdown_ = nullptr;
+  nvmlErrorString_fn error_string_ = nullptr;
+  nvmlSystemGetDriverVersion_fn driver_version_ = nullptr;
+  nvmlDeviceGetCount_v2_fn count_ = nullptr;
+  nvmlDeviceGetHandleByIndex_v2_fn handle_by_index_ = nullptr;
+  nvmlDeviceGetName_fn name_ = nullptr;
+  nvmlDeviceGetUUID_fn uuid_ = nullptr;
+  nvmlDeviceGetPciInfo_v3_fn pci_info_ = nullptr;
+  nvmlDeviceGetNvLinkState_fn link_state_ = nullptr;
+  nvmlDeviceGetNvLinkRemotePciInfo_v2_fn remote_pci_ = nullptr;
+  nvmlDeviceGetNvLinkRemoteDeviceType_fn remote_type_ = nullptr;
+};
+
+absl::Status DlNvml::Resolve(const std::string& path) {
+  RETURN_IF_ERROR(Sym(path, "nvmlInit_v2", &init_));
+  RETURN_IF_ERROR(Sym(path, "nvmlShutdown", &shutdown_));
+  RETURN_IF_ERROR(Sym(path, "nvmlErrorString", &error_string_));
+  RETURN_IF_ERROR(Sym(path, "nvmlSystemGetDriverVersion", &driver_version_));
+  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetCount_v2", &count_));
+  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetHandleByIndex_v2", &handle_by_index_));
+  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetName", &name_));
+  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetUUID", &uuid_));
+  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetPciInfo_v3", &pci_info_));
+  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetNvLinkState", &link_state_));
+  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetNvLinkRemotePciInfo_v2", &remote_pci_));
+  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetNvLinkRemoteDeviceType", &remote_type_));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status NvmlStatus(nvmlReturn_t rc, absl::string_view call, nvmlErrorString_fn error_string) {
+  if (rc == NVML_SUCCESS) return absl::OkStatus();
+  const char* text = error_string != nullptr ? error_string(rc) : nullptr;
+  return absl::Status(NvmlCode(rc), absl::StrCat(call, ": ", text != nullptr ? text : "error",
+                                                 " (NVML ", static_cast<int>(rc), ")"));
+}
+
+absl::StatusOr<std::unique_ptr<NvmlApi>> LoadNvml(const std::string& library_path) {
+  if (library_path.empty()) return absl::NotFoundError("no NVML library configured");
+  // RTLD_LOCAL: NVML's symbols must not satisfy anyone else's lookups.
+  void* handle = dlopen(library_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    // dlerror's text already names the file.
+    return absl::NotFoundError(
+        absl::StrCat("dlopen: ", why != nullptr ? why : library_path + ": load failed"));
+  }
+  auto nvml = std::make_unique<DlNvml>(handle);
+  RETURN_IF_ERROR(nvml->Resolve(library_path));
+  return std::unique_ptr<NvmlApi>(std::move(nvml));
+}
+
+}  // namespace commd::topology
