@@ -89,7 +89,9 @@ absl::Status Daemon::StartMemory() {
 absl::Status Daemon::StartServers() {
   server::HandleChannelOptions channel_options;
   channel_options.path = dir_->handle_socket();
-  channel_options.max_connections = config_.limits().max_sessions();
+  // Headroom above the session limit, so that a client over it hears the limit named rather
+  // than finding its connection closed.
+  channel_options.max_connections = config_.limits().max_sessions() + 64;
   channel_options.daemon_version = DaemonVersion();
   channel_options.importer = [table = table_.get()](
                                  const std::vector<std::string>& tokens,

@@ -1,6 +1,7 @@
 // Groups, symmetric buffers and persistent buffers against the real daemon, with real rank
 // processes mapping real shared memory.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <thread>
@@ -279,6 +280,38 @@ TEST_F(GroupsTest, PersistentBufferSurvivesItsProcessAndExpires) {
   auto late = Connect();
   EXPECT_EQ((*late)->AttachPersistent("ckpt").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Metric(R"(commd_allocations{backend="host",lifetime="PERSISTENT"})"), 0);
+}
+
+TEST(GroupsIsolationTest, AnotherUidSeesNothingOfThisJob) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid (setpriv)";
+  TempDir tmp;
+  ::chmod(tmp.path().c_str(), 0755);  // let the other uid reach the runtime dir below
+  std::ofstream(tmp.Join("commd.textproto")) << "socket_group: \"nogroup\"\n";
+  auto daemon = DaemonProcess::Start(tmp.Join("run"),
+                                     {.extra_args = {"--config", tmp.Join("commd.textproto")}});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  ClientOptions options;
+  options.runtime_dir = (*daemon)->runtime_dir();
+  options.job_id = "job";
+  auto owner = Client::Connect(options);
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  auto buffer = (*owner)->AllocatePersistent("ckpt", 4096);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  auto group = (*owner)->JoinGroup({.name = "g", .rank = 0, .world_size = 1});
+  ASSERT_TRUE(group.ok()) << group.status();
+
+  // The same job name under uid 65534 is another namespace: NOT_FOUND, and no groups.
+  ProcessResult other = RunProcess(
+      {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", COMMD_TEST_CLIENT,
+       "peek", "ckpt"},
+      absl::Seconds(30), {"COMMD_RUNTIME_DIR=" + (*daemon)->runtime_dir(), "COMMD_JOB_ID=job"});
+  EXPECT_THAT(other.output, HasSubstr("connected job"));
+  EXPECT_THAT(other.output, HasSubstr("persistent NOT_FOUND"));
+  EXPECT_THAT(other.output, HasSubstr("groups 0"));
+  // Root is an admin: it sees every job's groups.
+  auto all = (*owner)->ListGroups();
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->groups_size(), 1);
 }
 
 TEST_F(GroupsTest, DaemonRestartGivesUnavailableThenWorksAgain) {

@@ -2,17 +2,45 @@
 // its first argument says, so tests can watch the daemon react to real processes.
 //   exit    connect, print "connected <job>", exit 0 without closing anything
 //   wait    connect, print "connected <job>", sleep until killed
+//   peek NAME      connect, then print "persistent <code>" for AttachPersistent(NAME) and
+//                  "groups <n>" for the groups ListGroups shows
+//   import TOKEN   open a session and try to redeem TOKEN on the fd channel; prints
+//                  "imported" or "refused <status>"
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 
 #include "commd/commd.h"
+#include "commd/v1/handles.pb.h"
+#include "common/runtime_dir.h"
+#include "common/unix_socket.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: test_client exit|wait\n");
     return 2;
+  }
+  if (std::strcmp(argv[1], "import") == 0 && argc == 3) {
+    // A raw fd-channel peer: its own session, then someone else's token.
+    const std::string path = commd::ClientRuntimeDir("") + "/" + commd::kHandleSocketName;
+    auto conn = commd::ConnectUnix(path, SOCK_SEQPACKET);
+    if (!conn.ok()) return 1;
+    commd::v1::HandleRequest request;
+    request.mutable_import()->add_tokens(argv[2]);
+    if (!commd::SendMessage(conn->get(), request.SerializeAsString()).ok()) return 1;
+    auto received = commd::ReceiveMessage(conn->get(), 65536);
+    if (!received.ok() || !received->has_value()) return 1;
+    commd::v1::HandleResponse response;
+    response.ParseFromString((*received)->bytes);
+    if (response.code() == 0 && !(*received)->fds.empty()) {
+      std::printf("imported\n");
+    } else {
+      std::printf("refused %d %s (%zu fds)\n", response.code(), response.message().c_str(),
+                  (*received)->fds.size());
+    }
+    return 0;
   }
   auto client = commd::Client::Connect();
   if (!client.ok()) {
@@ -20,6 +48,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("connected %s\n", (*client)->job_id().c_str());
+  if (std::strcmp(argv[1], "peek") == 0 && argc == 3) {
+    auto buffer = (*client)->AttachPersistent(argv[2]);
+    std::printf("persistent %s\n", absl::StatusCodeToString(buffer.status().code()).c_str());
+    auto groups = (*client)->ListGroups();
+    std::printf("groups %d\n", groups.ok() ? groups->groups_size() : -1);
+    return 0;
+  }
   std::fflush(stdout);
   if (std::strcmp(argv[1], "wait") == 0) {
     for (;;) ::pause();
