@@ -3,8 +3,7 @@
 #include "absl/strings/str_cat.h"
 
 #ifdef COMMD_HAVE_CUDA
-#include <cuda.h>
-#include <cuda_runtime_api.h>
+#include "common/cuda_check.h"
 #endif
 
 namespace commd {
@@ -16,16 +15,7 @@ constexpr unsigned int kDriverApiVersion = 12000;
 
 template <typename Fn>
 bool GetEntryPoint(const char* name, Fn* fn, std::string* why) {
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  const cudaError_t err = cudaGetDriverEntryPointByVersion(
-      name, reinterpret_cast<void**>(fn), kDriverApiVersion, cudaEnableDefault, &found);
-  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || *fn == nullptr) {
-    *why = absl::StrCat("no CUDA driver: ", name, " unavailable (",
-                        err != cudaSuccess ? cudaGetErrorName(err) : "symbol not found", ": ",
-                        err != cudaSuccess ? cudaGetErrorString(err) : "driver too old", ")");
-    return false;
-  }
-  return true;
+  return GetDriverEntryPoint(name, reinterpret_cast<void**>(fn), why);
 }
 
 CudaDriverInfo Probe() {
@@ -59,6 +49,35 @@ CudaDriverInfo Probe() {
 #endif
 
 }  // namespace
+
+#ifdef COMMD_HAVE_CUDA
+bool GetDriverEntryPoint(const char* name, void** fn, std::string* why) {
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  const cudaError_t err =
+      cudaGetDriverEntryPointByVersion(name, fn, kDriverApiVersion, cudaEnableDefault, &found);
+  if (err != cudaSuccess || found != cudaDriverEntryPointSuccess || *fn == nullptr) {
+    *why = absl::StrCat("no CUDA driver: ", name, " unavailable (",
+                        err != cudaSuccess ? cudaGetErrorName(err) : "symbol not found", ": ",
+                        err != cudaSuccess ? cudaGetErrorString(err) : "driver too old", ")");
+    return false;
+  }
+  return true;
+}
+
+std::string CuErrorText(CUresult result) {
+  static const auto get_name = [] {
+    decltype(&cuGetErrorName) fn = nullptr;
+    std::string ignored;
+    GetEntryPoint("cuGetErrorName", &fn, &ignored);
+    return fn;
+  }();
+  const char* name = nullptr;
+  if (get_name != nullptr && get_name(result, &name) == CUDA_SUCCESS && name != nullptr) {
+    return name;
+  }
+  return absl::StrCat("CUresult ", static_cast<int>(result));
+}
+#endif
 
 const CudaDriverInfo& ProbeCudaDriver() {
   static const CudaDriverInfo info = Probe();

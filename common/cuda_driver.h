@@ -24,6 +24,11 @@ struct CudaDriverInfo {
 
 const CudaDriverInfo& ProbeCudaDriver();
 
+// Resolves a driver API function at the CUDA 12.0 ABI through the runtime's entry-point
+// lookup; false (with why in `error`) when there is no driver or no such function. Only in
+// builds with CUDA.
+bool GetDriverEntryPoint(const char* name, void** fn, std::string* error);
+
 }  // namespace commd
 
 #endif  // COMMD_COMMON_CUDA_DRIVER_H_

@@ -40,9 +40,11 @@ absl::StatusOr<Device> ParseDevice(absl::string_view text);
 // Memory a backend allocated. Moving it moves ownership; Release gives it back.
 struct MemoryBlock {
   Device device;
-  size_t bytes = 0;     // the size actually allocated (granularity applied)
-  UniqueFd fd;          // host: the sealed memfd; cuda: the POSIX fd of the cuMem handle
-  uint64_t handle = 0;  // cuda: CUmemGenericAllocationHandle; host: 0
+  size_t bytes = 0;             // the size actually allocated (granularity applied)
+  UniqueFd fd;                  // host: the sealed memfd; cuda: the cuMem handle's POSIX fd
+  uint64_t handle = 0;          // cuda: CUmemGenericAllocationHandle; 0 otherwise
+  uint64_t device_pointer = 0;  // cuda legacy IPC: the cudaMalloc'd pointer; 0 otherwise
+  std::string opaque_handle;    // cuda: fabric or legacy IPC handle bytes; empty for host
 };
 
 // What a client needs to map a block: a file descriptor to pass over the fd channel and,

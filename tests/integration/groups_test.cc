@@ -167,27 +167,40 @@ TEST_F(GroupsTest, BadJoinsFailOnlyTheOffender) {
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < 5; ++i) clients.push_back(*Connect());
   const absl::Duration t = absl::Seconds(20);
-  auto results = JoinAll(clients, "g",
-                         {{.name = "g", .rank = 0, .world_size = 2, .timeout = t},
-                          {.name = "g", .rank = 5, .world_size = 2, .timeout = t},
-                          {.name = "g", .rank = 1, .world_size = 3, .timeout = t},
-                          {.name = "g", .rank = 0, .world_size = 2, .timeout = t},
-                          {.name = "g", .rank = 1, .world_size = 2, .timeout = t}});
-  // Exactly one of the two rank-0 joins wins; the other is ALREADY_EXISTS.
-  const bool first_won = results[0].ok();
-  ASSERT_TRUE(first_won || results[3].ok());
-  const auto& duplicate = first_won ? results[3] : results[0];
-  // Either rank 0 was still waiting ("already joined") or the group had formed already.
+  // Rank 0 defines the group (world size 2) and waits in it.
+  absl::StatusOr<std::unique_ptr<Group>> rank0;
+  std::thread first([&] {
+    rank0 = clients[0]->JoinGroup({.name = "g", .rank = 0, .world_size = 2, .timeout = t});
+  });
+  int joined = 0;
+  for (int i = 0; i < 1000 && joined < 1; ++i) {
+    auto groups = clients[1]->ListGroups();
+    joined = groups.ok() && !groups->groups().empty() ? groups->groups(0).joined() : 0;
+    if (joined < 1) absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(joined, 1);
+  // Each bad join fails at once, and only its caller.
+  auto out_of_range =
+      clients[1]->JoinGroup({.name = "g", .rank = 5, .world_size = 2, .timeout = t});
+  EXPECT_EQ(out_of_range.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out_of_range.status().message(),
+              HasSubstr("rank 5 for group g of world size 2; allowed 0 to 1"));
+  auto disagrees = clients[2]->JoinGroup({.name = "g", .rank = 1, .world_size = 3, .timeout = t});
+  EXPECT_EQ(disagrees.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(disagrees.status().message(), HasSubstr("world size 3 disagrees"));
+  auto duplicate = clients[3]->JoinGroup({.name = "g", .rank = 0, .world_size = 2, .timeout = t});
   EXPECT_EQ(duplicate.status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_THAT(duplicate.status().message(), HasSubstr("group g"));
-  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(results[1].status().message(), HasSubstr("rank 5 for group g of world size 2; "
-                                                       "allowed 0 to 1"));
-  EXPECT_EQ(results[2].status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(results[2].status().message(), HasSubstr("world size 3 disagrees"));
-  ASSERT_TRUE(results[4].ok()) << results[4].status();
-  EXPECT_EQ((*results[4])->world_size(), 2);
-  EXPECT_EQ((*results[4])->member_pids().size(), 2u);
+  EXPECT_THAT(duplicate.status().message(), HasSubstr("rank 0 already joined group g"));
+  // The group still forms for the right ranks.
+  auto rank1 = clients[4]->JoinGroup({.name = "g", .rank = 1, .world_size = 2, .timeout = t});
+  first.join();
+  ASSERT_TRUE(rank0.ok()) << rank0.status();
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  EXPECT_EQ((*rank1)->world_size(), 2);
+  EXPECT_EQ((*rank0)->member_pids(), (*rank1)->member_pids());
+  auto late = clients[1]->JoinGroup({.name = "g", .rank = 1, .world_size = 2, .timeout = t});
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(late.status().message(), HasSubstr("has already formed"));
 
   // Bad values that never reach a group.
   auto c = Connect();
