@@ -79,6 +79,12 @@ absl::Status Daemon::StartMemory() {
                                                     &metrics_->registry());
   persistent_ =
       std::make_unique<memory::PersistentBuffers>(table_.get(), timers_.get(), config_.memory());
+  store_ = std::make_unique<store::KvStore>(
+      store::StoreLimits{config_.limits().max_store_keys_per_job(),
+                         config_.limits().max_store_key_bytes(),
+                         config_.limits().max_store_value_bytes(),
+                         absl::Milliseconds(config_.groups().max_timeout_ms())},
+      timers_.get());
   sessions_->AddEndListener([this](const server::Session& s, absl::string_view reason) {
     groups_->OnSessionEnd(s, reason);
     persistent_->OnSessionEnd(s);
@@ -119,7 +125,10 @@ absl::Status Daemon::StartServers() {
   builder.RegisterService(node_service_.get());
   builder.RegisterService(session_service_.get());
   builder.RegisterService(groups_service_.get());
+  store_service_ =
+      std::make_unique<store::StoreService>(rpc_.get(), store_.get(), &metrics_->registry());
   builder.RegisterService(memory_service_.get());
+  builder.RegisterService(store_service_.get());
   // Further services register here, each built from rpc_ and its own component.
   grpc_ = builder.BuildAndStart();
   if (grpc_ == nullptr) {
@@ -161,12 +170,14 @@ void Daemon::Shutdown(absl::Duration grace) {
   // Stop the threads that call into components before destroying any component.
   loop_.reset();
   timers_.reset();
+  store_service_.reset();
   memory_service_.reset();
   groups_service_.reset();
   session_service_.reset();
   node_service_.reset();
   groups_.reset();
   persistent_.reset();
+  store_.reset();
   table_.reset();
   channel_.reset();
   sessions_.reset();

@@ -30,6 +30,8 @@
 #include "daemon/server/session_service.h"
 #include "daemon/server/sessions.h"
 #include "daemon/server/timer_queue.h"
+#include "daemon/store/kv_store.h"
+#include "daemon/store/store_service.h"
 #include "grpcpp/server.h"
 
 namespace commd {
@@ -68,11 +70,13 @@ class Daemon {
   std::unique_ptr<memory::AllocationTable> table_;
   std::unique_ptr<groups::GroupRegistry> groups_;
   std::unique_ptr<memory::PersistentBuffers> persistent_;
+  std::unique_ptr<store::KvStore> store_;
   std::unique_ptr<server::RpcContext> rpc_;
   std::unique_ptr<server::NodeService> node_service_;
   std::unique_ptr<server::SessionService> session_service_;
   std::unique_ptr<groups::GroupsService> groups_service_;
   std::unique_ptr<memory::MemoryService> memory_service_;
+  std::unique_ptr<store::StoreService> store_service_;
   std::unique_ptr<grpc::Server> grpc_;
   // Threads that call into the components above; Shutdown stops them first.
   std::unique_ptr<server::TimerQueue> timers_;

@@ -172,6 +172,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->groups = v1::Groups::NewStub(channel);
   impl->memory = v1::Memory::NewStub(channel);
   impl->session = v1::Session::NewStub(channel);
+  impl->store_impl = std::make_unique<Store::Impl>(impl.get());
+  impl->store = std::make_unique<Store>(impl->store_impl.get());
   RETURN_IF_ERROR(impl->Attach(deadline));
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
@@ -187,6 +189,8 @@ absl::StatusOr<v1::Topology> Client::GetTopology() {
   RETURN_IF_ERROR(FromGrpcStatus(impl_->node->GetTopology(impl_->Context().get(), {}, &response)));
   return response;
 }
+
+Store& Client::store() { return *impl_->store; }
 
 const std::string& Client::runtime_dir() const { return impl_->runtime_dir; }
 const std::string& Client::job_id() const { return impl_->job_id; }

@@ -14,6 +14,7 @@
 #include "commd/v1/memory.grpc.pb.h"
 #include "commd/v1/node.grpc.pb.h"
 #include "commd/v1/session.grpc.pb.h"
+#include "commd/v1/store.grpc.pb.h"
 #include "common/runtime_dir.h"
 #include "common/shm_mapping.h"
 #include "common/unique_fd.h"
@@ -35,6 +36,8 @@ class Client::Impl {
   std::unique_ptr<v1::Groups::Stub> groups;
   std::unique_ptr<v1::Memory::Stub> memory;
   std::unique_ptr<v1::Session::Stub> session;
+  std::unique_ptr<Store::Impl> store_impl;
+  std::unique_ptr<Store> store;
   // The Attach stream: its context (cancelled on destruction) and reader thread.
   std::unique_ptr<grpc::ClientContext> attach_ctx;
   std::thread attach_thread;
@@ -63,6 +66,14 @@ class Client::Impl {
     ctx->set_deadline(absl::ToChronoTime(absl::Now() + wait + options.call_timeout));
     return ctx;
   }
+};
+
+// The Store's view of its Client: a stub on the session's channel.
+class Store::Impl {
+ public:
+  explicit Impl(Client::Impl* client) : client(client), stub(v1::Store::NewStub(client->channel)) {}
+  Client::Impl* client;
+  std::unique_ptr<v1::Store::Stub> stub;
 };
 
 }  // namespace commd

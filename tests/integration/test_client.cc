@@ -4,6 +4,8 @@
 //   wait    connect, print "connected <job>", sleep until killed
 //   peek NAME      connect, then print "persistent <code>" for AttachPersistent(NAME) and
 //                  "groups <n>" for the groups ListGroups shows
+//   store-set KEY VALUE   connect, set KEY in the job's store, print "set"
+//   store-wait KEY        connect, wait (up to 60 s) for KEY, print "waited <code>"
 //   import TOKEN   open a session and try to redeem TOKEN on the fd channel; prints
 //                  "imported" or "refused <status>"
 #include <sys/socket.h>
@@ -48,6 +50,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("connected %s\n", (*client)->job_id().c_str());
+  if (std::strcmp(argv[1], "store-set") == 0 && argc == 4) {
+    const absl::Status s = (*client)->store().Set(argv[2], argv[3]);
+    std::printf("%s\n", s.ok() ? "set" : s.ToString().c_str());
+    return s.ok() ? 0 : 1;
+  }
+  if (std::strcmp(argv[1], "store-wait") == 0 && argc == 3) {
+    const absl::Status s = (*client)->store().Wait({argv[2]}, absl::Seconds(60));
+    std::printf("waited %s\n", absl::StatusCodeToString(s.code()).c_str());
+    return 0;
+  }
   if (std::strcmp(argv[1], "peek") == 0 && argc == 3) {
     auto buffer = (*client)->AttachPersistent(argv[2]);
     std::printf("persistent %s\n", absl::StatusCodeToString(buffer.status().code()).c_str());

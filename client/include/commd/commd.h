@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "commd/device.h"
 #include "commd/group.h"
+#include "commd/store.h"
 #include "commd/v1/groups.pb.h"
 #include "commd/v1/node.pb.h"
 #include "commd/v1/topology.pb.h"
@@ -50,6 +51,9 @@ class COMMD_API Client {
   absl::StatusOr<v1::NodeStatus> GetStatus();
   // The node's topology as the daemon discovered it at start. Blocks for one round trip.
   absl::StatusOr<v1::Topology> GetTopology();
+
+  // This job's key-value store; lives as long as the Client.
+  Store& store();
 
   // Groups of this job (of every job for uid 0 and the admin group), forming or formed.
   absl::StatusOr<v1::ListGroupsResponse> ListGroups();

@@ -1,0 +1,87 @@
+// The per-job key-value store's data: one map per (uid, job id), limits, and waiters.
+//
+//   KvStore store(limits, &timers);
+//   store.Set(ns, "nccl_id", bytes);
+//   store.Wait(ns, {"nccl_id"}, absl::Seconds(30), [](absl::Status s) { ... });
+//
+// A Wait holds no thread: its callback runs on the thread that sets the last key, on the
+// timer thread at the deadline, or never once cancelled. Thread-safe.
+#ifndef COMMD_DAEMON_STORE_KV_STORE_H_
+#define COMMD_DAEMON_STORE_KV_STORE_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/server/timer_queue.h"
+
+namespace commd::store {
+
+struct StoreLimits {
+  uint32_t max_keys_per_job = 65536;
+  uint32_t max_key_bytes = 4096;
+  uint32_t max_value_bytes = 16 << 20;
+  absl::Duration max_wait = absl::Hours(24);
+};
+
+using Namespace = std::pair<uid_t, std::string>;  // (uid, job id)
+using WaitId = uint64_t;
+
+class KvStore {
+ public:
+  // `timers` must outlive the store and be stopped before it is destroyed.
+  KvStore(StoreLimits limits, server::TimerQueue* timers);
+
+  absl::Status Set(const Namespace& ns, const std::string& key, std::string value);
+  absl::StatusOr<std::string> Get(const Namespace& ns, const std::string& key) const;
+  absl::StatusOr<int64_t> Add(const Namespace& ns, const std::string& key, int64_t delta);
+  absl::StatusOr<std::string> CompareSet(const Namespace& ns, const std::string& key,
+                                         const std::string& expected, std::string desired);
+  absl::StatusOr<bool> Delete(const Namespace& ns, const std::string& key);
+
+  // Calls `done` once: OK when every key exists (at once if they already do), or
+  // DEADLINE_EXCEEDED naming the missing keys after `timeout`. Errors in the arguments are
+  // returned instead, and `done` is not called.
+  absl::StatusOr<WaitId> Wait(const Namespace& ns, const std::vector<std::string>& keys,
+                              absl::Duration timeout, std::function<void(absl::Status)> done);
+  // The waiter is dropped without a call to `done` (its caller went away).
+  void CancelWait(WaitId id);
+
+  size_t key_count() const;
+  size_t waiter_count() const;
+
+ private:
+  struct Waiter {
+    Namespace ns;
+    std::set<std::string> missing;
+    std::function<void(absl::Status)> done;
+    server::TimerId timer = 0;
+  };
+  absl::Status CheckKey(const std::string& key) const;
+  // Stores `value` (checking limits) and collects the waiters it completes.
+  absl::Status Put(const Namespace& ns, const std::string& key, std::string value,
+                   std::vector<std::function<void()>>* completed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnTimeout(WaitId id);
+
+  const StoreLimits limits_;
+  server::TimerQueue* const timers_;
+  mutable absl::Mutex mu_;
+  std::map<Namespace, std::map<std::string, std::string>> data_ ABSL_GUARDED_BY(mu_);
+  size_t keys_ ABSL_GUARDED_BY(mu_) = 0;
+  WaitId next_wait_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace commd::store
+
+#endif  // COMMD_DAEMON_STORE_KV_STORE_H_

@@ -1,0 +1,145 @@
+#include "daemon/store/kv_store.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace commd::store {
+namespace {
+
+const Namespace kJob{1000, "job"};
+
+class KvStoreTest : public ::testing::Test {
+ protected:
+  server::TimerQueue timers_;
+  KvStore store_{{.max_keys_per_job = 4,
+                  .max_key_bytes = 8,
+                  .max_value_bytes = 32,
+                  .max_wait = absl::Minutes(1)},
+                 &timers_};
+};
+
+TEST_F(KvStoreTest, SetGetDelete) {
+  ASSERT_TRUE(store_.Set(kJob, "k", "v1").ok());
+  EXPECT_EQ(*store_.Get(kJob, "k"), "v1");
+  ASSERT_TRUE(store_.Set(kJob, "k", "v2").ok());
+  EXPECT_EQ(*store_.Get(kJob, "k"), "v2");
+  EXPECT_EQ(store_.key_count(), 1u);
+  EXPECT_TRUE(*store_.Delete(kJob, "k"));
+  EXPECT_FALSE(*store_.Delete(kJob, "k"));
+  EXPECT_EQ(store_.Get(kJob, "k").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_.key_count(), 0u);
+}
+
+TEST_F(KvStoreTest, NamespacesAreSeparate) {
+  ASSERT_TRUE(store_.Set(kJob, "k", "mine").ok());
+  EXPECT_EQ(store_.Get({1000, "other"}, "k").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_.Get({1001, "job"}, "k").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(*store_.Delete({1001, "job"}, "k"));
+  EXPECT_EQ(*store_.Get(kJob, "k"), "mine");
+}
+
+TEST_F(KvStoreTest, AddCountsAsDecimalText) {
+  EXPECT_EQ(*store_.Add(kJob, "n", 5), 5);
+  EXPECT_EQ(*store_.Add(kJob, "n", -7), -2);
+  EXPECT_EQ(*store_.Get(kJob, "n"), "-2");
+  ASSERT_TRUE(store_.Set(kJob, "t", "text").ok());
+  EXPECT_EQ(store_.Add(kJob, "t", 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store_.Set(kJob, "big", "9223372036854775807").ok());
+  EXPECT_EQ(store_.Add(kJob, "big", 1).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST_F(KvStoreTest, CompareSetFollowsTcpStoreRules) {
+  EXPECT_EQ(*store_.CompareSet(kJob, "k", "", "first"), "first");  // absent matches ""
+  EXPECT_EQ(*store_.CompareSet(kJob, "k", "wrong", "x"), "first");
+  EXPECT_EQ(*store_.CompareSet(kJob, "k", "first", "second"), "second");
+  EXPECT_EQ(*store_.CompareSet(kJob, "absent", "x", "y"), "");
+  EXPECT_EQ(store_.Get(kJob, "absent").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(KvStoreTest, LimitsNameTheirField) {
+  auto key = store_.Set(kJob, "123456789", "v");
+  EXPECT_EQ(key.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(key.message().find("limits.max_store_key_bytes 8"), absl::string_view::npos);
+  auto value = store_.Set(kJob, "k", std::string(33, 'x'));
+  EXPECT_EQ(value.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(value.message().find("limits.max_store_value_bytes 32"), absl::string_view::npos);
+  for (const char* k : {"a", "b", "c", "d"}) ASSERT_TRUE(store_.Set(kJob, k, "v").ok());
+  auto count = store_.Set(kJob, "e", "v");
+  EXPECT_EQ(count.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(count.message().find("limits.max_store_keys_per_job"), absl::string_view::npos);
+  EXPECT_TRUE(store_.Set(kJob, "a", "overwrite is fine").ok() ||
+              store_.Set(kJob, "a", "short").ok());
+  EXPECT_TRUE(store_.Set({1000, "another"}, "e", "v").ok());  // the limit is per job
+  EXPECT_EQ(store_.Set(kJob, "", "v").code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(KvStoreTest, WaitCompletesWhenTheLastKeyAppears) {
+  absl::Notification done;
+  absl::Status result;
+  auto id = store_.Wait(kJob, {"a", "b"}, absl::Seconds(30), [&](absl::Status s) {
+    result = s;
+    done.Notify();
+  });
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(store_.Set(kJob, "a", "1").ok());
+  ASSERT_TRUE(store_.Set({1000, "other"}, "b", "not this job's").ok());
+  EXPECT_FALSE(done.HasBeenNotified());
+  ASSERT_TRUE(store_.Set(kJob, "b", "2").ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(result.ok());
+  EXPECT_EQ(store_.waiter_count(), 0u);
+}
+
+TEST_F(KvStoreTest, WaitTimesOutNamingTheMissingKeys) {
+  ASSERT_TRUE(store_.Set(kJob, "here", "1").ok());
+  absl::Notification done;
+  absl::Status result;
+  ASSERT_TRUE(store_
+                  .Wait(kJob, {"here", "x", "y"}, absl::Milliseconds(50),
+                        [&](absl::Status s) {
+                          result = s;
+                          done.Notify();
+                        })
+                  .ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(result.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(result.message(), "store keys still missing: x, y");
+}
+
+TEST_F(KvStoreTest, CancelledWaitNeverCalls) {
+  std::atomic<int> calls{0};
+  auto id = store_.Wait(kJob, {"k"}, absl::Milliseconds(30), [&](absl::Status) { ++calls; });
+  ASSERT_TRUE(id.ok());
+  store_.CancelWait(*id);
+  ASSERT_TRUE(store_.Set(kJob, "k", "v").ok());
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(calls.load(), 0);
+  EXPECT_EQ(store_.waiter_count(), 0u);
+}
+
+TEST_F(KvStoreTest, BadWaits) {
+  auto cb = [](absl::Status) {};
+  EXPECT_EQ(store_.Wait(kJob, {}, absl::Seconds(1), cb).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_.Wait(kJob, {"k"}, absl::Hours(2), cb).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_.Wait(kJob, {"k"}, -absl::Seconds(1), cb).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(KvStoreTest, ConcurrentAddsAreExact) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 1000; ++i) ASSERT_TRUE(store_.Add(kJob, "n", 1).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(*store_.Get(kJob, "n"), "8000");
+}
+
+}  // namespace
+}  // namespace commd::store
