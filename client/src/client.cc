@@ -133,13 +133,29 @@ absl::StatusOr<std::vector<UniqueFd>> Client::Impl::Import(const std::vector<std
   return fds;
 }
 
-absl::StatusOr<SharedMapping> Client::Impl::MapBuffer(const v1::BufferHandle& handle) {
-  if (handle.device() != "host") {
-    return absl::UnimplementedError(
-        absl::StrCat("this SDK build maps host memory only; buffer is on ", handle.device()));
+absl::StatusOr<std::vector<std::unique_ptr<Mapping>>> Client::Impl::MapBuffers(
+    const std::vector<const v1::BufferHandle*>& handles, int local_cuda_device) {
+  std::vector<std::string> tokens;
+  for (const v1::BufferHandle* h : handles) {
+    if (!h->import_token().empty()) tokens.push_back(h->import_token());
   }
-  ASSIGN_OR_RETURN(std::vector<UniqueFd> fds, Import({handle.import_token()}));
-  return SharedMapping::Map(fds[0].get(), handle.mapped_bytes());
+  std::vector<UniqueFd> fds;
+  if (!tokens.empty()) {
+    ASSIGN_OR_RETURN(fds, Import(tokens));
+  }
+  std::vector<std::unique_ptr<Mapping>> out;
+  size_t next_fd = 0;
+  for (const v1::BufferHandle* h : handles) {
+    UniqueFd fd = h->import_token().empty() ? UniqueFd() : std::move(fds[next_fd++]);
+    if (h->device() == "host") {
+      ASSIGN_OR_RETURN(auto m, MapHostBuffer(fd, h->mapped_bytes()));
+      out.push_back(std::move(m));
+    } else {
+      ASSIGN_OR_RETURN(auto m, MapCudaBuffer(*h, std::move(fd), local_cuda_device));
+      out.push_back(std::move(m));
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {

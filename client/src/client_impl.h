@@ -9,6 +9,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/src/mapping.h"
 #include "commd/commd.h"
 #include "commd/v1/groups.grpc.pb.h"
 #include "commd/v1/memory.grpc.pb.h"
@@ -16,7 +17,6 @@
 #include "commd/v1/session.grpc.pb.h"
 #include "commd/v1/store.grpc.pb.h"
 #include "common/runtime_dir.h"
-#include "common/shm_mapping.h"
 #include "common/unique_fd.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -48,8 +48,10 @@ class Client::Impl {
   absl::Status Attach(absl::Time deadline);
   // Redeems import tokens for file descriptors on the fd channel.
   absl::StatusOr<std::vector<UniqueFd>> Import(const std::vector<std::string>& tokens);
-  // Imports and maps one buffer handle (host memory).
-  absl::StatusOr<SharedMapping> MapBuffer(const v1::BufferHandle& handle);
+  // Maps buffers the daemon handed out: imports their fds (one fd-channel exchange for all)
+  // and maps each, host memory with mmap, device memory into `local_cuda_device`.
+  absl::StatusOr<std::vector<std::unique_ptr<Mapping>>> MapBuffers(
+      const std::vector<const v1::BufferHandle*>& handles, int local_cuda_device);
 
   // A context carrying the session token and the call deadline.
   std::unique_ptr<grpc::ClientContext> Context() const {

@@ -14,7 +14,7 @@ struct Group::State {
   v1::JoinGroupResponse joined;
   GroupOptions options;
   std::vector<int64_t> pids;
-  SharedMapping control_block;
+  std::unique_ptr<Mapping> control_block;
 };
 
 struct SymmetricBuffer::State {
@@ -23,13 +23,23 @@ struct SymmetricBuffer::State {
   int rank = 0;
   Device device = Device::Host();
   v1::SymmetricAllocation allocation;
-  std::vector<SharedMapping> mappings;  // by rank
+  std::vector<std::unique_ptr<Mapping>> mappings;  // by rank
 };
 
 struct PersistentBuffer::State {
   v1::PersistentBuffer buffer;
-  SharedMapping mapping;
+  std::unique_ptr<Mapping> mapping;
 };
+
+namespace {
+
+// The CUDA device a persistent buffer lives on (-1 for host memory), mapped there.
+int CudaIndexOf(const v1::PersistentBuffer& buffer) {
+  int index = -1;
+  return std::sscanf(buffer.handle().device().c_str(), "cuda:%d", &index) == 1 ? index : -1;
+}
+
+}  // namespace
 
 absl::StatusOr<v1::ListGroupsResponse> Client::ListGroups() {
   v1::ListGroupsResponse response;
@@ -56,7 +66,8 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   RETURN_IF_ERROR(FromGrpcStatus(impl_->groups->JoinGroup(
       impl_->WaitingContext(options.timeout).get(), request, &state->joined)));
   for (const v1::Member& m : state->joined.members()) state->pids.push_back(m.pid());
-  ASSIGN_OR_RETURN(state->control_block, impl_->MapBuffer(state->joined.control_block()));
+  ASSIGN_OR_RETURN(auto maps, impl_->MapBuffers({&state->joined.control_block()}, -1));
+  state->control_block = std::move(maps[0]);
   return std::unique_ptr<Group>(new Group(std::move(state)));
 }
 
@@ -68,8 +79,8 @@ int Group::global_rank() const { return state_->joined.members(rank()).global_ra
 const std::string& Group::name() const { return state_->joined.name(); }
 Device Group::device() const { return state_->options.device; }
 const std::vector<int64_t>& Group::member_pids() const { return state_->pids; }
-void* Group::control_block() const { return state_->control_block.data(); }
-size_t Group::control_block_bytes() const { return state_->control_block.size(); }
+void* Group::control_block() const { return state_->control_block->data(); }
+size_t Group::control_block_bytes() const { return state_->joined.control_block().mapped_bytes(); }
 
 absl::StatusOr<std::unique_ptr<SymmetricBuffer>> Group::AllocateSymmetric(size_t bytes) {
   v1::AllocateSymmetricRequest request;
@@ -87,20 +98,9 @@ absl::StatusOr<std::unique_ptr<SymmetricBuffer>> Group::AllocateSymmetric(size_t
   // Wrap before mapping, so a failure below still releases this rank's share.
   std::unique_ptr<SymmetricBuffer> out(new SymmetricBuffer(std::move(buffer)));
   SymmetricBuffer::State& s = *out->state_;
-  std::vector<std::string> tokens;
-  for (const v1::BufferHandle& h : s.allocation.buffers()) {
-    if (h.device() != "host") {
-      return absl::UnimplementedError(absl::StrCat("this SDK build maps host memory only; rank ",
-                                                   h.rank(), "'s buffer is on ", h.device()));
-    }
-    tokens.push_back(h.import_token());
-  }
-  ASSIGN_OR_RETURN(std::vector<UniqueFd> fds, client.Import(tokens));
-  for (size_t r = 0; r < fds.size(); ++r) {
-    ASSIGN_OR_RETURN(SharedMapping m,
-                     SharedMapping::Map(fds[r].get(), s.allocation.buffers(r).mapped_bytes()));
-    s.mappings.push_back(std::move(m));
-  }
+  std::vector<const v1::BufferHandle*> handles;
+  for (const v1::BufferHandle& h : s.allocation.buffers()) handles.push_back(&h);
+  ASSIGN_OR_RETURN(s.mappings, client.MapBuffers(handles, s.device.cuda_index()));
   return out;
 }
 
@@ -121,12 +121,12 @@ void* SymmetricBuffer::data() { return peer(state_->rank); }
 
 void* SymmetricBuffer::peer(int rank) {
   if (rank < 0 || rank >= static_cast<int>(state_->mappings.size())) return nullptr;
-  return static_cast<char*>(state_->mappings[rank].data()) + state_->allocation.data_offset();
+  return static_cast<char*>(state_->mappings[rank]->data()) + state_->allocation.data_offset();
 }
 
 uint32_t* SymmetricBuffer::signal_pad(int rank) {
   if (rank < 0 || rank >= static_cast<int>(state_->mappings.size())) return nullptr;
-  return static_cast<uint32_t*>(state_->mappings[rank].data());
+  return static_cast<uint32_t*>(state_->mappings[rank]->data());
 }
 
 size_t SymmetricBuffer::signal_pad_bytes() const { return state_->allocation.signal_pad_bytes(); }
@@ -144,7 +144,9 @@ absl::StatusOr<std::unique_ptr<PersistentBuffer>> Client::AllocatePersistent(
   auto state = std::make_unique<PersistentBuffer::State>();
   RETURN_IF_ERROR(FromGrpcStatus(
       impl_->memory->AllocatePersistent(impl_->Context().get(), request, &state->buffer)));
-  ASSIGN_OR_RETURN(state->mapping, impl_->MapBuffer(state->buffer.handle()));
+  ASSIGN_OR_RETURN(auto maps,
+                   impl_->MapBuffers({&state->buffer.handle()}, CudaIndexOf(state->buffer)));
+  state->mapping = std::move(maps[0]);
   return std::unique_ptr<PersistentBuffer>(new PersistentBuffer(std::move(state)));
 }
 
@@ -155,7 +157,9 @@ absl::StatusOr<std::unique_ptr<PersistentBuffer>> Client::AttachPersistent(
   auto state = std::make_unique<PersistentBuffer::State>();
   RETURN_IF_ERROR(FromGrpcStatus(
       impl_->memory->AttachPersistent(impl_->Context().get(), request, &state->buffer)));
-  ASSIGN_OR_RETURN(state->mapping, impl_->MapBuffer(state->buffer.handle()));
+  ASSIGN_OR_RETURN(auto maps,
+                   impl_->MapBuffers({&state->buffer.handle()}, CudaIndexOf(state->buffer)));
+  state->mapping = std::move(maps[0]);
   return std::unique_ptr<PersistentBuffer>(new PersistentBuffer(std::move(state)));
 }
 
@@ -169,7 +173,7 @@ absl::Status Client::DeletePersistent(const std::string& name) {
 
 PersistentBuffer::PersistentBuffer(std::unique_ptr<State> state) : state_(std::move(state)) {}
 PersistentBuffer::~PersistentBuffer() = default;
-void* PersistentBuffer::data() { return state_->mapping.data(); }
+void* PersistentBuffer::data() { return state_->mapping->data(); }
 size_t PersistentBuffer::size() const { return state_->buffer.bytes(); }
 const std::string& PersistentBuffer::name() const { return state_->buffer.name(); }
 

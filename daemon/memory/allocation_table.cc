@@ -136,13 +136,16 @@ void AllocationTable::Release(uint64_t id) {
 
 absl::StatusOr<v1::BufferHandle> AllocationTable::Handle(const Allocation& allocation, pid_t pid,
                                                          int rank) {
-  ASSIGN_OR_RETURN(std::string token, RandomToken());
   v1::BufferHandle handle;
   handle.set_rank(rank);
-  handle.set_import_token(token);
   handle.set_mapped_bytes(allocation.block.bytes);
   handle.set_device(allocation.block.device.ToString());
   handle.set_backend(allocation.backend);
+  handle.set_opaque_handle(allocation.block.opaque_handle);
+  // Legacy CUDA IPC handles are 64 plain bytes that travel in the answer; there is no fd.
+  if (!allocation.block.fd.valid()) return handle;
+  ASSIGN_OR_RETURN(std::string token, RandomToken());
+  handle.set_import_token(token);
   absl::MutexLock lock(&mu_);
   auto it = allocations_.find(allocation.id);
   if (it == allocations_.end()) {

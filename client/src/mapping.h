@@ -1,0 +1,31 @@
+// Internal to the SDK: a buffer of the daemon's mapped into this process, host or device.
+#ifndef COMMD_CLIENT_SRC_MAPPING_H_
+#define COMMD_CLIENT_SRC_MAPPING_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "commd/v1/memory.pb.h"
+#include "common/unique_fd.h"
+
+namespace commd {
+
+class Mapping {
+ public:
+  virtual ~Mapping() = default;  // unmaps
+  virtual void* data() const = 0;
+};
+
+// mmap(MAP_SHARED) of a memfd from the daemon.
+absl::StatusOr<std::unique_ptr<Mapping>> MapHostBuffer(const UniqueFd& fd, size_t bytes);
+
+// Imports a CUDA allocation into this process on `local_device`: a cuMem POSIX fd (reserve,
+// map, grant read/write to the local device) or, with no fd, a legacy IPC handle from
+// `handle.opaque_handle()`. UNIMPLEMENTED in builds without CUDA; the driver API is reached
+// through entry points, so the SDK loads on machines without a driver.
+absl::StatusOr<std::unique_ptr<Mapping>> MapCudaBuffer(const v1::BufferHandle& handle, UniqueFd fd,
+                                                       int local_device);
+
+}  // namespace commd
+
+#endif  // COMMD_CLIENT_SRC_MAPPING_H_
