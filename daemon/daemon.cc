@@ -12,6 +12,16 @@
 
 namespace commd {
 
+namespace {
+
+std::string Hostname() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+}  // namespace
+
 const char* DaemonVersion() { return COMMD_VERSION; }
 
 LogSeverity ToLogSeverity(v1::LogLevel level) {
@@ -75,8 +85,29 @@ absl::Status Daemon::StartMemory() {
   options.release_grace = absl::Milliseconds(config_.session().release_grace_ms());
   options.max_groups = config_.limits().max_groups();
   options.ring_capacity = config_.recorder().ring_capacity();
+  dumper_ = std::make_unique<recorder::Dumper>(
+      recorder::DumperOptions{.dump_dir = config_.recorder().dump_dir().empty()
+                                              ? recorder::DefaultDumpDir()
+                                              : config_.recorder().dump_dir(),
+                              .host = Hostname(),
+                              .version = DaemonVersion(),
+                              .write_torch_pickle = config_.recorder().write_torch_pickle()},
+      &metrics_->registry());
+  COMMD_LOG(INFO, "recorder") << "dumps go to " << dumper_->dump_dir();
+  // A dead rank's dump runs on the timer thread: it writes files, and the thread that noticed
+  // the death (the event loop) must not wait on a disk.
+  options.on_rank_death = [this](std::vector<recorder::DumpSource> sources) {
+    timers_->Schedule(absl::Now(), [this, sources = std::move(sources)] {
+      if (auto r = dumper_->Dump("rank_death", sources, std::nullopt); !r.ok()) {
+        COMMD_LOG(WARNING, "recorder") << "dump after a rank died: " << r.status();
+      }
+    });
+  };
   groups_ = std::make_unique<groups::GroupRegistry>(options, table_.get(), timers_.get(),
                                                     &metrics_->registry());
+  recorder_metrics_ =
+      std::make_shared<recorder::RecorderMetrics>([this] { return groups_->DumpSources({}); });
+  metrics_->Register(recorder_metrics_);
   persistent_ =
       std::make_unique<memory::PersistentBuffers>(table_.get(), timers_.get(), config_.memory());
   store_ = std::make_unique<store::KvStore>(
@@ -129,6 +160,9 @@ absl::Status Daemon::StartServers() {
       std::make_unique<store::StoreService>(rpc_.get(), store_.get(), &metrics_->registry());
   builder.RegisterService(memory_service_.get());
   builder.RegisterService(store_service_.get());
+  recorder_service_ =
+      std::make_unique<recorder::RecorderService>(rpc_.get(), groups_.get(), dumper_.get());
+  builder.RegisterService(recorder_service_.get());
   // Further services register here, each built from rpc_ and its own component.
   grpc_ = builder.BuildAndStart();
   if (grpc_ == nullptr) {
@@ -141,10 +175,8 @@ absl::Status Daemon::StartServers() {
 }
 
 void Daemon::FillStatus(v1::NodeStatus* status) const {
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
   status->set_version(DaemonVersion());
-  status->set_hostname(host);
+  status->set_hostname(Hostname());
   status->set_pid(::getpid());
   status->set_start_time_unix_ms(absl::ToUnixMillis(start_time_));
   status->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - start_time_));
@@ -162,14 +194,31 @@ void Daemon::Reload(const v1::DaemonConfig& config) {
   COMMD_LOG_ALWAYS("daemon") << "reloaded: log level " << v1::LogLevel_Name(config.log_level());
 }
 
+void Daemon::DumpAll(const std::string& trigger) {
+  auto sources = groups_->DumpSources({});
+  if (sources.empty()) {
+    COMMD_LOG(INFO, "recorder") << trigger << ": no formed group to dump";
+    return;
+  }
+  if (auto r = dumper_->Dump(trigger, sources, std::nullopt); !r.ok()) {
+    COMMD_LOG(WARNING, "recorder") << trigger << " dump failed: " << r.status();
+  }
+}
+
 void Daemon::Shutdown(absl::Duration grace) {
   if (grpc_ != nullptr) {
     grpc_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
     grpc_.reset();
   }
-  // Stop the threads that call into components before destroying any component.
+  // Stop the threads that call into components before destroying any component; scrapes
+  // read the groups' control blocks, so they stop first.
+  if (recorder_metrics_ != nullptr && metrics_ != nullptr) {
+    metrics_->Unregister(recorder_metrics_);
+    recorder_metrics_.reset();
+  }
   loop_.reset();
   timers_.reset();
+  recorder_service_.reset();
   store_service_.reset();
   memory_service_.reset();
   groups_service_.reset();
@@ -178,6 +227,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   groups_.reset();
   persistent_.reset();
   store_.reset();
+  dumper_.reset();
   table_.reset();
   channel_.reset();
   sessions_.reset();

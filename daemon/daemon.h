@@ -22,6 +22,9 @@
 #include "daemon/memory/allocation_table.h"
 #include "daemon/memory/persistent_buffers.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/recorder/dumper.h"
+#include "daemon/recorder/recorder_metrics.h"
+#include "daemon/recorder/recorder_service.h"
 #include "daemon/server/event_loop.h"
 #include "daemon/server/handle_channel.h"
 #include "daemon/server/node_service.h"
@@ -51,6 +54,9 @@ class Daemon {
   // Applies what can change live: the log level.
   void Reload(const v1::DaemonConfig& config);
 
+  // Dumps every formed group's flight recorders (SIGUSR1).
+  void DumpAll(const std::string& trigger);
+
   const std::string& runtime_dir() const { return dir_->dir(); }
   const std::string& metrics_address() const { return metrics_->bound_address(); }
 
@@ -71,12 +77,15 @@ class Daemon {
   std::unique_ptr<groups::GroupRegistry> groups_;
   std::unique_ptr<memory::PersistentBuffers> persistent_;
   std::unique_ptr<store::KvStore> store_;
+  std::unique_ptr<recorder::Dumper> dumper_;
+  std::shared_ptr<recorder::RecorderMetrics> recorder_metrics_;
   std::unique_ptr<server::RpcContext> rpc_;
   std::unique_ptr<server::NodeService> node_service_;
   std::unique_ptr<server::SessionService> session_service_;
   std::unique_ptr<groups::GroupsService> groups_service_;
   std::unique_ptr<memory::MemoryService> memory_service_;
   std::unique_ptr<store::StoreService> store_service_;
+  std::unique_ptr<recorder::RecorderService> recorder_service_;
   std::unique_ptr<grpc::Server> grpc_;
   // Threads that call into the components above; Shutdown stops them first.
   std::unique_ptr<server::TimerQueue> timers_;

@@ -22,13 +22,15 @@ Options:
                             (default: /run/commd as root, else $XDG_RUNTIME_DIR/commd,
                             else /tmp/commd-$UID)
   --metrics-address H:P     Prometheus endpoint; port 0 picks a free port (default 0.0.0.0:9464)
+  --dump-dir DIR            where flight-recorder dumps go (default: /var/lib/commd/dumps as
+                            root, else $XDG_STATE_HOME/commd/dumps)
   --log-level LEVEL         debug, info, warning or error (default info)
   --print-default-config    print the full default config, with comments, and exit
   --version                 print the version and exit
   -h, --help                print this help and exit
 
 Flags override the config file. Signals: SIGTERM/SIGINT stop (exit 0), SIGHUP reloads the
-log level from the config file.
+log level from the config file, SIGUSR1 dumps every rank's flight recorder.
 Clients find the daemon through COMMD_RUNTIME_DIR or the same default runtime dir.
 )";
 }
@@ -60,6 +62,8 @@ absl::StatusOr<DaemonFlags> ParseDaemonFlags(int argc, const char* const* argv) 
       ASSIGN_OR_RETURN(flags.runtime_dir, value());
     } else if (arg == "--metrics-address") {
       ASSIGN_OR_RETURN(flags.metrics_address, value());
+    } else if (arg == "--dump-dir") {
+      ASSIGN_OR_RETURN(flags.dump_dir, value());
     } else if (arg == "--log-level") {
       ASSIGN_OR_RETURN(flags.log_level, value());
     } else if (arg == "--print-default-config") {
@@ -83,6 +87,7 @@ absl::StatusOr<v1::DaemonConfig> ResolveConfig(const DaemonFlags& flags) {
     ASSIGN_OR_RETURN(config, config::LoadConfigFile(flags.config_path));
   }
   if (flags.runtime_dir) config.set_runtime_dir(*flags.runtime_dir);
+  if (flags.dump_dir) config.mutable_recorder()->set_dump_dir(*flags.dump_dir);
   if (flags.metrics_address) {
     auto hp = config::ParseHostPort(*flags.metrics_address);
     if (!hp.ok()) {

@@ -14,6 +14,7 @@ struct DaemonFlags {
   std::string config_path;
   std::optional<std::string> runtime_dir;
   std::optional<std::string> metrics_address;
+  std::optional<std::string> dump_dir;
   std::optional<std::string> log_level;
   bool print_default_config = false;
   bool version = false;

@@ -58,7 +58,7 @@ absl::Status RunUntilStopped(Daemon& daemon, const std::function<void()>& reload
         reload();
         break;
       case SIGUSR1:
-        COMMD_LOG(WARNING, "daemon") << "SIGUSR1: no flight recorders to dump in this version";
+        daemon.DumpAll("signal");
         break;
       default:
         COMMD_LOG_ALWAYS("daemon")

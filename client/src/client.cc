@@ -188,6 +188,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->groups = v1::Groups::NewStub(channel);
   impl->memory = v1::Memory::NewStub(channel);
   impl->session = v1::Session::NewStub(channel);
+  impl->recorder = v1::Recorder::NewStub(channel);
   impl->store_impl = std::make_unique<Store::Impl>(impl.get());
   impl->store = std::make_unique<Store>(impl->store_impl.get());
   RETURN_IF_ERROR(impl->Attach(deadline));
@@ -207,6 +208,18 @@ absl::StatusOr<v1::Topology> Client::GetTopology() {
 }
 
 Store& Client::store() { return *impl_->store; }
+
+absl::StatusOr<v1::DumpResponse> Client::Dump(const std::string& group, const std::string& job,
+                                              bool all_jobs) {
+  v1::DumpRequest request;
+  request.set_group(group);
+  request.set_job_id(job);
+  request.set_all_jobs(all_jobs);
+  v1::DumpResponse response;
+  RETURN_IF_ERROR(
+      FromGrpcStatus(impl_->recorder->Dump(impl_->Context().get(), request, &response)));
+  return response;
+}
 
 const std::string& Client::runtime_dir() const { return impl_->runtime_dir; }
 const std::string& Client::job_id() const { return impl_->job_id; }

@@ -14,6 +14,7 @@
 #include "commd/v1/groups.grpc.pb.h"
 #include "commd/v1/memory.grpc.pb.h"
 #include "commd/v1/node.grpc.pb.h"
+#include "commd/v1/recorder.grpc.pb.h"
 #include "commd/v1/session.grpc.pb.h"
 #include "commd/v1/store.grpc.pb.h"
 #include "common/runtime_dir.h"
@@ -36,6 +37,7 @@ class Client::Impl {
   std::unique_ptr<v1::Groups::Stub> groups;
   std::unique_ptr<v1::Memory::Stub> memory;
   std::unique_ptr<v1::Session::Stub> session;
+  std::unique_ptr<v1::Recorder::Stub> recorder;
   std::unique_ptr<Store::Impl> store_impl;
   std::unique_ptr<Store> store;
   // The Attach stream: its context (cancelled on destruction) and reader thread.

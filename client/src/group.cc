@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/src/client_impl.h"
+#include "client/src/recorder_impl.h"
 #include "commd/commd.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
@@ -15,6 +16,7 @@ struct Group::State {
   GroupOptions options;
   std::vector<int64_t> pids;
   std::unique_ptr<Mapping> control_block;
+  std::unique_ptr<Recorder> recorder;
 };
 
 struct SymmetricBuffer::State {
@@ -68,6 +70,14 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   for (const v1::Member& m : state->joined.members()) state->pids.push_back(m.pid());
   ASSIGN_OR_RETURN(auto maps, impl_->MapBuffers({&state->joined.control_block()}, -1));
   state->control_block = std::move(maps[0]);
+  auto recorder = std::make_unique<Recorder::Impl>();
+  ASSIGN_OR_RETURN(
+      recorder->writer,
+      RingWriter::Attach(state->control_block->data(), state->joined.control_block().mapped_bytes(),
+                         {.pg_id = state->joined.group_id(),
+                          .pg_name = state->joined.name(),
+                          .pg_desc = "commd"}));
+  state->recorder = std::make_unique<Recorder>(std::move(recorder));
   return std::unique_ptr<Group>(new Group(std::move(state)));
 }
 
@@ -79,6 +89,7 @@ int Group::global_rank() const { return state_->joined.members(rank()).global_ra
 const std::string& Group::name() const { return state_->joined.name(); }
 Device Group::device() const { return state_->options.device; }
 const std::vector<int64_t>& Group::member_pids() const { return state_->pids; }
+Recorder& Group::recorder() { return *state_->recorder; }
 void* Group::control_block() const { return state_->control_block->data(); }
 size_t Group::control_block_bytes() const { return state_->joined.control_block().mapped_bytes(); }
 

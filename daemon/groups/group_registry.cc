@@ -21,7 +21,9 @@ struct GroupRegistry::Member {
   std::shared_ptr<server::PendingCall> pending;  // while the rendezvous forms
   v1::JoinGroupResponse* response = nullptr;
   std::shared_ptr<const memory::Allocation> control_block;
-  SharedMapping control_map;  // the daemon's view: the watchdog and recorder read it
+  // The daemon's view of the control block: dumps and the watchdog read it. Shared, so a dump
+  // in progress keeps it mapped even if the member is released meanwhile.
+  std::shared_ptr<SharedMapping> control_map;
 };
 
 struct GroupRegistry::Round {
@@ -220,8 +222,9 @@ absl::Status GroupRegistry::CreateControlBlock(const Group& group, int rank, Mem
       table_->Allocate({m.session->uid, m.session->job_id, m.session->token},
                        memory::Device::Host(), bytes,
                        absl::StrCat(group.job(), "/", group.name(), "/cb", rank), v1::SESSION));
-  ASSIGN_OR_RETURN(m.control_map, SharedMapping::Map(m.control_block->block.fd.get(), bytes));
-  return InitControlBlock(m.control_map.data(), bytes,
+  ASSIGN_OR_RETURN(SharedMapping map, SharedMapping::Map(m.control_block->block.fd.get(), bytes));
+  m.control_map = std::make_shared<SharedMapping>(std::move(map));
+  return InitControlBlock(m.control_map->data(), bytes,
                           {.ring_capacity = options_.ring_capacity,
                            .rank = rank,
                            .world_size = group.world_size,
@@ -516,9 +519,50 @@ void GroupRegistry::ReleaseLater(std::vector<uint64_t> ids, Deferred& deferred) 
   }
 }
 
+std::vector<recorder::DumpSource> GroupRegistry::SourcesOf(const Group& g) const {
+  std::vector<int> global_ranks;
+  for (const Member& m : g.members) global_ranks.push_back(m.global_rank);
+  std::vector<recorder::DumpSource> out;
+  for (int r = 0; r < g.world_size; ++r) {
+    const Member& m = g.members[r];
+    if (m.control_map == nullptr) continue;
+    out.push_back({.job_id = g.job(),
+                   .uid = std::get<0>(g.key),
+                   .group = g.name(),
+                   .group_id = g.id,
+                   .rank = r,
+                   .global_rank = m.global_rank,
+                   .world_size = g.world_size,
+                   .pid = m.session->pid,
+                   .device = m.device.ToString(),
+                   .group_global_ranks = global_ranks,
+                   .block = m.control_map});
+  }
+  return out;
+}
+
+std::vector<recorder::DumpSource> GroupRegistry::DumpSources(const DumpFilter& filter) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<recorder::DumpSource> out;
+  for (const auto& [id, g] : groups_) {
+    if (!g->active) continue;
+    if (filter.job &&
+        (std::get<0>(g->key) != filter.job->first || g->job() != filter.job->second)) {
+      continue;
+    }
+    if (!filter.group.empty() && g->name() != filter.group) continue;
+    for (auto& source : SourcesOf(*g)) out.push_back(std::move(source));
+  }
+  return out;
+}
+
 void GroupRegistry::MemberGone(Group& g, int rank, absl::string_view reason, Deferred& deferred) {
   Member& m = g.members[rank];
   m.gone = true;
+  if (reason == "process_exited" && options_.on_rank_death) {
+    // The dead rank's last entries, and its peers' view of the same moment.
+    deferred.push_back([hook = options_.on_rank_death, sources = SourcesOf(g)] { hook(sources); });
+  }
   const absl::Status status = absl::AbortedError(
       absl::StrCat("rank ", rank, " (pid ", m.session->pid, ") of group ", g.name(), " ",
                    reason == "process_exited" ? "exited" : "closed its session"));

@@ -14,6 +14,7 @@
 #ifndef COMMD_DAEMON_GROUPS_GROUP_REGISTRY_H_
 #define COMMD_DAEMON_GROUPS_GROUP_REGISTRY_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "absl/time/time.h"
 #include "commd/v1/groups.pb.h"
 #include "daemon/memory/allocation_table.h"
+#include "daemon/recorder/dumper.h"
 #include "daemon/server/rpc.h"
 #include "daemon/server/sessions.h"
 #include "daemon/server/timer_queue.h"
@@ -42,6 +44,15 @@ struct GroupsOptions {
   absl::Duration release_grace = absl::Seconds(30);
   uint32_t max_groups = 1024;
   uint32_t ring_capacity = 4096;  // flight-recorder entries per control block
+  // Called (on the thread that noticed, with no lock held) with every rank of a group whose
+  // member's process exited, so its flight recorder can be dumped while still mapped.
+  std::function<void(std::vector<recorder::DumpSource>)> on_rank_death;
+};
+
+// Which control blocks a dump wants: every job's (admin), or one job's; one group or all.
+struct DumpFilter {
+  std::optional<std::pair<uid_t, std::string>> job;  // (uid, job id); none: every job
+  std::string group;                                 // empty: every group
 };
 
 class GroupRegistry {
@@ -63,6 +74,9 @@ class GroupRegistry {
                                 const v1::ReleaseSymmetricRequest& request);
   // The caller's job's groups; every job's for an admin session.
   std::vector<v1::GroupInfo> List(const server::Session& session) const;
+
+  // The control blocks of formed groups that `filter` selects, kept mapped for the caller.
+  std::vector<recorder::DumpSource> DumpSources(const DumpFilter& filter) const;
 
   void OnSessionEnd(const server::Session& session, absl::string_view reason);
   size_t size() const;
@@ -99,6 +113,8 @@ class GroupRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLater(std::vector<uint64_t> allocation_ids, Deferred& deferred);
   void Retire(Group& group, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<recorder::DumpSource> SourcesOf(const Group& group) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Group* FindForMember(const server::Session& session, uint64_t group_id, int* rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -34,6 +34,14 @@ class Metrics {
   // "host:port" actually bound, e.g. "127.0.0.1:39211".
   const std::string& bound_address() const { return bound_address_; }
   prometheus::Registry& registry() { return *registry_; }
+  // Serves `collectable` too; it must stay alive until the Metrics object is destroyed.
+  void Register(const std::shared_ptr<prometheus::Collectable>& collectable) {
+    exposer_->RegisterCollectable(collectable);
+  }
+  // Stops serving `collectable` (before what it reads is destroyed).
+  void Unregister(const std::shared_ptr<prometheus::Collectable>& collectable) {
+    exposer_->RemoveCollectable(collectable);
+  }
 
   // One finished RPC: its latency, and an error count when `code` is not OK. `code` is the
   // numeric gRPC/absl status code.

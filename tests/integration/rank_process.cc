@@ -7,6 +7,9 @@
 //     SIZES  comma-separated bytes per allocation, e.g. 4096,1048576
 //     MODE   run (default) | hang-after-join (join, then sleep until killed)
 //            | hang-before-join (connect, then sleep until killed)
+//            | record:N (record N all-reduces in the flight recorder, print "RECORDED N",
+//              then sleep until killed) | record-forever (print "RECORDING", record until
+//              killed)
 #include <unistd.h>
 
 #include <atomic>
@@ -63,6 +66,32 @@ absl::Status CheckBuffer(commd::SymmetricBuffer& buf, int rank, int world, uint3
   return ExchangeFlags(buf, rank, world, round + 1000);
 }
 
+// Records all-reduces of a 1024 x 1024 bf16 tensor, as a trainer recording NCCL calls would.
+int Record(commd::Group& group, const std::string& mode) {
+  commd::Recorder& rec = group.recorder();
+  const int64_t dims[] = {1024, 1024};
+  const commd::TensorDesc t{dims, 2, commd::DataType::kBFloat16};
+  auto one = [&] {
+    const commd::RecordId id = rec.Begin(commd::CollectiveOp::kAllReduce, {&t, 1}, {&t, 1});
+    rec.Started(id);
+    rec.Completed(id);
+  };
+  if (mode == "record-forever") {
+    std::printf("RECORDING\n");
+    std::fflush(stdout);
+    for (uint64_t i = 0;; ++i) {
+      one();
+      if (i % 64 == 0) absl::SleepFor(absl::Microseconds(50));
+    }
+  }
+  int n = 0;
+  if (!absl::SimpleAtoi(mode.substr(mode.find(':') + 1), &n)) return 2;
+  for (int i = 0; i < n; ++i) one();
+  std::printf("RECORDED %d\n", n);
+  std::fflush(stdout);
+  for (;;) ::pause();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,6 +121,7 @@ int main(int argc, char** argv) {
   if (mode == "hang-after-join") {
     for (;;) ::pause();
   }
+  if (mode.rfind("record", 0) == 0) return Record(**group, mode);
   uint32_t round = 1;
   for (absl::string_view size : absl::StrSplit(argv[4], ',')) {
     size_t bytes = 0;

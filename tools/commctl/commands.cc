@@ -1,12 +1,20 @@
 #include "tools/commctl/commands.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "daemon/recorder/dumper.h"
+#include "daemon/recorder/pickle_writer.h"
 #include "daemon/topology/topology_text.h"
 #include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
 
 namespace commd::ctl {
 namespace {
@@ -27,7 +35,7 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectFor(const GlobalOptions& options)
   copts.runtime_dir = options.runtime_dir;
   copts.connect_timeout = options.timeout;
   copts.call_timeout = options.timeout;
-  copts.job_id = "commctl";
+  copts.job_id = options.job.empty() ? "commctl" : options.job;
   return Client::Connect(copts);
 }
 
@@ -74,6 +82,58 @@ absl::Status Groups(const GlobalOptions& options, std::ostream& out) {
   return Print(options, groups, FormatGroups(groups), out);
 }
 
+absl::Status Dump(const GlobalOptions& options, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto client, ConnectFor(options));
+  // As root, no --job means every job; a user dumps the job it names (its own namespace).
+  const bool all = options.job.empty() && ::geteuid() == 0;
+  ASSIGN_OR_RETURN(v1::DumpResponse dump, client->Dump(options.group, options.job, all));
+  std::string text = absl::StrCat("dumped ", dump.entries(), " entries (", dump.invalid_entries(),
+                                  " invalid) into ", dump.files_size(), " file(s):\n");
+  for (const std::string& f : dump.files()) absl::StrAppend(&text, "  ", f, "\n");
+  return Print(options, dump, text, out);
+}
+
+// Converts a dump directory's JSON files (rank<N>.json, any depth) into the pickles
+// torchfrtrace reads (nccl_trace_rank_<N>), one directory per group.
+absl::Status FrExport(const GlobalOptions& options, std::ostream& out) {
+  if (options.in_dir.empty() || options.out_dir.empty()) {
+    return absl::InvalidArgumentError("fr export needs --in DIR and --out DIR");
+  }
+  if (!options.format.empty() && options.format != "torch") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format '", options.format, "'; allowed: torch"));
+  }
+  int written = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(options.in_dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!it->is_regular_file() || name.rfind("rank", 0) != 0 || it->path().extension() != ".json") {
+      continue;
+    }
+    std::ifstream in(it->path());
+    nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded()) {
+      return absl::InvalidArgumentError(absl::StrCat(it->path().string(), " is not JSON"));
+    }
+    ASSIGN_OR_RETURN(std::string pickle, EncodePickle(json));
+    const auto rel = std::filesystem::relative(it->path().parent_path(), options.in_dir);
+    const auto dir = std::filesystem::path(options.out_dir) / rel;
+    std::filesystem::create_directories(dir, ec);
+    const std::string rank = name.substr(4, name.size() - 4 - 5);
+    std::ofstream(dir / absl::StrCat(recorder::kTorchTracePrefix, rank), std::ios::binary)
+        << pickle;
+    ++written;
+  }
+  if (ec)
+    return absl::NotFoundError(absl::StrCat("cannot read ", options.in_dir, ": ", ec.message()));
+  if (written == 0) {
+    return absl::NotFoundError(absl::StrCat("no rank<N>.json files under ", options.in_dir));
+  }
+  out << "wrote " << written << " torchfrtrace file(s) under " << options.out_dir << "\n";
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const char* Usage() {
@@ -85,6 +145,11 @@ Commands:
   status    daemon version, uptime, sessions, groups, memory in use, CUDA
   topo      GPU/NIC link matrix (nvidia-smi topo -m vocabulary) and classification
   groups    groups with their state, ranks and processes (all jobs when run as root)
+  dump [--job J] [--group G]
+            write a flight-recorder dump of the formed groups into the daemon's dump dir
+            (as root without --job: every job)
+  fr export --in DIR --out DIR [--format torch]
+            convert a dump's JSON files into the pickles PyTorch's torchfrtrace reads
 
 Options:
   --runtime-dir DIR   the daemon's runtime dir (default: $COMMD_RUNTIME_DIR, then
@@ -125,6 +190,16 @@ absl::Status ParseArgs(int argc, const char* const* argv, GlobalOptions* options
             absl::StrCat("--timeout '", t, "' is not a number of seconds in (0, 3600]"));
       }
       options->timeout = absl::Seconds(seconds);
+    } else if (arg == "--job") {
+      ASSIGN_OR_RETURN(options->job, take());
+    } else if (arg == "--group") {
+      ASSIGN_OR_RETURN(options->group, take());
+    } else if (arg == "--in") {
+      ASSIGN_OR_RETURN(options->in_dir, take());
+    } else if (arg == "--out") {
+      ASSIGN_OR_RETURN(options->out_dir, take());
+    } else if (arg == "--format") {
+      ASSIGN_OR_RETURN(options->format, take());
     } else if (arg.rfind("-", 0) == 0 && arg != "-h" && arg != "--help") {
       return absl::InvalidArgumentError(absl::StrCat("unknown option '", arg, "'"));
     } else {
@@ -138,6 +213,7 @@ absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::str
                         std::ostream& out) {
   if (args.empty()) return absl::InvalidArgumentError("no command given");
   const std::string& command = args[0];
+  if (command == "fr" && args.size() == 2 && args[1] == "export") return FrExport(options, out);
   if (args.size() > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", command, "' takes no arguments, got '", args[1], "'"));
@@ -145,8 +221,9 @@ absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::str
   if (command == "status") return Status(options, out);
   if (command == "topo") return Topo(options, out);
   if (command == "groups") return Groups(options, out);
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown command '", command, "'; commands: status, topo, groups"));
+  if (command == "dump") return Dump(options, out);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown command '", command, "'; commands: status, topo, groups, dump, fr export"));
 }
 
 std::string FormatDuration(int64_t ms) {

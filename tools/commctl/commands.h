@@ -15,6 +15,9 @@ struct GlobalOptions {
   std::string runtime_dir;  // empty: $COMMD_RUNTIME_DIR, then the default
   bool json = false;
   absl::Duration timeout = absl::Seconds(5);
+  std::string job;    // --job: empty means the client's ($COMMD_JOB_ID or "commctl")
+  std::string group;  // --group
+  std::string in_dir, out_dir, format;  // fr export
 };
 
 // Parses global flags wherever they appear; what remains is the command and its arguments.

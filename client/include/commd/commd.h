@@ -21,6 +21,7 @@
 #include "commd/store.h"
 #include "commd/v1/groups.pb.h"
 #include "commd/v1/node.pb.h"
+#include "commd/v1/recorder.pb.h"
 #include "commd/v1/topology.pb.h"
 
 namespace commd {
@@ -54,6 +55,12 @@ class COMMD_API Client {
 
   // This job's key-value store; lives as long as the Client.
   Store& store();
+
+  // Writes a flight-recorder dump of this job's formed groups (`group` empty: all of them)
+  // into the daemon's dump directory; uid 0 and the admin group may name another `job` or
+  // all jobs. Reads shared memory only: works while ranks are stuck or dead.
+  absl::StatusOr<v1::DumpResponse> Dump(const std::string& group = "", const std::string& job = "",
+                                        bool all_jobs = false);
 
   // Groups of this job (of every job for uid 0 and the admin group), forming or formed.
   absl::StatusOr<v1::ListGroupsResponse> ListGroups();

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "commd/device.h"
 #include "commd/export.h"
+#include "commd/recorder.h"
 
 namespace commd {
 
@@ -76,6 +77,9 @@ class COMMD_API Group {
   // on every rank), a rank left (ABORTED naming it) or the group's timeout passed
   // (DEADLINE_EXCEEDED naming the ranks that never asked).
   absl::StatusOr<std::unique_ptr<SymmetricBuffer>> AllocateSymmetric(size_t bytes);
+
+  // Records collectives that run elsewhere (e.g. NCCL) into this rank's flight recorder.
+  Recorder& recorder();
 
   // This rank's control block (shared with the daemon): progress, abort word, recorder.
   void* control_block() const;

@@ -1,0 +1,146 @@
+#include "daemon/recorder/dumper.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "daemon/recorder/dump_json.h"
+#include "daemon/recorder/pickle_writer.h"
+#include "daemon/recorder/ring_reader.h"
+
+namespace commd::recorder {
+namespace {
+
+// Writes `content` to `dir/name` through a temporary file and a rename.
+absl::Status WriteAtomically(const std::string& dir, const std::string& name,
+                             const std::string& content) {
+  const std::string tmp = absl::StrCat(dir, "/.", name, ".tmp");
+  const std::string path = absl::StrCat(dir, "/", name);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  ::chmod(tmp.c_str(), 0640);
+  SYS_RETURN_IF_ERROR(::rename(tmp.c_str(), path.c_str()));
+  return absl::OkStatus();
+}
+
+// Group names may hold '/', which must not nest directories.
+std::string FileSafe(const std::string& name) { return absl::StrReplaceAll(name, {{"/", "_"}}); }
+
+}  // namespace
+
+std::string DefaultDumpDir() {
+  if (const char* state = std::getenv("STATE_DIRECTORY"); state != nullptr && *state != '\0') {
+    return absl::StrCat(std::string(state).substr(0, std::string(state).find(':')), "/dumps");
+  }
+  if (::geteuid() == 0) return "/var/lib/commd/dumps";
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return absl::StrCat(xdg, "/commd/dumps");
+  }
+  const char* home = std::getenv("HOME");
+  return absl::StrCat(home != nullptr ? home : "/tmp", "/.local/state/commd/dumps");
+}
+
+Dumper::Dumper(DumperOptions options, prometheus::Registry* registry)
+    : options_(std::move(options)) {
+  dumps_ = &prometheus::BuildCounter()
+                .Name("commd_flight_recorder_dumps_total")
+                .Help("Flight-recorder dumps written, by trigger")
+                .Register(*registry);
+  for (const char* trigger : {"request", "signal", "rank_death"})
+    dumps_->Add({{"trigger", trigger}});
+  invalid_ = &prometheus::BuildCounter()
+                  .Name("commd_flight_recorder_invalid_entries_total")
+                  .Help("Ring entries skipped by dumps because they did not validate")
+                  .Register(*registry)
+                  .Add({});
+}
+
+absl::StatusOr<std::string> Dumper::NewDumpDirectory(const std::string& job,
+                                                     const std::string& trigger) {
+  const std::string base = absl::StrCat(
+      options_.dump_dir, "/", job, "/",
+      absl::FormatTime("%Y%m%dT%H%M%E3SZ", absl::Now(), absl::UTCTimeZone()), "-", trigger);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(base).parent_path(), ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create dump directory under ", options_.dump_dir, ": ", ec.message()));
+  }
+  // Never overwrite: a second dump in the same millisecond gets a suffix.
+  for (int n = 0; n < 1000; ++n) {
+    const std::string dir = n == 0 ? base : absl::StrCat(base, "-", n);
+    if (::mkdir(dir.c_str(), 0750) == 0) return dir;
+    if (errno != EEXIST) return ErrnoStatus(errno, absl::StrCat("mkdir ", dir));
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("too many dumps named ", base));
+}
+
+absl::StatusOr<DumpResult> Dumper::Dump(const std::string& trigger,
+                                        const std::vector<DumpSource>& sources,
+                                        const std::optional<nlohmann::json>& diagnosis) {
+  absl::MutexLock lock(&mu_);
+  DumpResult result;
+  std::map<std::string, std::string> job_dirs;
+  for (const DumpSource& src : sources) {
+    auto snapshot = ReadControlBlock(src.block->data(), src.block->size());
+    if (!snapshot.ok()) {
+      COMMD_LOG(WARNING, "recorder") << "skipping rank " << src.rank << " of " << src.job_id << "/"
+                                     << src.group << ": " << snapshot.status();
+      continue;
+    }
+    std::string& dir = job_dirs[src.job_id];
+    if (dir.empty()) {
+      ASSIGN_OR_RETURN(dir, NewDumpDirectory(src.job_id, trigger));
+      result.directories.push_back(dir);
+    }
+    const std::string group_dir = absl::StrCat(dir, "/", FileSafe(src.group));
+    if (::mkdir(group_dir.c_str(), 0750) != 0 && errno != EEXIST) {
+      return ErrnoStatus(errno, absl::StrCat("mkdir ", group_dir));
+    }
+    DumpOptions options;
+    options.comm_lib_version = absl::StrCat("commd ", options_.version);
+    options.trigger = trigger;
+    options.diagnosis = diagnosis;
+    ProcessGroupConfig pg;
+    pg.pg_id = src.group_id;
+    pg.name = src.group;
+    pg.desc = "commd";
+    pg.ranks = src.group_global_ranks;
+    options.process_groups.push_back(pg);
+    const nlohmann::json json = EncodeRankDump(
+        {.snapshot = &*snapshot, .host = options_.host, .pid = src.pid, .device = src.device},
+        options);
+    const std::string name = absl::StrCat("rank", src.global_rank, ".json");
+    RETURN_IF_ERROR(WriteAtomically(group_dir, name, json.dump(1)));
+    result.files.push_back(absl::StrCat(group_dir, "/", name));
+    if (options_.write_torch_pickle) {
+      ASSIGN_OR_RETURN(std::string pickle, EncodePickle(json));
+      const std::string pname = absl::StrCat(kTorchTracePrefix, src.global_rank);
+      RETURN_IF_ERROR(WriteAtomically(group_dir, pname, pickle));
+      result.files.push_back(absl::StrCat(group_dir, "/", pname));
+    }
+    result.entries += snapshot->entries.size();
+    result.invalid_entries += snapshot->invalid_entries;
+  }
+  dumps_->Add({{"trigger", trigger}}).Increment();
+  invalid_->Increment(static_cast<double>(result.invalid_entries));
+  COMMD_LOG(INFO, "recorder") << "dump (" << trigger << "): " << result.files.size() << " file(s), "
+                              << result.entries << " entries"
+                              << (result.directories.empty() ? "" : " in " + result.directories[0]);
+  return result;
+}
+
+}  // namespace commd::recorder

@@ -1,0 +1,87 @@
+// Writes flight-recorder dumps: one JSON file per rank (PyTorch's flight-recorder schema,
+// version 2.10, plus a `commd` object), optionally a pickle beside each that torchfrtrace
+// reads, in dump_dir/<job>/<UTC time>-<trigger>/<group>/.
+//
+//   ASSIGN_OR_RETURN(DumpResult r, dumper.Dump("request", sources, std::nullopt));
+//
+// A dump reads shared memory only, so it works while a rank is stuck or after it died, and
+// never waits on a client. Files are written under a temporary name and renamed, so a reader
+// never sees half a file; a dump never overwrites an earlier one. Thread-safe.
+#ifndef COMMD_DAEMON_RECORDER_DUMPER_H_
+#define COMMD_DAEMON_RECORDER_DUMPER_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/shm_mapping.h"
+#include "nlohmann/json.hpp"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/registry.h"
+
+namespace commd::recorder {
+
+// One rank's control block, as the group registry knows it.
+struct DumpSource {
+  std::string job_id;
+  uid_t uid = 0;
+  std::string group;
+  uint64_t group_id = 0;
+  int rank = 0;
+  int global_rank = 0;
+  int world_size = 0;
+  int64_t pid = 0;
+  std::string device;
+  std::vector<int> group_global_ranks;         // by group rank
+  std::shared_ptr<const SharedMapping> block;  // kept mapped while the dump reads it
+};
+
+struct DumpResult {
+  std::vector<std::string> directories;  // one per job dumped
+  std::vector<std::string> files;
+  uint64_t entries = 0;
+  uint64_t invalid_entries = 0;
+};
+
+struct DumperOptions {
+  std::string dump_dir;
+  std::string host;
+  std::string version;
+  bool write_torch_pickle = false;
+};
+
+// dump_dir when the config names none: $STATE_DIRECTORY/dumps under systemd, else
+// /var/lib/commd/dumps as root, else $XDG_STATE_HOME (or ~/.local/state)/commd/dumps.
+std::string DefaultDumpDir();
+
+// File name of a rank's pickle, which torchfrtrace finds by prefix: "<prefix><global rank>".
+inline constexpr char kTorchTracePrefix[] = "nccl_trace_rank_";
+
+class Dumper {
+ public:
+  Dumper(DumperOptions options, prometheus::Registry* registry);
+
+  absl::StatusOr<DumpResult> Dump(const std::string& trigger,
+                                  const std::vector<DumpSource>& sources,
+                                  const std::optional<nlohmann::json>& diagnosis);
+
+  const std::string& dump_dir() const { return options_.dump_dir; }
+
+ private:
+  absl::StatusOr<std::string> NewDumpDirectory(const std::string& job, const std::string& trigger);
+
+  const DumperOptions options_;
+  prometheus::Family<prometheus::Counter>* dumps_;
+  prometheus::Counter* invalid_;
+  absl::Mutex mu_;  // one dump at a time: they share directories and counters
+};
+
+}  // namespace commd::recorder
+
+#endif  // COMMD_DAEMON_RECORDER_DUMPER_H_

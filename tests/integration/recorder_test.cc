@@ -1,0 +1,208 @@
+// Flight-recorder dumps against the real daemon: ranks are real processes recording into
+// their control blocks; dumps are taken on request, on SIGUSR1, and when a rank is killed.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "commd/commd.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/daemon_process.h"
+
+namespace commd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// Every rank<N>.json under `dir`, by path.
+std::vector<std::string> RankFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (it->path().extension() == ".json") out.push_back(it->path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// What must hold for any rank file: the schema, and entries in record order with sequence
+// ids that only grow.
+void ExpectConsistent(const nlohmann::json& dump, int world) {
+  EXPECT_EQ(dump["version"], "2.10");
+  ASSERT_TRUE(dump["entries"].is_array());
+  std::string ranks = "[";
+  for (int r = 0; r < world; ++r) absl::StrAppend(&ranks, r == 0 ? "" : ", ", r);
+  ranks += "]";
+  EXPECT_EQ(dump["pg_config"]["g"]["ranks"], ranks);
+  int64_t last_record = -1, last_seq = -1;
+  for (const auto& e : dump["entries"]) {
+    EXPECT_GT(e["record_id"].get<int64_t>(), last_record);
+    EXPECT_GT(e["collective_seq_id"].get<int64_t>(), last_seq);
+    last_record = e["record_id"];
+    last_seq = e["collective_seq_id"];
+    EXPECT_EQ(e["profiling_name"], "nccl:all_reduce");
+    EXPECT_EQ(e["input_sizes"], nlohmann::json::parse("[[1024, 1024]]"));
+    EXPECT_EQ(e["input_dtypes"], nlohmann::json::parse(R"(["BFloat16"])"));
+    EXPECT_THAT(e["state"].get<std::string>(),
+                ::testing::AnyOf("scheduled", "started", "completed"));
+  }
+}
+
+class RecorderTest : public ::testing::Test {
+ protected:
+  void Start(const std::string& config) {
+    std::ofstream(tmp_.Join("commd.textproto")) << config << "\n";
+    auto d = DaemonProcess::Start(
+        tmp_.Join("run"), {.extra_args = {"--config", tmp_.Join("commd.textproto"), "--dump-dir",
+                                          tmp_.Join("dumps")}});
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+  }
+  std::vector<std::unique_ptr<ChildProcess>> Ranks(int world, const std::string& mode,
+                                                   const std::string& ready) {
+    std::vector<std::unique_ptr<ChildProcess>> ranks;
+    for (int r = 0; r < world; ++r) {
+      auto c = ChildProcess::Start(
+          {COMMD_RANK_PROCESS, "g", std::to_string(r), std::to_string(world), "0", mode},
+          {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job"});
+      EXPECT_TRUE(c.ok());
+      ranks.push_back(std::move(*c));
+    }
+    for (auto& r : ranks) EXPECT_TRUE(r->WaitForLog(ready, absl::Seconds(60))) << r->Log();
+    return ranks;
+  }
+  double Metric(const std::string& key) {
+    auto metrics = Scrape(*daemon_);
+    if (!metrics.ok()) return -1;
+    auto it = metrics->find(key);
+    return it == metrics->end() ? 0 : it->second;
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<DaemonProcess> daemon_;
+};
+
+TEST_F(RecorderTest, DumpsTakenWhileRanksRecordAreConsistent) {
+  Start("recorder { ring_capacity: 1024 }");
+  auto ranks = Ranks(4, "record-forever", "RECORDING");
+  auto client = Client::Connect({.runtime_dir = daemon_->runtime_dir(), .job_id = "job"});
+  ASSERT_TRUE(client.ok());
+  for (int i = 0; i < 5; ++i) {
+    auto dump = (*client)->Dump("g");
+    ASSERT_TRUE(dump.ok()) << dump.status();
+    ASSERT_EQ(dump->files_size(), 4);
+    for (const std::string& file : dump->files()) {
+      const nlohmann::json j = ReadJson(file);
+      ExpectConsistent(j, 4);
+      EXPECT_FALSE(j["entries"].empty());
+      EXPECT_LE(j["entries"].size(), 1024u);
+      EXPECT_EQ(j["commd"]["trigger"], "request");
+    }
+  }
+  EXPECT_EQ(Metric(R"(commd_flight_recorder_dumps_total{trigger="request"})"), 5);
+  // Recorded entries and ring drops come from the control blocks at scrape time.
+  EXPECT_GT(Metric(R"(commd_flight_recorder_entries_total{group="g",job="job"})"), 4 * 1024);
+  EXPECT_GT(Metric(R"(commd_flight_recorder_dropped_total{group="g",job="job"})"), 0);
+}
+
+TEST_F(RecorderTest, DumpAfterARankIsKilledHoldsItsLastEntries) {
+  Start("recorder { ring_capacity: 16384 }");
+  auto ranks = Ranks(4, "record:10000", "RECORDED 10000");
+  ASSERT_TRUE(ranks[2]->Stop(SIGKILL).ok());
+  std::vector<std::string> files;
+  for (int i = 0; i < 500 && files.size() < 4; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    files.clear();
+    for (const auto& f : RankFiles(tmp_.Join("dumps/job"))) {
+      if (f.find("-rank_death/") != std::string::npos) files.push_back(f);
+    }
+  }
+  ASSERT_EQ(files.size(), 4u);
+  const nlohmann::json dead = ReadJson(files[2]);
+  ASSERT_THAT(files[2], HasSubstr("/g/rank2.json"));
+  ExpectConsistent(dead, 4);
+  ASSERT_EQ(dead["entries"].size(), 10000u);
+  EXPECT_EQ(dead["entries"].back()["record_id"], 9999);
+  EXPECT_EQ(dead["entries"].back()["state"], "completed");
+  EXPECT_EQ(dead["commd"]["trigger"], "rank_death");
+  EXPECT_EQ(Metric(R"(commd_flight_recorder_dumps_total{trigger="rank_death"})"), 1);
+}
+
+TEST_F(RecorderTest, RingKeepsTheNewestEntriesAndCountsTheDropped) {
+  Start("recorder { ring_capacity: 64 }");
+  auto ranks = Ranks(2, "record:100", "RECORDED 100");
+  auto client = Client::Connect({.runtime_dir = daemon_->runtime_dir(), .job_id = "job"});
+  auto dump = (*client)->Dump();
+  ASSERT_TRUE(dump.ok()) << dump.status();
+  const nlohmann::json j = ReadJson(dump->files(0));
+  ASSERT_EQ(j["entries"].size(), 64u);
+  EXPECT_EQ(j["entries"].front()["record_id"], 36);
+  EXPECT_EQ(j["entries"].back()["record_id"], 99);
+  EXPECT_EQ(j["commd"]["dropped"], 36);
+  EXPECT_EQ(Metric(R"(commd_flight_recorder_entries_total{group="g",job="job"})"), 200);
+  EXPECT_EQ(Metric(R"(commd_flight_recorder_dropped_total{group="g",job="job"})"), 72);
+}
+
+TEST_F(RecorderTest, SigusrDumpsEveryGroupAndExportsForTorch) {
+  Start("");
+  auto ranks = Ranks(2, "record:100", "RECORDED 100");
+  ::kill(daemon_->pid(), SIGUSR1);
+  ASSERT_TRUE(daemon_->WaitForLog("dump (signal): 2 file(s)", absl::Seconds(10)));
+  std::vector<std::string> files = RankFiles(tmp_.Join("dumps/job"));
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_THAT(files[0], HasSubstr("-signal/g/rank0.json"));
+  EXPECT_EQ(Metric(R"(commd_flight_recorder_dumps_total{trigger="signal"})"), 1);
+
+  // commctl fr export turns them into the pickles torchfrtrace reads; Python's own pickle
+  // module must decode each into the same document.
+  const std::string dump_dir = fs::path(files[0]).parent_path().parent_path().string();
+  ProcessResult exported = RunProcess({COMMCTL_BINARY, "fr", "export", "--in", dump_dir, "--out",
+                                       tmp_.Join("torch"), "--format", "torch"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_THAT(exported.output, HasSubstr("wrote 2 torchfrtrace file(s)"));
+  for (int r = 0; r < 2; ++r) {
+    const std::string pickle = tmp_.Join(absl::StrCat("torch/g/nccl_trace_rank_", r));
+    ProcessResult py =
+        RunProcess({"/usr/bin/python3", "-c",
+                    "import json,pickle,sys\n"
+                    "p=pickle.load(open(sys.argv[1],'rb')); j=json.load(open(sys.argv[2]))\n"
+                    "assert p == j, 'pickle and JSON differ'\n"
+                    "assert len(p['entries']) == 100 and p['version'] == '2.10'\n"
+                    "print('same', len(p['entries']))\n",
+                    pickle, files[r]});
+    EXPECT_EQ(py.exit_code, 0) << py.output;
+    EXPECT_THAT(py.output, HasSubstr("same 100"));
+  }
+  ProcessResult bad = RunProcess(
+      {COMMCTL_BINARY, "fr", "export", "--in", tmp_.Join("nothing"), "--out", tmp_.Join("x")});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.output, HasSubstr("nothing"));
+}
+
+TEST_F(RecorderTest, CommctlDumpAndErrors) {
+  Start("");
+  ProcessResult none =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job", "job", "dump"});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_THAT(none.output, HasSubstr("no formed group"));
+  auto ranks = Ranks(2, "record:10", "RECORDED 10");
+  ProcessResult ok = RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job",
+                                 "job", "--group", "g", "--json", "dump"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  const nlohmann::json j = nlohmann::json::parse(ok.output);
+  EXPECT_EQ(j["files"].size(), 2u);
+  EXPECT_EQ(j["entries"], "20");  // uint64 is a JSON string
+}
+
+}  // namespace
+}  // namespace commd::testing
