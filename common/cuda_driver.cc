@@ -64,6 +64,14 @@ bool GetDriverEntryPoint(const char* name, void** fn, std::string* why) {
   return true;
 }
 
+absl::Status ResolveDriverFunctions(std::initializer_list<DriverFunction> table) {
+  std::string why;
+  for (const DriverFunction& f : table) {
+    if (!GetDriverEntryPoint(f.name, f.fn, &why)) return absl::UnavailableError(why);
+  }
+  return absl::OkStatus();
+}
+
 std::string CuErrorText(CUresult result) {
   static const auto get_name = [] {
     decltype(&cuGetErrorName) fn = nullptr;

@@ -9,7 +9,10 @@
 #ifndef COMMD_COMMON_CUDA_DRIVER_H_
 #define COMMD_COMMON_CUDA_DRIVER_H_
 
+#include <initializer_list>
 #include <string>
+
+#include "absl/status/status.h"
 
 namespace commd {
 
@@ -28,6 +31,14 @@ const CudaDriverInfo& ProbeCudaDriver();
 // lookup; false (with why in `error`) when there is no driver or no such function. Only in
 // builds with CUDA.
 bool GetDriverEntryPoint(const char* name, void** fn, std::string* error);
+
+// Resolves every {name, &function pointer} of `table`; UNAVAILABLE naming the first that is
+// missing. Only in builds with CUDA.
+struct DriverFunction {
+  const char* name;
+  void** fn;
+};
+absl::Status ResolveDriverFunctions(std::initializer_list<DriverFunction> table);
 
 }  // namespace commd
 

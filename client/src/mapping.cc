@@ -37,8 +37,7 @@ struct CuMemApi {
 absl::StatusOr<const CuMemApi*> Api() {
   static const absl::StatusOr<CuMemApi> api = []() -> absl::StatusOr<CuMemApi> {
     CuMemApi a;
-    std::string why;
-    const std::pair<const char*, void**> table[] = {
+    const absl::Status resolved = ResolveDriverFunctions({
         {"cuMemImportFromShareableHandle", reinterpret_cast<void**>(&a.import)},
         {"cuMemAddressReserve", reinterpret_cast<void**>(&a.reserve)},
         {"cuMemMap", reinterpret_cast<void**>(&a.map)},
@@ -46,10 +45,8 @@ absl::StatusOr<const CuMemApi*> Api() {
         {"cuMemUnmap", reinterpret_cast<void**>(&a.unmap)},
         {"cuMemAddressFree", reinterpret_cast<void**>(&a.address_free)},
         {"cuMemRelease", reinterpret_cast<void**>(&a.release)},
-    };
-    for (const auto& [name, fn] : table) {
-      if (!GetDriverEntryPoint(name, fn, &why)) return absl::UnavailableError(why);
-    }
+    });
+    if (!resolved.ok()) return resolved;
     return a;
   }();
   if (!api.ok()) return api.status();

@@ -40,13 +40,7 @@ class DaemonClientTest : public ::testing::Test {
     return Client::Connect(options);
   }
 
-  double Metric(const std::string& key) {
-    auto metrics = Scrape(*daemon_);
-    EXPECT_TRUE(metrics.ok()) << metrics.status();
-    if (!metrics.ok()) return -1;
-    auto it = metrics->find(key);
-    return it == metrics->end() ? 0 : it->second;
-  }
+  double Metric(const std::string& key) { return MetricValue(*daemon_, key); }
 
   ProcessResult Commctl(std::vector<std::string> args) {
     std::vector<std::string> argv = {COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir()};

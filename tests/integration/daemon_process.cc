@@ -313,6 +313,20 @@ absl::StatusOr<std::map<std::string, double>> ParsePrometheusText(const std::str
   return out;
 }
 
+double MetricValue(const DaemonProcess& daemon, const std::string& key) {
+  auto metrics = Scrape(daemon);
+  if (!metrics.ok()) return -1;
+  auto it = metrics->find(key);
+  return it == metrics->end() ? 0 : it->second;
+}
+
+absl::StatusOr<std::unique_ptr<DaemonProcess>> StartDaemonWithConfig(
+    const TempDir& dir, const std::string& config, std::vector<std::string> extra_args) {
+  std::ofstream(dir.Join("commd.textproto")) << config << "\n";
+  extra_args.insert(extra_args.begin(), {"--config", dir.Join("commd.textproto")});
+  return DaemonProcess::Start(dir.Join("run"), {.extra_args = std::move(extra_args)});
+}
+
 absl::StatusOr<std::map<std::string, double>> Scrape(const DaemonProcess& daemon) {
   ASSIGN_OR_RETURN(std::string body, HttpGet(daemon.metrics_address(), "/metrics"));
   return ParsePrometheusText(body);

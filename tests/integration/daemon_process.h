@@ -108,6 +108,14 @@ absl::StatusOr<std::map<std::string, double>> ParsePrometheusText(const std::str
 // Scrape + parse.
 absl::StatusOr<std::map<std::string, double>> Scrape(const DaemonProcess& daemon);
 
+// One sample's value by its parsed key (labels sorted, e.g. `x{a="1",b="2"}`); 0 when the
+// series is absent, -1 when the scrape failed.
+double MetricValue(const DaemonProcess& daemon, const std::string& key);
+
+// Writes `config` to <dir>/commd.textproto and starts the daemon on <dir>/run with it.
+absl::StatusOr<std::unique_ptr<DaemonProcess>> StartDaemonWithConfig(
+    const TempDir& dir, const std::string& config, std::vector<std::string> extra_args = {});
+
 }  // namespace commd::testing
 
 #endif  // COMMD_TESTS_INTEGRATION_DAEMON_PROCESS_H_

@@ -27,9 +27,7 @@ limits { max_allocation_bytes: 134217728 max_bytes_per_job: 268435456 }
 class GroupsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::ofstream(tmp_.Join("commd.textproto")) << kConfig;
-    auto d = DaemonProcess::Start(tmp_.Join("run"),
-                                  {.extra_args = {"--config", tmp_.Join("commd.textproto")}});
+    auto d = StartDaemonWithConfig(tmp_, kConfig);
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = std::move(*d);
   }
@@ -50,12 +48,7 @@ class GroupsTest : public ::testing::Test {
     return child.ok() ? std::move(*child) : nullptr;
   }
 
-  double Metric(const std::string& key) {
-    auto metrics = Scrape(*daemon_);
-    if (!metrics.ok()) return -1;
-    auto it = metrics->find(key);
-    return it == metrics->end() ? 0 : it->second;
-  }
+  double Metric(const std::string& key) { return MetricValue(*daemon_, key); }
 
   // Waits until the daemon holds no client memory: no memfd open or mapped, and the memory
   // gauge at zero.

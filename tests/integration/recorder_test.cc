@@ -61,10 +61,7 @@ void ExpectConsistent(const nlohmann::json& dump, int world) {
 class RecorderTest : public ::testing::Test {
  protected:
   void Start(const std::string& config) {
-    std::ofstream(tmp_.Join("commd.textproto")) << config << "\n";
-    auto d = DaemonProcess::Start(
-        tmp_.Join("run"), {.extra_args = {"--config", tmp_.Join("commd.textproto"), "--dump-dir",
-                                          tmp_.Join("dumps")}});
+    auto d = StartDaemonWithConfig(tmp_, config, {"--dump-dir", tmp_.Join("dumps")});
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = std::move(*d);
   }
@@ -81,12 +78,7 @@ class RecorderTest : public ::testing::Test {
     for (auto& r : ranks) EXPECT_TRUE(r->WaitForLog(ready, absl::Seconds(60))) << r->Log();
     return ranks;
   }
-  double Metric(const std::string& key) {
-    auto metrics = Scrape(*daemon_);
-    if (!metrics.ok()) return -1;
-    auto it = metrics->find(key);
-    return it == metrics->end() ? 0 : it->second;
-  }
+  double Metric(const std::string& key) { return MetricValue(*daemon_, key); }
 
   TempDir tmp_;
   std::unique_ptr<DaemonProcess> daemon_;

@@ -62,9 +62,7 @@ struct RawSession {
 class SessionsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::ofstream(tmp_.Join("commd.textproto")) << kConfig;
-    auto d = DaemonProcess::Start(tmp_.Join("run"),
-                                  {.extra_args = {"--config", tmp_.Join("commd.textproto")}});
+    auto d = StartDaemonWithConfig(tmp_, kConfig);
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = std::move(*d);
     channel_ = grpc::CreateChannel(absl::StrCat("unix:", daemon_->runtime_dir(), "/commd.sock"),
@@ -99,12 +97,7 @@ class SessionsTest : public ::testing::Test {
     return response;
   }
 
-  double Metric(const std::string& key) {
-    auto metrics = Scrape(*daemon_);
-    if (!metrics.ok()) return -1;
-    auto it = metrics->find(key);
-    return it == metrics->end() ? 0 : it->second;
-  }
+  double Metric(const std::string& key) { return MetricValue(*daemon_, key); }
 
   TempDir tmp_;
   std::unique_ptr<DaemonProcess> daemon_;

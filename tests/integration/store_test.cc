@@ -18,9 +18,7 @@ using ::testing::HasSubstr;
 class StoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::ofstream(tmp_.Join("commd.textproto")) << "limits { max_store_value_bytes: 1024 }\n";
-    auto d = DaemonProcess::Start(tmp_.Join("run"),
-                                  {.extra_args = {"--config", tmp_.Join("commd.textproto")}});
+    auto d = StartDaemonWithConfig(tmp_, "limits { max_store_value_bytes: 1024 }");
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = std::move(*d);
   }
@@ -34,12 +32,7 @@ class StoreTest : public ::testing::Test {
     return RunProcess(args, absl::Seconds(60),
                       {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job"});
   }
-  double Metric(const std::string& key) {
-    auto metrics = Scrape(*daemon_);
-    if (!metrics.ok()) return -1;
-    auto it = metrics->find(key);
-    return it == metrics->end() ? 0 : it->second;
-  }
+  double Metric(const std::string& key) { return MetricValue(*daemon_, key); }
 
   TempDir tmp_;
   std::unique_ptr<DaemonProcess> daemon_;

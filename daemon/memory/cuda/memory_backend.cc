@@ -22,19 +22,14 @@ struct Driver {
   decltype(&cuMemRelease) mem_release = nullptr;
 
   absl::Status Resolve() {
-    std::string why;
-    const std::pair<const char*, void**> table[] = {
+    return ResolveDriverFunctions({
         {"cuDeviceGet", reinterpret_cast<void**>(&device_get)},
         {"cuDeviceGetAttribute", reinterpret_cast<void**>(&device_get_attribute)},
         {"cuMemGetAllocationGranularity", reinterpret_cast<void**>(&granularity)},
         {"cuMemCreate", reinterpret_cast<void**>(&mem_create)},
         {"cuMemExportToShareableHandle", reinterpret_cast<void**>(&export_handle)},
         {"cuMemRelease", reinterpret_cast<void**>(&mem_release)},
-    };
-    for (const auto& [name, fn] : table) {
-      if (!GetDriverEntryPoint(name, fn, &why)) return absl::UnavailableError(why);
-    }
-    return absl::OkStatus();
+    });
   }
 };
 
