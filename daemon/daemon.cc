@@ -94,14 +94,8 @@ absl::Status Daemon::StartMemory() {
                               .write_torch_pickle = config_.recorder().write_torch_pickle()},
       &metrics_->registry());
   COMMD_LOG(INFO, "recorder") << "dumps go to " << dumper_->dump_dir();
-  // A dead rank's dump runs on the timer thread: it writes files, and the thread that noticed
-  // the death (the event loop) must not wait on a disk.
   options.on_rank_death = [this](std::vector<recorder::DumpSource> sources) {
-    timers_->Schedule(absl::Now(), [this, sources = std::move(sources)] {
-      if (auto r = dumper_->Dump("rank_death", sources, std::nullopt); !r.ok()) {
-        COMMD_LOG(WARNING, "recorder") << "dump after a rank died: " << r.status();
-      }
-    });
+    dumper_->DumpLater("rank_death", std::move(sources));
   };
   groups_ = std::make_unique<groups::GroupRegistry>(options, table_.get(), timers_.get(),
                                                     &metrics_->registry());

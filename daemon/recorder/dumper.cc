@@ -54,7 +54,7 @@ std::string DefaultDumpDir() {
 }
 
 Dumper::Dumper(DumperOptions options, prometheus::Registry* registry)
-    : options_(std::move(options)) {
+    : options_(std::move(options)), worker_([this] { RunQueue(); }) {
   dumps_ = &prometheus::BuildCounter()
                 .Name("commd_flight_recorder_dumps_total")
                 .Help("Flight-recorder dumps written, by trigger")
@@ -66,6 +66,38 @@ Dumper::Dumper(DumperOptions options, prometheus::Registry* registry)
                   .Help("Ring entries skipped by dumps because they did not validate")
                   .Register(*registry)
                   .Add({});
+}
+
+Dumper::~Dumper() {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    stopping_ = true;
+  }
+  worker_.join();
+}
+
+void Dumper::DumpLater(std::string trigger, std::vector<DumpSource> sources) {
+  absl::MutexLock lock(&queue_mu_);
+  queue_.push_back({std::move(trigger), std::move(sources)});
+}
+
+void Dumper::RunQueue() {
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+    return stopping_ || !queue_.empty();
+  };
+  for (;;) {
+    Queued next;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      queue_mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;  // stopping, and nothing left to write
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (auto r = Dump(next.trigger, next.sources, std::nullopt); !r.ok()) {
+      COMMD_LOG(WARNING, "recorder") << next.trigger << " dump failed: " << r.status();
+    }
+  }
 }
 
 absl::StatusOr<std::string> Dumper::NewDumpDirectory(const std::string& job,
@@ -124,7 +156,7 @@ absl::StatusOr<DumpResult> Dumper::Dump(const std::string& trigger,
         {.snapshot = &*snapshot, .host = options_.host, .pid = src.pid, .device = src.device},
         options);
     const std::string name = absl::StrCat("rank", src.global_rank, ".json");
-    RETURN_IF_ERROR(WriteAtomically(group_dir, name, json.dump(1)));
+    RETURN_IF_ERROR(WriteAtomically(group_dir, name, json.dump()));
     result.files.push_back(absl::StrCat(group_dir, "/", name));
     if (options_.write_torch_pickle) {
       ASSIGN_OR_RETURN(std::string pickle, EncodePickle(json));

@@ -12,9 +12,11 @@
 
 #include <sys/types.h>
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -67,9 +69,15 @@ class Dumper {
  public:
   Dumper(DumperOptions options, prometheus::Registry* registry);
 
+  ~Dumper();  // finishes the queued dumps
+
   absl::StatusOr<DumpResult> Dump(const std::string& trigger,
                                   const std::vector<DumpSource>& sources,
                                   const std::optional<nlohmann::json>& diagnosis);
+
+  // Queues a dump for the dumper's own thread, so whoever noticed (a rank's death on the event
+  // loop) never waits on encoding or disks. Failures are logged.
+  void DumpLater(std::string trigger, std::vector<DumpSource> sources);
 
   const std::string& dump_dir() const { return options_.dump_dir; }
 
@@ -80,6 +88,16 @@ class Dumper {
   prometheus::Family<prometheus::Counter>* dumps_;
   prometheus::Counter* invalid_;
   absl::Mutex mu_;  // one dump at a time: they share directories and counters
+
+  struct Queued {
+    std::string trigger;
+    std::vector<DumpSource> sources;
+  };
+  void RunQueue();
+  absl::Mutex queue_mu_;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::thread worker_;  // last: started after everything it uses
 };
 
 }  // namespace commd::recorder
