@@ -124,7 +124,17 @@ absl::StatusOr<PeerCredentials> GetPeerCredentials(int sock) {
   ucred cred{};
   socklen_t len = sizeof(cred);
   SYS_RETURN_IF_ERROR(::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len));
-  return PeerCredentials{cred.pid, cred.uid, cred.gid};
+  PeerCredentials out{cred.pid, cred.uid, cred.gid, {}};
+  // Group membership is usually supplementary, so the primary gid alone would miss it.
+  out.groups.resize(64);
+  socklen_t glen = static_cast<socklen_t>(out.groups.size() * sizeof(gid_t));
+  if (::getsockopt(sock, SOL_SOCKET, SO_PEERGROUPS, out.groups.data(), &glen) != 0 &&
+      errno == ERANGE) {
+    out.groups.resize(glen / sizeof(gid_t));
+    SYS_RETURN_IF_ERROR(::getsockopt(sock, SOL_SOCKET, SO_PEERGROUPS, out.groups.data(), &glen));
+  }
+  out.groups.resize(glen / sizeof(gid_t));
+  return out;
 }
 
 }  // namespace commd

@@ -50,9 +50,11 @@ struct PeerCredentials {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  std::vector<gid_t> groups;  // supplementary groups (SO_PEERGROUPS)
 };
 
-// The credentials the kernel recorded for the peer when it connected.
+// The credentials the kernel recorded for the peer when it connected, with its
+// supplementary groups.
 absl::StatusOr<PeerCredentials> GetPeerCredentials(int sock);
 
 }  // namespace commd

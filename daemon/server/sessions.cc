@@ -4,6 +4,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -41,7 +43,9 @@ absl::StatusOr<std::shared_ptr<const Session>> SessionRegistry::Open(const PeerC
   session->uid = peer.uid;
   session->gid = peer.gid;
   session->pid = peer.pid;
-  session->admin = peer.uid == 0 || peer.gid == limits_.admin_gid;
+  session->admin =
+      peer.uid == 0 || peer.gid == limits_.admin_gid ||
+      std::find(peer.groups.begin(), peer.groups.end(), limits_.admin_gid) != peer.groups.end();
   session->opened = absl::Now();
   const int watched = pidfd.get();
   {

@@ -292,7 +292,8 @@ TEST(GroupsIsolationTest, AnotherUidSeesNothingOfThisJob) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid (setpriv)";
   TempDir tmp;
   ::chmod(tmp.path().c_str(), 0755);  // let the other uid reach the runtime dir below
-  std::ofstream(tmp.Join("commd.textproto")) << "socket_group: \"nogroup\"\n";
+  std::ofstream(tmp.Join("commd.textproto"))
+      << "socket_group: \"nogroup\"\nadmin_group: \"users\"\n";
   auto daemon = DaemonProcess::Start(tmp.Join("run"),
                                      {.extra_args = {"--config", tmp.Join("commd.textproto")}});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
@@ -314,6 +315,12 @@ TEST(GroupsIsolationTest, AnotherUidSeesNothingOfThisJob) {
   EXPECT_THAT(other.output, HasSubstr("connected job"));
   EXPECT_THAT(other.output, HasSubstr("persistent NOT_FOUND"));
   EXPECT_THAT(other.output, HasSubstr("groups 0"));
+  // A member of the admin group (here as a supplementary group) sees every job's groups.
+  ProcessResult admin = RunProcess(
+      {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--groups=100", COMMD_TEST_CLIENT,
+       "peek", "ckpt"},
+      absl::Seconds(30), {"COMMD_RUNTIME_DIR=" + (*daemon)->runtime_dir(), "COMMD_JOB_ID=job"});
+  EXPECT_THAT(admin.output, HasSubstr("groups 1"));
   // Root is an admin: it sees every job's groups.
   auto all = (*owner)->ListGroups();
   ASSERT_TRUE(all.ok());
