@@ -1,0 +1,246 @@
+// CUDA kernels of the collectives. Every launch runs kCudaBlocks blocks; block b handles the
+// same elements on every rank and synchronises with its peers' block b on pad channel b.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/algorithm.h"
+#include "kernels/cuda/collectives.h"
+#include "kernels/cuda/device_sync.cuh"
+#include "kernels/element_ops.h"
+
+namespace commd::kernels::cuda_internal {
+namespace {
+
+using cuda_device::BlockBarrier;
+
+template <typename T>
+inline constexpr size_t kPack = 16 / sizeof(T);  // elements per 16-byte vector access
+
+template <typename T>
+struct alignas(16) PackOf {
+  T v[kPack<T>];
+};
+
+// Calls scalar(i) or vec(i) (for kPack<T> elements from i) over [begin, end), spreading the
+// work over the block's threads; vectors only where every base pointer is 16-byte aligned.
+template <typename T, typename Scalar, typename Vec>
+__device__ void ForEachInRange(size_t begin, size_t end, bool vec_ok, Scalar scalar, Vec vec) {
+  constexpr size_t n = kPack<T>;
+  const size_t head = vec_ok ? min(end, (begin + n - 1) / n * n) : end;
+  for (size_t i = begin + threadIdx.x; i < head; i += blockDim.x) scalar(i);
+  if (!vec_ok) return;
+  const size_t body_end = head + (end - head) / n * n;
+  for (size_t i = head + threadIdx.x * n; i < body_end; i += blockDim.x * n) vec(i);
+  for (size_t i = body_end + threadIdx.x; i < end; i += blockDim.x) scalar(i);
+}
+
+// Copies [begin, end) of `in` to `stage` (no copy when they are the same) counting non-finite
+// values in the same pass; the block's count goes to *counter with one atomic.
+template <typename T>
+__device__ void CopyInRange(const T* in, T* stage, size_t begin, size_t end, bool vec_ok,
+                            bool check, unsigned long long* counter) {
+  __shared__ unsigned long long block_bad;
+  if (threadIdx.x == 0) block_bad = 0;
+  __syncthreads();
+  unsigned bad = 0;
+  const bool copy = in != stage;
+  ForEachInRange<T>(
+      begin, end, vec_ok,
+      [&](size_t i) {
+        const T x = in[i];
+        if (copy) stage[i] = x;
+        bad += IsNonFinite(x) ? 1u : 0u;
+      },
+      [&](size_t i) {
+        const PackOf<T> p = *reinterpret_cast<const PackOf<T>*>(in + i);
+        if (copy) *reinterpret_cast<PackOf<T>*>(stage + i) = p;
+        for (size_t k = 0; k < kPack<T>; ++k) bad += IsNonFinite(p.v[k]) ? 1u : 0u;
+      });
+  if (check && bad != 0) atomicAdd(&block_bad, static_cast<unsigned long long>(bad));
+  __syncthreads();
+  if (check && threadIdx.x == 0 && block_bad != 0 && counter != nullptr) {
+    atomicAdd(counter, block_bad);
+  }
+}
+
+template <typename T>
+__device__ void CopyRange(const T* src, T* dst, size_t begin, size_t end, bool vec_ok) {
+  if (src == dst) return;
+  ForEachInRange<T>(
+      begin, end, vec_ok, [&](size_t i) { dst[i] = src[i]; },
+      [&](size_t i) {
+        *reinterpret_cast<PackOf<T>*>(dst + i) = *reinterpret_cast<const PackOf<T>*>(src + i);
+      });
+}
+
+// dst[i] = reduction of srcs[0..w)[i] in rank order, the element functions of element_ops.h.
+template <typename T, ReduceOp Op>
+__device__ void ReduceRange(const T* const* srcs, int w, size_t begin, size_t end, T* dst,
+                            bool vec_ok) {
+  ForEachInRange<T>(
+      begin, end, vec_ok, [&](size_t i) { dst[i] = ReduceElement<T, Op>(srcs, w, i, w); },
+      [&](size_t i) {
+        AccType<T> acc[kPack<T>];
+        const PackOf<T> first = *reinterpret_cast<const PackOf<T>*>(srcs[0] + i);
+        for (size_t k = 0; k < kPack<T>; ++k) acc[k] = ToAcc(first.v[k]);
+        for (int p = 1; p < w; ++p) {
+          const PackOf<T> x = *reinterpret_cast<const PackOf<T>*>(srcs[p] + i);
+          for (size_t k = 0; k < kPack<T>; ++k) acc[k] = Combine<Op>(acc[k], ToAcc(x.v[k]));
+        }
+        PackOf<T> out;
+        for (size_t k = 0; k < kPack<T>; ++k) out.v[k] = FromAcc<T>(Finalize<Op>(acc[k], w));
+        *reinterpret_cast<PackOf<T>*>(dst + i) = out;
+      });
+}
+
+template <typename T>
+__device__ T* Staged(const CudaCommView& v, int rank, size_t offset) {
+  return reinterpret_cast<T*>(v.data[rank] + offset);
+}
+
+// Block blockIdx.x's part of chunk `part` of `count` elements split over `parts`.
+__device__ ChunkRange BlockPart(size_t count, int parts, int part) {
+  const ChunkRange c = Chunk(count, parts, part);
+  const ChunkRange b = Chunk(c.end - c.begin, gridDim.x, blockIdx.x);
+  return ChunkRange{c.begin + b.begin, c.begin + b.end};
+}
+
+__global__ void __launch_bounds__(kCudaThreads) BarrierKernel(CudaCommView v) { BlockBarrier(v); }
+
+template <typename T, ReduceOp Op>
+__global__ void __launch_bounds__(kCudaThreads)
+    OneShotKernel(CudaCommView v, LaunchArgs a, bool vec_ok) {
+  const ChunkRange r = BlockPart(a.count, 1, 0);
+  T* own = Staged<T>(v, v.rank, a.offset);
+  CopyInRange<T>(static_cast<const T*>(a.input), own, r.begin, r.end, vec_ok,
+                 a.nan_check == NanCheck::kOn, v.nonfinite_count);
+  if (!BlockBarrier(v)) return;
+  const T* srcs[kCudaMaxWorldSize];
+  for (int p = 0; p < v.world_size; ++p) srcs[p] = Staged<T>(v, p, a.offset);
+  T* dst = static_cast<T*>(a.in_place ? a.scratch : a.output);
+  ReduceRange<T, Op>(srcs, v.world_size, r.begin, r.end, dst, vec_ok);
+  if (!BlockBarrier(v)) return;  // no peer reads our staged input any more
+  if (a.in_place) CopyRange<T>(dst, own, r.begin, r.end, vec_ok);
+}
+
+template <typename T, ReduceOp Op>
+__global__ void __launch_bounds__(kCudaThreads)
+    TwoShotKernel(CudaCommView v, LaunchArgs a, bool vec_ok) {
+  const int w = v.world_size;
+  T* own = Staged<T>(v, v.rank, a.offset);
+  for (int p = 0; p < w; ++p) {
+    const ChunkRange r = BlockPart(a.count, w, p);
+    CopyInRange<T>(static_cast<const T*>(a.input), own, r.begin, r.end, vec_ok,
+                   a.nan_check == NanCheck::kOn, v.nonfinite_count);
+  }
+  if (!BlockBarrier(v)) return;
+  const T* srcs[kCudaMaxWorldSize];
+  for (int p = 0; p < w; ++p) srcs[p] = Staged<T>(v, p, a.offset);
+  const ChunkRange mine = BlockPart(a.count, w, v.rank);
+  ReduceRange<T, Op>(srcs, w, mine.begin, mine.end, own, vec_ok);  // only we read our chunk
+  if (!BlockBarrier(v)) return;
+  for (int p = 0; p < w; ++p) {
+    const ChunkRange r = BlockPart(a.count, w, p);
+    CopyRange<T>(srcs[p], static_cast<T*>(a.output), r.begin, r.end, vec_ok);
+  }
+  BlockBarrier(v);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kCudaThreads)
+    AllGatherKernel(CudaCommView v, LaunchArgs a, bool vec_ok) {
+  const ChunkRange r = BlockPart(a.count, 1, 0);
+  CopyInRange<T>(static_cast<const T*>(a.input), Staged<T>(v, v.rank, a.offset), r.begin, r.end,
+                 vec_ok, a.nan_check == NanCheck::kOn, v.nonfinite_count);
+  if (!BlockBarrier(v)) return;
+  for (int p = 0; p < v.world_size; ++p) {
+    T* out = static_cast<T*>(a.output) + static_cast<size_t>(p) * a.count;
+    CopyRange<T>(Staged<T>(v, p, a.offset), out, r.begin, r.end, vec_ok);
+  }
+  BlockBarrier(v);
+}
+
+template <typename T, ReduceOp Op>
+__global__ void __launch_bounds__(kCudaThreads)
+    ReduceScatterKernel(CudaCommView v, LaunchArgs a, bool vec_ok) {
+  const int w = v.world_size;
+  const size_t total = a.count * static_cast<size_t>(w);
+  for (int p = 0; p < w; ++p) {
+    const ChunkRange r = BlockPart(total, w, p);
+    CopyInRange<T>(static_cast<const T*>(a.input), Staged<T>(v, v.rank, a.offset), r.begin, r.end,
+                   vec_ok, a.nan_check == NanCheck::kOn, v.nonfinite_count);
+  }
+  if (!BlockBarrier(v)) return;
+  const T* srcs[kCudaMaxWorldSize];
+  const size_t first = static_cast<size_t>(v.rank) * a.count;
+  for (int p = 0; p < w; ++p) srcs[p] = Staged<T>(v, p, a.offset) + first;
+  const ChunkRange r = BlockPart(a.count, 1, 0);
+  ReduceRange<T, Op>(srcs, w, r.begin, r.end, static_cast<T*>(a.output), vec_ok);
+  BlockBarrier(v);
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename T, ReduceOp Op>
+void LaunchTyped(const CudaCommView& v, const LaunchArgs& a, cudaStream_t s) {
+  bool vec_ok = Aligned16(a.input) && Aligned16(a.output) && a.offset % 16 == 0;
+  if (a.scratch != nullptr) vec_ok = vec_ok && Aligned16(a.scratch);
+  for (int p = 0; p < v.world_size; ++p) vec_ok = vec_ok && Aligned16(v.data[p]);
+  const dim3 grid(kCudaBlocks), block(kCudaThreads);
+  switch (a.collective) {
+    case CudaCollective::kAllReduceOneShot:
+      return OneShotKernel<T, Op><<<grid, block, 0, s>>>(v, a, vec_ok);
+    case CudaCollective::kAllReduceTwoShot:
+      return TwoShotKernel<T, Op><<<grid, block, 0, s>>>(v, a, vec_ok);
+    case CudaCollective::kAllGather:
+      return AllGatherKernel<T><<<grid, block, 0, s>>>(v, a, vec_ok);
+    case CudaCollective::kReduceScatter:
+      return ReduceScatterKernel<T, Op><<<grid, block, 0, s>>>(v, a, vec_ok);
+    case CudaCollective::kBarrier:
+      return BarrierKernel<<<grid, block, 0, s>>>(v);
+  }
+}
+
+template <typename T>
+void LaunchWithOp(const CudaCommView& v, const LaunchArgs& a, cudaStream_t s) {
+  switch (a.op) {
+    case ReduceOp::kSum:
+      return LaunchTyped<T, ReduceOp::kSum>(v, a, s);
+    case ReduceOp::kAvg:
+      return LaunchTyped<T, ReduceOp::kAvg>(v, a, s);
+    case ReduceOp::kMin:
+      return LaunchTyped<T, ReduceOp::kMin>(v, a, s);
+    case ReduceOp::kMax:
+      return LaunchTyped<T, ReduceOp::kMax>(v, a, s);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchKernel(const CudaCommView& view, const LaunchArgs& args, cudaStream_t stream) {
+  if (args.collective == CudaCollective::kBarrier) {
+    BarrierKernel<<<kCudaBlocks, kCudaThreads, 0, stream>>>(view);
+    return cudaGetLastError();
+  }
+  switch (args.dtype) {
+    case DataType::kFloat32:
+      LaunchWithOp<float>(view, args, stream);
+      break;
+    case DataType::kFloat16:
+      LaunchWithOp<Half>(view, args, stream);
+      break;
+    case DataType::kBFloat16:
+      LaunchWithOp<BFloat16>(view, args, stream);
+      break;
+    case DataType::kInt32:
+      LaunchWithOp<int32_t>(view, args, stream);
+      break;
+    case DataType::kInt64:
+      LaunchWithOp<int64_t>(view, args, stream);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace commd::kernels::cuda_internal

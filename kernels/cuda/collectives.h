@@ -1,0 +1,97 @@
+// The collectives as CUDA kernels over peer-mapped device memory (the GPU twin of
+// kernels/host/collectives.h): barrier, one-shot and two-shot all-reduce, all-gather and
+// reduce-scatter, with the NaN/Inf count fused into copy-in. Per-element work is done by the
+// host-device functions of kernels/element_ops.h that the CPU path shares and tests.
+//
+//   CudaCommView view = ...;                 // peer pointers from the SDK's CUDA mapping
+//   RETURN_IF_ERROR(LaunchAllReduce(view, view.data[view.rank], view.data[view.rank], n,
+//                                   DataType::kBFloat16, ReduceOp::kSum, Algorithm::kTwoShot,
+//                                   NanCheck::kOn, scratch, stream));
+//
+// Launches are asynchronous on `stream`; the returned status covers argument checks and the
+// launch itself. A wait that fails on the device (abort word set, or a peer not arriving
+// within timeout_ns) writes (code << 16 | peer) to *error_word (code 1: aborted, 2: timed
+// out) and ends the kernel early; the caller reads the word after the stream completes.
+// Placement rules are the CPU path's (collectives.h), with one addition: a one-shot in-place
+// all-reduce needs `scratch`, count elements of device memory outside every data region.
+//
+// Signal pads: each of the kCudaBlocks thread blocks synchronises on its own channel
+// (kernels/signal_layout.h), so pad_slots must be >= kCudaBlocks * world_size. Every launch
+// uses exactly kCudaBlocks blocks and splits the elements the same way, so block b of every
+// rank touches the same elements and per-block barriers order all reuse.
+// Thread-compatible: one stream per allocation at a time.
+#ifndef COMMD_KERNELS_CUDA_COLLECTIVES_H_
+#define COMMD_KERNELS_CUDA_COLLECTIVES_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/types.h"
+
+namespace commd::kernels {
+
+inline constexpr int kCudaMaxWorldSize = 16;
+inline constexpr int kCudaBlocks = 16;  // == kSignalPadChannels
+inline constexpr int kCudaThreads = 512;
+
+// Passed by value to every kernel.
+struct CudaCommView {
+  int rank = -1;
+  int world_size = 0;
+  std::byte* data[kCudaMaxWorldSize] = {};  // each rank's data region, mapped here
+  uint32_t* pads[kCudaMaxWorldSize] = {};   // each rank's signal pad, mapped here
+  size_t data_bytes = 0;
+  size_t pad_slots = 0;
+  const uint32_t* abort_word = nullptr;           // device-accessible; may be null
+  uint32_t* error_word = nullptr;                 // device-accessible; may be null
+  unsigned long long* nonfinite_count = nullptr;  // device-accessible; added to; may be null
+  uint64_t timeout_ns = 600ull * 1000000000ull;   // per wait, measured by %globaltimer
+};
+
+absl::Status ValidateCudaCommView(const CudaCommView& view);
+
+absl::Status LaunchBarrier(const CudaCommView& view, cudaStream_t stream);
+absl::Status LaunchAllReduce(const CudaCommView& view, const void* input, void* output,
+                             size_t count, DataType dtype, ReduceOp op, Algorithm algorithm,
+                             NanCheck nan_check, void* scratch, cudaStream_t stream);
+absl::Status LaunchAllGather(const CudaCommView& view, const void* input, void* output,
+                             size_t count, DataType dtype, NanCheck nan_check, cudaStream_t stream);
+absl::Status LaunchReduceScatter(const CudaCommView& view, const void* input, void* output,
+                                 size_t count, DataType dtype, ReduceOp op, NanCheck nan_check,
+                                 cudaStream_t stream);
+
+namespace cuda_internal {
+
+enum class CudaCollective {
+  kBarrier,
+  kAllReduceOneShot,
+  kAllReduceTwoShot,
+  kAllGather,
+  kReduceScatter
+};
+
+// A validated launch: `offset` is the staged input's byte offset in every data region;
+// `in_place` means the input already is this rank's staged copy.
+struct LaunchArgs {
+  CudaCollective collective;
+  const void* input;
+  void* output;
+  void* scratch;
+  size_t count;
+  size_t offset;
+  bool in_place;
+  DataType dtype;
+  ReduceOp op;
+  NanCheck nan_check;
+};
+
+// Defined in collectives.cu.
+cudaError_t LaunchKernel(const CudaCommView& view, const LaunchArgs& args, cudaStream_t stream);
+
+}  // namespace cuda_internal
+}  // namespace commd::kernels
+
+#endif  // COMMD_KERNELS_CUDA_COLLECTIVES_H_

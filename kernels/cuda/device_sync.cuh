@@ -1,0 +1,76 @@
+// Device-side signal pad operations (protocol: kernels/signal_layout.h): system-scope release
+// stores and acquire loads, and the per-block barrier with deadline and abort checks.
+#ifndef COMMD_KERNELS_CUDA_DEVICE_SYNC_CUH_
+#define COMMD_KERNELS_CUDA_DEVICE_SYNC_CUH_
+
+#include <cstdint>
+
+#include "kernels/cuda/collectives.h"
+#include "kernels/signal_layout.h"
+
+namespace commd::kernels::cuda_device {
+
+__device__ __forceinline__ void StoreRelease(uint32_t* addr, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint32_t LoadAcquire(const uint32_t* addr) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(addr) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint32_t LoadVolatile(const uint32_t* addr) {
+  uint32_t v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(addr) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+enum : uint32_t { kErrorAborted = 1, kErrorTimedOut = 2 };
+
+// Barrier of block blockIdx.x with block blockIdx.x of every peer, on channel blockIdx.x.
+// Returns false (for every thread of the block) when a wait failed; the error word is set.
+__device__ inline bool BlockBarrier(const CudaCommView& v) {
+  __shared__ uint32_t seq;
+  __shared__ int failed;
+  const int ch = blockIdx.x;
+  const int w = v.world_size;
+  __syncthreads();  // the block's writes before arriving
+  if (threadIdx.x == 0) {
+    uint32_t* own = v.pads[v.rank] + PadSlot(ch, v.rank, w);
+    seq = *own + 1;
+    *own = seq;
+    failed = 0;
+  }
+  __syncthreads();
+  const int peer = threadIdx.x;
+  if (peer < w && peer != v.rank) {
+    __threadfence_system();  // make the whole block's writes (ordered by bar.sync) visible
+    StoreRelease(v.pads[peer] + PadSlot(ch, v.rank, w), seq);
+    const uint32_t* slot = v.pads[v.rank] + PadSlot(ch, peer, w);
+    const uint64_t start = GlobalTimerNs();
+    while (static_cast<int32_t>(LoadAcquire(slot) - seq) < 0) {
+      uint32_t code = 0;
+      if (v.abort_word != nullptr && LoadVolatile(v.abort_word) != 0) code = kErrorAborted;
+      if (GlobalTimerNs() - start > v.timeout_ns) code = kErrorTimedOut;
+      if (code != 0) {
+        if (v.error_word != nullptr) atomicCAS(v.error_word, 0u, code << 16 | peer);
+        failed = 1;
+        break;
+      }
+      __nanosleep(256);
+    }
+  }
+  __syncthreads();
+  return failed == 0;
+}
+
+}  // namespace commd::kernels::cuda_device
+
+#endif  // COMMD_KERNELS_CUDA_DEVICE_SYNC_CUH_

@@ -1,0 +1,164 @@
+// Argument checks and launch of the CUDA collectives (host code; kernels in collectives.cu).
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/collectives.h"
+#include "kernels/signal_layout.h"
+
+namespace commd::kernels {
+namespace {
+
+using cuda_internal::CudaCollective;
+using cuda_internal::LaunchArgs;
+
+bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
+// Fills offset/in_place and checks sizes and placement (rules of host/collectives.h).
+absl::Status Place(const CudaCommView& v, const char* name, size_t in_bytes, size_t out_bytes,
+                   bool output_may_be_input, LaunchArgs* a) {
+  if (!IsValid(a->dtype) || !IsValid(a->op)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": data type ", static_cast<int>(a->dtype),
+                                                   " or reduce op ", static_cast<int>(a->op),
+                                                   " out of range"));
+  }
+  if (in_bytes > v.data_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": input of ", in_bytes,
+                                                   " bytes exceeds the data region of ",
+                                                   v.data_bytes, " bytes per rank"));
+  }
+  if (a->input == nullptr || a->output == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": null input or output"));
+  }
+  const auto own = reinterpret_cast<uintptr_t>(v.data[v.rank]);
+  const auto in = reinterpret_cast<uintptr_t>(a->input);
+  a->in_place = in >= own && in + in_bytes <= own + v.data_bytes;
+  a->offset = a->in_place ? in - own : 0;
+  for (int p = 0; p < v.world_size; ++p) {
+    if (!a->in_place && Overlaps(a->input, in_bytes, v.data[p], v.data_bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": input overlaps rank ", p, "'s data region but is not in place"));
+    }
+    const bool out_is_input = output_may_be_input && a->in_place && a->output == a->input;
+    if (!out_is_input && Overlaps(a->output, out_bytes, v.data[p], v.data_bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": output overlaps rank ", p, "'s data region"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Launch(const CudaCommView& v, const LaunchArgs& a, cudaStream_t stream) {
+  const cudaError_t err = cuda_internal::LaunchKernel(v, a, stream);
+  if (err != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("launch of collective ", static_cast<int>(a.collective),
+                                            ": ", cudaGetErrorName(err), ": ",
+                                            cudaGetErrorString(err)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateCudaCommView(const CudaCommView& v) {
+  if (v.world_size < 1 || v.world_size > kCudaMaxWorldSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world size ", v.world_size, " is out of range [1, ", kCudaMaxWorldSize, "]"));
+  }
+  if (v.rank < 0 || v.rank >= v.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", v.rank, " is out of range [0, ", v.world_size - 1, "]"));
+  }
+  for (int p = 0; p < v.world_size; ++p) {
+    if (v.data[p] == nullptr || v.pads[p] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", p, "'s data or pad pointer is null"));
+    }
+  }
+  const size_t needed = PadSlot(kCudaBlocks, 0, v.world_size);
+  if (v.pad_slots < needed) {
+    return absl::InvalidArgumentError(absl::StrCat("signal pad of ", v.pad_slots,
+                                                   " slots is too small; need at least ", needed,
+                                                   " (", kCudaBlocks, " blocks x world size)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LaunchBarrier(const CudaCommView& view, cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateCudaCommView(view));
+  return Launch(view,
+                LaunchArgs{CudaCollective::kBarrier, nullptr, nullptr, nullptr, 0, 0, false,
+                           DataType::kFloat32, ReduceOp::kSum, NanCheck::kOff},
+                stream);
+}
+
+absl::Status LaunchAllReduce(const CudaCommView& view, const void* input, void* output,
+                             size_t count, DataType dtype, ReduceOp op, Algorithm algorithm,
+                             NanCheck nan_check, void* scratch, cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateCudaCommView(view));
+  if (!IsValid(algorithm)) return absl::InvalidArgumentError("all_reduce: bad algorithm");
+  if (count == 0) return absl::OkStatus();
+  const CudaCollective c = algorithm == Algorithm::kOneShot ? CudaCollective::kAllReduceOneShot
+                                                            : CudaCollective::kAllReduceTwoShot;
+  LaunchArgs a{c, input, output, scratch, count, 0, false, dtype, op, nan_check};
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(count, DataTypeSize(dtype), &bytes)) bytes = SIZE_MAX;
+  RETURN_IF_ERROR(Place(view, "all_reduce", bytes, bytes, true, &a));
+  if (c == CudaCollective::kAllReduceOneShot && a.in_place && scratch == nullptr) {
+    return absl::InvalidArgumentError(
+        "all_reduce: one-shot in place needs scratch of count elements");
+  }
+  return Launch(view, a, stream);
+}
+
+absl::Status LaunchAllGather(const CudaCommView& view, const void* input, void* output,
+                             size_t count, DataType dtype, NanCheck nan_check,
+                             cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateCudaCommView(view));
+  if (count == 0) return absl::OkStatus();
+  LaunchArgs a{CudaCollective::kAllGather,
+               input,
+               output,
+               nullptr,
+               count,
+               0,
+               false,
+               dtype,
+               ReduceOp::kSum,
+               nan_check};
+  size_t bytes = 0, out = 0;
+  if (__builtin_mul_overflow(count, DataTypeSize(dtype), &bytes) ||
+      __builtin_mul_overflow(bytes, static_cast<size_t>(view.world_size), &out)) {
+    return absl::InvalidArgumentError(absl::StrCat("all_gather: count ", count, " overflows"));
+  }
+  RETURN_IF_ERROR(Place(view, "all_gather", bytes, out, false, &a));
+  return Launch(view, a, stream);
+}
+
+absl::Status LaunchReduceScatter(const CudaCommView& view, const void* input, void* output,
+                                 size_t count, DataType dtype, ReduceOp op, NanCheck nan_check,
+                                 cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateCudaCommView(view));
+  if (count == 0) return absl::OkStatus();
+  LaunchArgs a{CudaCollective::kReduceScatter,
+               input,
+               output,
+               nullptr,
+               count,
+               0,
+               false,
+               dtype,
+               op,
+               nan_check};
+  size_t bytes = 0, in = 0;
+  if (__builtin_mul_overflow(count, DataTypeSize(dtype), &bytes) ||
+      __builtin_mul_overflow(bytes, static_cast<size_t>(view.world_size), &in)) {
+    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter: count ", count, " overflows"));
+  }
+  RETURN_IF_ERROR(Place(view, "reduce_scatter", in, bytes, false, &a));
+  return Launch(view, a, stream);
+}
+
+}  // namespace commd::kernels

@@ -1,0 +1,161 @@
+// Per-element operations of the collectives, shared by the CPU and CUDA implementations:
+// loading an element into its accumulator type, combining two accumulators under a ReduceOp,
+// finishing (kAvg divides by the world size), storing back, and the NaN/Inf test.
+//
+//   float acc = ToAcc(a[i]);                       // fp16/bf16/fp32 accumulate in float
+//   acc = Combine<ReduceOp::kMax>(acc, ToAcc(b[i]));
+//   out[i] = FromAcc<Half>(Finalize<ReduceOp::kMax>(acc, world_size));
+//
+// Accumulators: float for fp32, fp16 and bf16; int64 for int32 (so kAvg is exact); int64 with
+// wrapping (two's complement) arithmetic for int64. Integer sums wrap, as NCCL's do. kMin and
+// kMax propagate NaN. Every rank reduces in rank order 0..world-1, so all ranks get
+// bit-identical results.
+#ifndef COMMD_KERNELS_ELEMENT_OPS_H_
+#define COMMD_KERNELS_ELEMENT_OPS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/float16.h"
+#include "kernels/host_device.h"
+#include "kernels/types.h"
+
+namespace commd::kernels {
+
+template <typename T>
+struct ElementTraits;
+template <>
+struct ElementTraits<float> {
+  using Acc = float;
+  static constexpr DataType kType = DataType::kFloat32;
+};
+template <>
+struct ElementTraits<Half> {
+  using Acc = float;
+  static constexpr DataType kType = DataType::kFloat16;
+};
+template <>
+struct ElementTraits<BFloat16> {
+  using Acc = float;
+  static constexpr DataType kType = DataType::kBFloat16;
+};
+template <>
+struct ElementTraits<int32_t> {
+  using Acc = int64_t;
+  static constexpr DataType kType = DataType::kInt32;
+};
+template <>
+struct ElementTraits<int64_t> {
+  using Acc = int64_t;
+  static constexpr DataType kType = DataType::kInt64;
+};
+template <typename T>
+using AccType = typename ElementTraits<T>::Acc;
+
+COMMD_HOST_DEVICE inline float ToAcc(float v) { return v; }
+COMMD_HOST_DEVICE inline float ToAcc(Half v) { return HalfToFloat(v); }
+COMMD_HOST_DEVICE inline float ToAcc(BFloat16 v) { return BFloat16ToFloat(v); }
+COMMD_HOST_DEVICE inline int64_t ToAcc(int32_t v) { return v; }
+COMMD_HOST_DEVICE inline int64_t ToAcc(int64_t v) { return v; }
+
+template <typename T>
+COMMD_HOST_DEVICE inline T FromAcc(AccType<T> a);
+template <>
+COMMD_HOST_DEVICE inline float FromAcc<float>(float a) {
+  return a;
+}
+template <>
+COMMD_HOST_DEVICE inline Half FromAcc<Half>(float a) {
+  return FloatToHalf(a);
+}
+template <>
+COMMD_HOST_DEVICE inline BFloat16 FromAcc<BFloat16>(float a) {
+  return FloatToBFloat16(a);
+}
+template <>
+COMMD_HOST_DEVICE inline int32_t FromAcc<int32_t>(int64_t a) {
+  // Keeps the low 32 bits: the wrapped int32 sum.
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(a)));
+}
+template <>
+COMMD_HOST_DEVICE inline int64_t FromAcc<int64_t>(int64_t a) {
+  return a;
+}
+
+COMMD_HOST_DEVICE inline bool IsNan(float a) { return a != a; }
+COMMD_HOST_DEVICE inline bool IsNan(int64_t) { return false; }
+
+COMMD_HOST_DEVICE inline float AddAcc(float a, float b) { return a + b; }
+COMMD_HOST_DEVICE inline int64_t AddAcc(int64_t a, int64_t b) {
+  // Unsigned arithmetic: wraps instead of overflowing (undefined for signed types).
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+
+template <ReduceOp Op, typename A>
+COMMD_HOST_DEVICE inline A Combine(A a, A b) {
+  if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kAvg) {
+    return AddAcc(a, b);
+  } else if constexpr (Op == ReduceOp::kMin) {
+    if (IsNan(a)) return a;
+    if (IsNan(b)) return b;
+    return b < a ? b : a;
+  } else {
+    if (IsNan(a)) return a;
+    if (IsNan(b)) return b;
+    return b > a ? b : a;
+  }
+}
+
+template <ReduceOp Op, typename A>
+COMMD_HOST_DEVICE inline A Finalize(A a, int world_size) {
+  if constexpr (Op == ReduceOp::kAvg) {
+    return a / static_cast<A>(world_size);
+  } else {
+    return a;
+  }
+}
+
+// Reduces element `i` of `n` sources in source order (rank order when srcs[p] is rank p's).
+template <typename T, ReduceOp Op>
+COMMD_HOST_DEVICE inline T ReduceElement(const T* const* srcs, int n, size_t i, int world_size) {
+  AccType<T> acc = ToAcc(srcs[0][i]);
+  for (int p = 1; p < n; ++p) acc = Combine<Op>(acc, ToAcc(srcs[p][i]));
+  return FromAcc<T>(Finalize<Op>(acc, world_size));
+}
+
+// NaN or +-Inf: the exponent field is all ones. Integers are always finite.
+COMMD_HOST_DEVICE inline bool IsNonFinite(float v) {
+  return (FloatBits(v) & 0x7f800000u) == 0x7f800000u;
+}
+COMMD_HOST_DEVICE inline bool IsNonFinite(Half v) { return (v.bits & 0x7c00u) == 0x7c00u; }
+COMMD_HOST_DEVICE inline bool IsNonFinite(BFloat16 v) { return (v.bits & 0x7f80u) == 0x7f80u; }
+COMMD_HOST_DEVICE inline bool IsNonFinite(int32_t) { return false; }
+COMMD_HOST_DEVICE inline bool IsNonFinite(int64_t) { return false; }
+
+// Calls f.template operator()<T>() with T the storage type of `t`; returns false (without
+// calling) for a value outside the enum.
+template <typename F>
+COMMD_HOST_DEVICE inline bool DispatchType(DataType t, F&& f) {
+  switch (t) {
+    case DataType::kFloat32:
+      f.template operator()<float>();
+      return true;
+    case DataType::kFloat16:
+      f.template operator()<Half>();
+      return true;
+    case DataType::kBFloat16:
+      f.template operator()<BFloat16>();
+      return true;
+    case DataType::kInt32:
+      f.template operator()<int32_t>();
+      return true;
+    case DataType::kInt64:
+      f.template operator()<int64_t>();
+      return true;
+  }
+  return false;
+}
+
+}  // namespace commd::kernels
+
+#endif  // COMMD_KERNELS_ELEMENT_OPS_H_

@@ -1,0 +1,172 @@
+#include "kernels/host/barrier.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "kernels/signal_layout.h"
+
+namespace commd::kernels {
+namespace {
+
+// Brief spin before sleeping: a peer on another core usually arrives within microseconds,
+// but with more ranks than cores spinning only steals the peer's time.
+constexpr int kSpinIterations = 256;
+constexpr int kYieldIterations = 8;
+// Longest single futex sleep: bounds how late an abort (which nobody futex-wakes us for) is
+// noticed.
+constexpr absl::Duration kMaxSleep = absl::Milliseconds(2);
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Shared (not FUTEX_PRIVATE) operations: the pads are MAP_SHARED between processes.
+void FutexWait(uint32_t* addr, uint32_t expected, absl::Duration timeout) {
+  const timespec ts = absl::ToTimespec(timeout);
+  syscall(SYS_futex, addr, FUTEX_WAIT, expected, &ts, nullptr, 0);  // EAGAIN/EINTR/ETIMEDOUT ok
+}
+void FutexWakeAll(uint32_t* addr) {
+  syscall(SYS_futex, addr, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+inline bool Reached(uint32_t value, uint32_t target) {
+  return static_cast<int32_t>(value - target) >= 0;
+}
+
+uint32_t AbortValue(const HostCommView& view) {
+  if (view.abort_word == nullptr) return 0;
+  return __atomic_load_n(view.abort_word, __ATOMIC_ACQUIRE);
+}
+
+class BarrierWait {
+ public:
+  BarrierWait(const HostCommView& view, absl::string_view collective, uint32_t target)
+      : view_(view), collective_(collective), target_(target) {}
+  ~BarrierWait() {
+    if (sleeping_) SleepFlag().store(0, std::memory_order_relaxed);
+  }
+
+  absl::Status WaitFor(int peer);
+
+ private:
+  std::atomic_ref<uint32_t> Slot(int peer) const {
+    return std::atomic_ref<uint32_t>(
+        view_.pads[view_.rank][PadSlot(kHostBarrierChannel, peer, view_.world_size)]);
+  }
+  std::atomic_ref<uint32_t> SleepFlag() const {
+    return std::atomic_ref<uint32_t>(
+        view_.pads[view_.rank][PadSlot(kHostSleepChannel, view_.rank, view_.world_size)]);
+  }
+  absl::Status Failure(int peer, bool aborted, uint32_t abort_value) const;
+
+  const HostCommView& view_;
+  absl::string_view collective_;
+  uint32_t target_;
+  bool sleeping_ = false;
+};
+
+absl::Status BarrierWait::WaitFor(int peer) {
+  std::atomic_ref<uint32_t> slot = Slot(peer);
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();
+    CpuRelax();
+  }
+  for (int i = 0;; ++i) {
+    if (const uint32_t abort = AbortValue(view_); abort != 0) return Failure(peer, true, abort);
+    const absl::Time now = absl::Now();
+    if (now >= view_.deadline) return Failure(peer, false, 0);
+    if (i < kYieldIterations) {
+      sched_yield();
+      if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();
+      continue;
+    }
+    // Dekker handshake with Arrive(): flag store then slot load here, slot store then flag
+    // load there, all seq_cst, so either we see the arrival or the arriver sees the flag.
+    if (!sleeping_) {
+      SleepFlag().store(1, std::memory_order_seq_cst);
+      sleeping_ = true;
+    }
+    const uint32_t seen = slot.load(std::memory_order_seq_cst);
+    if (Reached(seen, target_)) return absl::OkStatus();
+    FutexWait(&view_.pads[view_.rank][PadSlot(kHostBarrierChannel, peer, view_.world_size)], seen,
+              std::min(kMaxSleep, view_.deadline - now));
+    if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();
+  }
+}
+
+absl::Status BarrierWait::Failure(int peer, bool aborted, uint32_t abort_value) const {
+  std::vector<int> missing;
+  for (int p = 0; p < view_.world_size; ++p) {
+    if (p != view_.rank && !Reached(Slot(p).load(std::memory_order_acquire), target_)) {
+      missing.push_back(p);
+    }
+  }
+  if (missing.empty()) missing.push_back(peer);
+  const std::string where = absl::StrCat(
+      collective_, " on rank ", view_.rank, " of ", view_.world_size, " waiting for rank ", peer,
+      " (ranks not arrived: [", absl::StrJoin(missing, ", "), "], barrier #", target_, ")");
+  if (aborted)
+    return absl::AbortedError(absl::StrCat(where, ": abort requested (reason ", abort_value, ")"));
+  return absl::DeadlineExceededError(absl::StrCat(where, ": deadline exceeded"));
+}
+
+// Publishes this rank's arrival at barrier `seq` to every peer and wakes sleeping ones.
+void Arrive(const HostCommView& view, uint32_t seq) {
+  const int w = view.world_size;
+  for (int p = 0; p < w; ++p) {
+    if (p == view.rank) continue;
+    std::atomic_ref<uint32_t>(view.pads[p][PadSlot(kHostBarrierChannel, view.rank, w)])
+        .store(seq, std::memory_order_seq_cst);
+  }
+  for (int p = 0; p < w; ++p) {
+    if (p == view.rank) continue;
+    const uint32_t sleeping =
+        std::atomic_ref<uint32_t>(view.pads[p][PadSlot(kHostSleepChannel, p, w)])
+            .load(std::memory_order_seq_cst);
+    if (sleeping != 0) FutexWakeAll(&view.pads[p][PadSlot(kHostBarrierChannel, view.rank, w)]);
+  }
+}
+
+}  // namespace
+
+absl::Status CheckNotAborted(const HostCommView& view, absl::string_view collective) {
+  if (const uint32_t abort = AbortValue(view); abort != 0) {
+    return absl::AbortedError(
+        absl::StrCat(collective, " on rank ", view.rank, ": abort requested (reason ", abort, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostBarrier(const HostCommView& view, absl::string_view collective) {
+  if (view.world_size == 1) return CheckNotAborted(view, collective);
+  std::atomic_ref<uint32_t> own(
+      view.pads[view.rank][PadSlot(kHostBarrierChannel, view.rank, view.world_size)]);
+  const uint32_t seq = own.load(std::memory_order_relaxed) + 1;
+  own.store(seq, std::memory_order_relaxed);
+  Arrive(view, seq);
+  BarrierWait wait(view, collective, seq);
+  // Starting after our own rank spreads the first waits of different ranks over different
+  // slots; the order does not matter for correctness.
+  for (int i = 1; i < view.world_size; ++i) {
+    RETURN_IF_ERROR(wait.WaitFor((view.rank + i) % view.world_size));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace commd::kernels

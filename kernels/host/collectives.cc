@@ -1,0 +1,189 @@
+#include "kernels/host/collectives.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/symmetric_layout.h"
+#include "kernels/algorithm.h"
+#include "kernels/host/barrier.h"
+#include "kernels/host/element_loops.h"
+#include "kernels/host/plan.h"
+
+namespace commd::kernels {
+namespace {
+
+// Where a one-shot in-place all-reduce keeps its results until every peer has finished
+// reading the inputs they replace. Per thread, reused across calls.
+std::vector<std::byte>& Scratch() {
+  thread_local std::vector<std::byte> scratch;
+  return scratch;
+}
+
+// Data region pointers of every rank at `offset`, in rank order.
+void Sources(const HostCommView& view, size_t offset, const std::byte** srcs) {
+  for (int p = 0; p < view.world_size; ++p) srcs[p] = view.data[p] + offset;
+}
+
+uint64_t CopyInAll(const HostCommView& view, const StagingPlan& plan, NanCheck check) {
+  uint64_t bad = 0;
+  for (const StagedTensor& t : plan.tensors) {
+    bad += CopyIn(t.dtype, t.input, view.data[view.rank] + t.offset, t.staged_count, check);
+  }
+  return bad;
+}
+
+// Copy-in, then the barrier that says every rank's input is staged.
+absl::Status Stage(const HostCommView& view, const StagingPlan& plan, NanCheck check,
+                   const char* name, CollectiveResult* result) {
+  RETURN_IF_ERROR(CheckNotAborted(view, name));
+  const uint64_t bad = CopyInAll(view, plan, check);
+  if (result != nullptr) result->nonfinite_count = bad;
+  return HostBarrier(view, name);
+}
+
+absl::Status OneShot(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
+  const char* name = CollectiveName(CollectiveKind::kAllReduce);
+  const std::byte* srcs[kMaxWorldSize];
+  std::vector<std::byte>& scratch = Scratch();
+  size_t scratch_bytes = 0;
+  for (const StagedTensor& t : plan.tensors) {
+    if (t.in_place) scratch_bytes += t.count * t.element_size;
+  }
+  if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
+  size_t at = 0;
+  for (const StagedTensor& t : plan.tensors) {
+    Sources(view, t.offset, srcs);
+    std::byte* dst = t.in_place ? scratch.data() + at : t.output;
+    ReduceInto(t.dtype, op, srcs, view.world_size, 0, t.count, dst, view.world_size);
+    if (t.in_place) at += t.count * t.element_size;
+  }
+  RETURN_IF_ERROR(HostBarrier(view, name));
+  at = 0;
+  for (const StagedTensor& t : plan.tensors) {
+    if (!t.in_place) continue;
+    std::memcpy(t.output, scratch.data() + at, t.count * t.element_size);
+    at += t.count * t.element_size;
+  }
+  return absl::OkStatus();
+}
+
+// Reduce-scatter into the own data region (only this rank reads its own chunk), then
+// all-gather every rank's reduced chunk into the output.
+absl::Status TwoShot(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
+  const char* name = CollectiveName(CollectiveKind::kAllReduce);
+  const int w = view.world_size;
+  const std::byte* srcs[kMaxWorldSize];
+  for (const StagedTensor& t : plan.tensors) {
+    const ChunkRange mine = Chunk(t.count, w, view.rank);
+    Sources(view, t.offset, srcs);
+    std::byte* dst = view.data[view.rank] + t.offset + mine.begin * t.element_size;
+    ReduceInto(t.dtype, op, srcs, w, mine.begin, mine.end - mine.begin, dst, w);
+  }
+  RETURN_IF_ERROR(HostBarrier(view, name));
+  for (const StagedTensor& t : plan.tensors) {
+    for (int p = 0; p < w; ++p) {
+      const ChunkRange c = Chunk(t.count, w, p);
+      const std::byte* src = view.data[p] + t.offset + c.begin * t.element_size;
+      std::byte* dst = t.output + c.begin * t.element_size;
+      if (src != dst) std::memcpy(dst, src, (c.end - c.begin) * t.element_size);
+    }
+  }
+  return HostBarrier(view, name);
+}
+
+absl::Status GatherAll(const HostCommView& view, const StagingPlan& plan) {
+  for (const StagedTensor& t : plan.tensors) {
+    const size_t bytes = t.count * t.element_size;
+    for (int p = 0; p < view.world_size; ++p) {
+      std::memcpy(t.output + static_cast<size_t>(p) * bytes, view.data[p] + t.offset, bytes);
+    }
+  }
+  return HostBarrier(view, CollectiveName(CollectiveKind::kAllGather));
+}
+
+absl::Status ScatterReduced(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
+  const std::byte* srcs[kMaxWorldSize];
+  for (const StagedTensor& t : plan.tensors) {
+    Sources(view, t.offset, srcs);
+    ReduceInto(t.dtype, op, srcs, view.world_size, static_cast<size_t>(view.rank) * t.count,
+               t.count, t.output, view.world_size);
+  }
+  return HostBarrier(view, CollectiveName(CollectiveKind::kReduceScatter));
+}
+
+absl::Status CheckOp(CollectiveKind kind, ReduceOp op) {
+  if (IsValid(op)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), ": reduce op ",
+                                                 static_cast<int>(op), " is not one of 0..",
+                                                 kReduceOpCount - 1));
+}
+
+}  // namespace
+
+absl::Status Barrier(const HostCommView& view) {
+  RETURN_IF_ERROR(ValidateHostCommView(view));
+  RETURN_IF_ERROR(CheckNotAborted(view, "barrier"));
+  return HostBarrier(view, "barrier");
+}
+
+absl::Status AllReduceCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
+                                ReduceOp op, Algorithm algorithm, NanCheck nan_check,
+                                CollectiveResult* result) {
+  const CollectiveKind kind = CollectiveKind::kAllReduce;
+  RETURN_IF_ERROR(CheckOp(kind, op));
+  if (!IsValid(algorithm)) {
+    return absl::InvalidArgumentError(absl::StrCat("all_reduce: algorithm ",
+                                                   static_cast<int>(algorithm),
+                                                   " is not one of 0 (one-shot), 1 (two-shot)"));
+  }
+  ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
+  if (result != nullptr) *result = CollectiveResult{};
+  if (plan.tensors.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(Stage(view, plan, nan_check, CollectiveName(kind), result));
+  return algorithm == Algorithm::kOneShot ? OneShot(view, plan, op) : TwoShot(view, plan, op);
+}
+
+absl::Status AllGatherCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
+                                NanCheck nan_check, CollectiveResult* result) {
+  const CollectiveKind kind = CollectiveKind::kAllGather;
+  ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
+  if (result != nullptr) *result = CollectiveResult{};
+  if (plan.tensors.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(Stage(view, plan, nan_check, CollectiveName(kind), result));
+  return GatherAll(view, plan);
+}
+
+absl::Status ReduceScatterCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
+                                    ReduceOp op, NanCheck nan_check, CollectiveResult* result) {
+  const CollectiveKind kind = CollectiveKind::kReduceScatter;
+  RETURN_IF_ERROR(CheckOp(kind, op));
+  ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
+  if (result != nullptr) *result = CollectiveResult{};
+  if (plan.tensors.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(Stage(view, plan, nan_check, CollectiveName(kind), result));
+  return ScatterReduced(view, plan, op);
+}
+
+absl::Status AllReduce(const HostCommView& view, const void* input, void* output, size_t count,
+                       DataType dtype, ReduceOp op, Algorithm algorithm, NanCheck nan_check,
+                       CollectiveResult* result) {
+  const TensorArgs t{input, output, count, dtype};
+  return AllReduceCoalesced(view, absl::MakeConstSpan(&t, 1), op, algorithm, nan_check, result);
+}
+
+absl::Status AllGather(const HostCommView& view, const void* input, void* output, size_t count,
+                       DataType dtype, NanCheck nan_check, CollectiveResult* result) {
+  const TensorArgs t{input, output, count, dtype};
+  return AllGatherCoalesced(view, absl::MakeConstSpan(&t, 1), nan_check, result);
+}
+
+absl::Status ReduceScatter(const HostCommView& view, const void* input, void* output, size_t count,
+                           DataType dtype, ReduceOp op, NanCheck nan_check,
+                           CollectiveResult* result) {
+  const TensorArgs t{input, output, count, dtype};
+  return ReduceScatterCoalesced(view, absl::MakeConstSpan(&t, 1), op, nan_check, result);
+}
+
+}  // namespace commd::kernels

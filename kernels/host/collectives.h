@@ -1,0 +1,90 @@
+// The collectives on the CPU, over symmetric host memory that every rank has mapped: barrier,
+// all-reduce (one-shot and two-shot), all-gather, reduce-scatter, and coalesced variants that
+// run many tensors as one collective (one copy-in pass, one barrier pair).
+//
+//   HostCommView view = ...;                       // see comm_view.h
+//   CollectiveResult result;
+//   // In place on this rank's data region, the SDK's Group::AllReduce:
+//   RETURN_IF_ERROR(AllReduce(view, view.data[rank], view.data[rank], n, DataType::kBFloat16,
+//                             ReduceOp::kSum, Algorithm::kTwoShot, NanCheck::kOn, &result));
+//   if (result.nonfinite_count > 0) ...           // the caller applies its NaN policy
+//
+// Every rank of the view must make the same calls in the same order with the same counts,
+// types, ops, algorithms and (for in-place inputs) the same offsets into its data region.
+//
+// Where the data goes. Each rank's data region is the staging area that peers read:
+//   - input: either inside this rank's own data region (in place: staged where it is, at
+//     the same offset on every rank) or disjoint from every rank's data region (then copied
+//     into the region; coalesced calls pack the tensors from offset 0, each 64-byte aligned).
+//     A coalesced call's inputs are all in place or all outside.
+//   - output: for all-reduce, either the input itself when the input is in place (fully in
+//     place) or memory disjoint from every data region; for all-gather and reduce-scatter,
+//     memory disjoint from every data region. Output may overlap an input outside the data
+//     regions (inputs are copied in before any output is written).
+//   - After the call this rank's data region holds the result where the output is in place;
+//     elsewhere its staged contents are unspecified (two-shot reduces into it).
+//   - Pointers must be aligned to the element size. A count of 0 (every tensor empty) is a
+//     no-op that does not synchronise.
+// Synchronisation: copy-in, a barrier (every input staged), the reads, for two-shot a middle
+// barrier, and a closing barrier (no rank overwrites its region while a peer may still read
+// it). So back-to-back collectives on one allocation need no extra barrier.
+//
+// Errors: INVALID_ARGUMENT (naming the value and the allowed range) before anything is
+// touched; ABORTED when the view's abort word is or becomes nonzero; DEADLINE_EXCEEDED when
+// a peer does not arrive before the view's deadline (naming it and the collective). After
+// ABORTED or DEADLINE_EXCEEDED from a wait, outputs are unspecified and the allocation must
+// not be used for further collectives.
+//
+// All calls block until done. One thread per rank and allocation at a time.
+#ifndef COMMD_KERNELS_HOST_COLLECTIVES_H_
+#define COMMD_KERNELS_HOST_COLLECTIVES_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kernels/host/comm_view.h"
+#include "kernels/types.h"
+
+namespace commd::kernels {
+
+struct CollectiveResult {
+  // NaN and +-Inf values in this rank's input (floating-point types with NanCheck::kOn).
+  uint64_t nonfinite_count = 0;
+};
+
+// One tensor of a collective. `count` is elements per rank: all-reduce in = out = count;
+// all-gather in = count, out = world_size * count (rank-major); reduce-scatter in =
+// world_size * count (chunk p goes to rank p), out = count.
+struct TensorArgs {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+};
+
+absl::Status Barrier(const HostCommView& view);
+
+// `result` may be null.
+absl::Status AllReduce(const HostCommView& view, const void* input, void* output, size_t count,
+                       DataType dtype, ReduceOp op, Algorithm algorithm, NanCheck nan_check,
+                       CollectiveResult* result);
+absl::Status AllGather(const HostCommView& view, const void* input, void* output, size_t count,
+                       DataType dtype, NanCheck nan_check, CollectiveResult* result);
+absl::Status ReduceScatter(const HostCommView& view, const void* input, void* output, size_t count,
+                           DataType dtype, ReduceOp op, NanCheck nan_check,
+                           CollectiveResult* result);
+
+// Many tensors (each with its own count and type) as one collective.
+absl::Status AllReduceCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
+                                ReduceOp op, Algorithm algorithm, NanCheck nan_check,
+                                CollectiveResult* result);
+absl::Status AllGatherCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
+                                NanCheck nan_check, CollectiveResult* result);
+absl::Status ReduceScatterCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
+                                    ReduceOp op, NanCheck nan_check, CollectiveResult* result);
+
+}  // namespace commd::kernels
+
+#endif  // COMMD_KERNELS_HOST_COLLECTIVES_H_

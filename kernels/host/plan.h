@@ -1,0 +1,46 @@
+// Validation of a host collective's arguments and the staging layout of its tensors in the
+// data regions (rules: collectives.h). Internal to kernels/host.
+//
+//   ASSIGN_OR_RETURN(StagingPlan plan, PlanCollective(view, CollectiveKind::kAllGather, ts));
+#ifndef COMMD_KERNELS_HOST_PLAN_H_
+#define COMMD_KERNELS_HOST_PLAN_H_
+
+#include <cstddef>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/host/collectives.h"
+#include "kernels/host/comm_view.h"
+
+namespace commd::kernels {
+
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter };
+
+// "all_reduce", "all_gather", "reduce_scatter".
+const char* CollectiveName(CollectiveKind kind);
+
+struct StagedTensor {
+  const std::byte* input;
+  std::byte* output;
+  size_t count;  // elements per rank (TensorArgs::count)
+  DataType dtype;
+  size_t element_size;
+  size_t staged_count;  // elements staged in each data region: input elements
+  size_t offset;        // byte offset of the staged input in every rank's data region
+  bool in_place;        // the input already is this rank's staged copy
+};
+
+struct StagingPlan {
+  absl::InlinedVector<StagedTensor, 4> tensors;  // tensors with count > 0
+  bool in_place = false;                         // every input in place (else none is)
+};
+
+// INVALID_ARGUMENT naming the offending value and the allowed range, before anything is
+// touched; the view is validated too.
+absl::StatusOr<StagingPlan> PlanCollective(const HostCommView& view, CollectiveKind kind,
+                                           absl::Span<const TensorArgs> tensors);
+
+}  // namespace commd::kernels
+
+#endif  // COMMD_KERNELS_HOST_PLAN_H_
