@@ -105,10 +105,12 @@ absl::Status Daemon::StartMemory() {
   persistent_ =
       std::make_unique<memory::PersistentBuffers>(table_.get(), timers_.get(), config_.memory());
   store_ = std::make_unique<store::KvStore>(
-      store::StoreLimits{config_.limits().max_store_keys_per_job(),
-                         config_.limits().max_store_key_bytes(),
-                         config_.limits().max_store_value_bytes(),
-                         absl::Milliseconds(config_.groups().max_timeout_ms())},
+      store::StoreLimits{.max_keys_per_job = config_.limits().max_store_keys_per_job(),
+                         .max_key_bytes = config_.limits().max_store_key_bytes(),
+                         .max_value_bytes = config_.limits().max_store_value_bytes(),
+                         .max_bytes_per_job = config_.limits().max_store_bytes_per_job(),
+                         .max_bytes = config_.limits().max_store_bytes(),
+                         .max_wait = absl::Milliseconds(config_.groups().max_timeout_ms())},
       timers_.get());
   sessions_->AddEndListener([this](const server::Session& s, absl::string_view reason) {
     groups_->OnSessionEnd(s, reason);

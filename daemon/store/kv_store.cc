@@ -26,6 +26,30 @@ absl::Status KvStore::CheckKey(const std::string& key) const {
   return absl::OkStatus();
 }
 
+absl::Status KvStore::Charge(const Namespace& ns, Job& job, uint64_t bytes) {
+  if (job.bytes + bytes > limits_.max_bytes_per_job) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("store of job '", ns.second, "' would hold ", job.bytes + bytes,
+                     " bytes, over limits.max_store_bytes_per_job ", limits_.max_bytes_per_job));
+  }
+  if (bytes_ + bytes > limits_.max_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the stores of all jobs would hold ", bytes_ + bytes,
+                     " bytes, over limits.max_store_bytes ", limits_.max_bytes));
+  }
+  job.bytes += bytes;
+  bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+void KvStore::Release(const Namespace& ns, uint64_t bytes) {
+  auto it = jobs_.find(ns);
+  if (it == jobs_.end()) return;
+  it->second.bytes -= bytes;
+  bytes_ -= bytes;
+  if (it->second.keys.empty() && it->second.bytes == 0) jobs_.erase(it);
+}
+
 absl::Status KvStore::Put(const Namespace& ns, const std::string& key, std::string value,
                           std::vector<std::function<void()>>* completed) {
   if (value.size() > limits_.max_value_bytes) {
@@ -33,23 +57,36 @@ absl::Status KvStore::Put(const Namespace& ns, const std::string& key, std::stri
                                                      " bytes exceeds limits.max_store_value_bytes ",
                                                      limits_.max_value_bytes));
   }
-  auto& map = data_[ns];
-  auto it = map.find(key);
-  if (it != map.end()) {
+  Job& job = jobs_[ns];
+  auto it = job.keys.find(key);
+  if (it != job.keys.end()) {
+    if (value.size() > it->second.size()) {
+      RETURN_IF_ERROR(Charge(ns, job, value.size() - it->second.size()));
+    } else {
+      Release(ns, it->second.size() - value.size());  // the job keeps its key: not erased
+    }
     it->second = std::move(value);
     return absl::OkStatus();
   }
-  if (map.size() >= limits_.max_keys_per_job) {
-    return absl::ResourceExhaustedError(absl::StrCat("job ", ns.second, " holds ", map.size(),
-                                                     " store keys, the limit "
-                                                     "(limits.max_store_keys_per_job)"));
+  absl::Status admitted;
+  if (job.keys.size() >= limits_.max_keys_per_job) {
+    admitted = absl::ResourceExhaustedError(
+        absl::StrCat("job '", ns.second, "' holds ", job.keys.size(),
+                     " store keys, at limits.max_store_keys_per_job ", limits_.max_keys_per_job));
+  } else {
+    admitted = Charge(ns, job, key.size() + value.size());
   }
-  map.emplace(key, std::move(value));
+  if (!admitted.ok()) {
+    Release(ns, 0);  // drops the job if this call created it
+    return admitted;
+  }
+  job.keys.emplace(key, std::move(value));
   ++keys_;
   // A new key may complete waiters of this namespace.
   for (auto w = waiters_.begin(); w != waiters_.end();) {
     if (w->second.ns == ns && w->second.missing.erase(key) > 0 && w->second.missing.empty()) {
       timers_->Cancel(w->second.timer);
+      Release(ns, w->second.charged);
       completed->push_back([done = std::move(w->second.done)] { done(absl::OkStatus()); });
       w = waiters_.erase(w);
     } else {
@@ -74,11 +111,11 @@ absl::Status KvStore::Set(const Namespace& ns, const std::string& key, std::stri
 absl::StatusOr<std::string> KvStore::Get(const Namespace& ns, const std::string& key) const {
   RETURN_IF_ERROR(CheckKey(key));
   absl::MutexLock lock(&mu_);
-  auto map = data_.find(ns);
-  if (map != data_.end()) {
-    if (auto it = map->second.find(key); it != map->second.end()) return it->second;
+  auto job = jobs_.find(ns);
+  if (job != jobs_.end()) {
+    if (auto it = job->second.keys.find(key); it != job->second.keys.end()) return it->second;
   }
-  return absl::NotFoundError(absl::StrCat("no store key '", key, "' in job ", ns.second));
+  return absl::NotFoundError(absl::StrCat("no store key '", key, "' in job '", ns.second, "'"));
 }
 
 absl::StatusOr<int64_t> KvStore::Add(const Namespace& ns, const std::string& key, int64_t delta) {
@@ -87,10 +124,10 @@ absl::StatusOr<int64_t> KvStore::Add(const Namespace& ns, const std::string& key
   int64_t sum = 0;
   {
     absl::MutexLock lock(&mu_);
-    auto map = data_.find(ns);
+    auto job = jobs_.find(ns);
     int64_t current = 0;
-    if (map != data_.end()) {
-      if (auto it = map->second.find(key); it != map->second.end()) {
+    if (job != jobs_.end()) {
+      if (auto it = job->second.keys.find(key); it != job->second.keys.end()) {
         if (!absl::SimpleAtoi(it->second, &current)) {
           return absl::FailedPreconditionError(
               absl::StrCat("store key '", key, "' holds a value that is not a decimal integer"));
@@ -114,10 +151,14 @@ absl::StatusOr<std::string> KvStore::CompareSet(const Namespace& ns, const std::
   std::string now;
   {
     absl::MutexLock lock(&mu_);
-    auto& map = data_[ns];
-    auto it = map.find(key);
-    const bool matches = it == map.end() ? expected.empty() : it->second == expected;
-    if (!matches) return it == map.end() ? std::string() : it->second;
+    const std::string* current = nullptr;
+    if (auto job = jobs_.find(ns); job != jobs_.end()) {
+      if (auto it = job->second.keys.find(key); it != job->second.keys.end()) {
+        current = &it->second;
+      }
+    }
+    const bool matches = current == nullptr ? expected.empty() : *current == expected;
+    if (!matches) return current == nullptr ? std::string() : *current;
     now = desired;
     RETURN_IF_ERROR(Put(ns, key, std::move(desired), &completed));
   }
@@ -128,10 +169,14 @@ absl::StatusOr<std::string> KvStore::CompareSet(const Namespace& ns, const std::
 absl::StatusOr<bool> KvStore::Delete(const Namespace& ns, const std::string& key) {
   RETURN_IF_ERROR(CheckKey(key));
   absl::MutexLock lock(&mu_);
-  auto map = data_.find(ns);
-  if (map == data_.end() || map->second.erase(key) == 0) return false;
+  auto job = jobs_.find(ns);
+  if (job == jobs_.end()) return false;
+  auto it = job->second.keys.find(key);
+  if (it == job->second.keys.end()) return false;
+  const uint64_t freed = it->first.size() + it->second.size();
+  job->second.keys.erase(it);
   --keys_;
-  if (map->second.empty()) data_.erase(map);
+  Release(ns, freed);
   return true;
 }
 
@@ -144,9 +189,9 @@ absl::StatusOr<WaitId> KvStore::Wait(const Namespace& ns, const std::vector<std:
   }
   for (const std::string& key : keys) RETURN_IF_ERROR(CheckKey(key));
   if (timeout < absl::ZeroDuration() || timeout > limits_.max_wait) {
-    return absl::InvalidArgumentError(absl::StrCat("wait timeout ", absl::FormatDuration(timeout),
-                                                   "; allowed 0 to ",
-                                                   absl::FormatDuration(limits_.max_wait)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("wait timeout ", absl::FormatDuration(timeout), "; allowed 0 to ",
+                     absl::FormatDuration(limits_.max_wait), " (groups.max_timeout_ms)"));
   }
   Waiter waiter;
   waiter.ns = ns;
@@ -154,12 +199,18 @@ absl::StatusOr<WaitId> KvStore::Wait(const Namespace& ns, const std::vector<std:
   WaitId id;
   {
     absl::MutexLock lock(&mu_);
-    auto map = data_.find(ns);
+    auto job = jobs_.find(ns);
     for (const std::string& key : keys) {
-      if (map == data_.end() || !map->second.contains(key)) waiter.missing.insert(key);
+      if (job == jobs_.end() || !job->second.keys.contains(key)) waiter.missing.insert(key);
     }
     id = next_wait_++;
     if (!waiter.missing.empty()) {
+      // A pending wait holds its keys, so it counts against the job's bytes.
+      for (const std::string& key : waiter.missing) waiter.charged += key.size();
+      if (absl::Status s = Charge(ns, jobs_[ns], waiter.charged); !s.ok()) {
+        Release(ns, 0);  // drops the job if this call created it
+        return s;
+      }
       waiter.timer = timers_->Schedule(absl::Now() + timeout, [this, id] { OnTimeout(id); });
       waiters_.emplace(id, std::move(waiter));
       return id;
@@ -169,25 +220,31 @@ absl::StatusOr<WaitId> KvStore::Wait(const Namespace& ns, const std::vector<std:
   return id;
 }
 
+std::optional<KvStore::Waiter> KvStore::TakeWaiter(WaitId id) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) return std::nullopt;
+  Waiter waiter = std::move(it->second);
+  waiters_.erase(it);
+  Release(waiter.ns, waiter.charged);
+  return waiter;
+}
+
 void KvStore::OnTimeout(WaitId id) {
-  Waiter waiter;
+  std::optional<Waiter> waiter;
   {
     absl::MutexLock lock(&mu_);
-    auto it = waiters_.find(id);
-    if (it == waiters_.end()) return;
-    waiter = std::move(it->second);
-    waiters_.erase(it);
+    waiter = TakeWaiter(id);
   }
-  waiter.done(absl::DeadlineExceededError(
-      absl::StrCat("store keys still missing: ", absl::StrJoin(waiter.missing, ", "))));
+  if (!waiter.has_value()) return;
+  waiter->done(absl::DeadlineExceededError(
+      absl::StrCat("store keys still missing: ", absl::StrJoin(waiter->missing, ", "))));
 }
 
 void KvStore::CancelWait(WaitId id) {
+  std::optional<Waiter> waiter;  // declared first: its callback is destroyed after unlocking
   absl::MutexLock lock(&mu_);
-  auto it = waiters_.find(id);
-  if (it == waiters_.end()) return;
-  timers_->Cancel(it->second.timer);
-  waiters_.erase(it);
+  waiter = TakeWaiter(id);
+  if (waiter.has_value()) timers_->Cancel(waiter->timer);
 }
 
 size_t KvStore::key_count() const {
@@ -198,6 +255,11 @@ size_t KvStore::key_count() const {
 size_t KvStore::waiter_count() const {
   absl::MutexLock lock(&mu_);
   return waiters_.size();
+}
+
+uint64_t KvStore::byte_count() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
 }
 
 }  // namespace commd::store

@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -26,11 +27,14 @@
 
 namespace commd::store {
 
+// The config's limits.max_store_* fields; errors name them.
 struct StoreLimits {
   uint32_t max_keys_per_job = 65536;
   uint32_t max_key_bytes = 4096;
-  uint32_t max_value_bytes = 16 << 20;
-  absl::Duration max_wait = absl::Hours(24);
+  uint32_t max_value_bytes = 1 << 20;
+  uint64_t max_bytes_per_job = uint64_t{256} << 20;  // keys + values + pending waits' keys
+  uint64_t max_bytes = uint64_t{1} << 30;            // over every job
+  absl::Duration max_wait = absl::Hours(24);         // groups.max_timeout_ms
 };
 
 using Namespace = std::pair<uid_t, std::string>;  // (uid, job id)
@@ -58,26 +62,41 @@ class KvStore {
 
   size_t key_count() const;
   size_t waiter_count() const;
+  uint64_t byte_count() const;  // what counts against limits.max_store_bytes
 
  private:
+  struct Job {
+    std::map<std::string, std::string> keys;
+    uint64_t bytes = 0;  // keys and values, and the keys its pending waits name
+  };
   struct Waiter {
     Namespace ns;
     std::set<std::string> missing;
+    uint64_t charged = 0;  // bytes it holds of its job's budget
     std::function<void(absl::Status)> done;
     server::TimerId timer = 0;
   };
   absl::Status CheckKey(const std::string& key) const;
+  // Counts `bytes` more against the job's and the node's budgets, or fails naming the limit.
+  absl::Status Charge(const Namespace& ns, Job& job, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Release(const Namespace& ns, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores `value` (checking limits) and collects the waiters it completes.
   absl::Status Put(const Namespace& ns, const std::string& key, std::string value,
                    std::vector<std::function<void()>>* completed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the waiter out (releasing what it charged); nullopt if it already finished.
+  std::optional<Waiter> TakeWaiter(WaitId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnTimeout(WaitId id);
 
   const StoreLimits limits_;
   server::TimerQueue* const timers_;
   mutable absl::Mutex mu_;
-  std::map<Namespace, std::map<std::string, std::string>> data_ ABSL_GUARDED_BY(mu_);
+  // A job is present while it holds a key or a pending wait, so that jobs that come and go
+  // leave nothing behind.
+  std::map<Namespace, Job> jobs_ ABSL_GUARDED_BY(mu_);
   size_t keys_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   WaitId next_wait_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
 };

@@ -17,6 +17,8 @@ class KvStoreTest : public ::testing::Test {
   KvStore store_{{.max_keys_per_job = 4,
                   .max_key_bytes = 8,
                   .max_value_bytes = 32,
+                  .max_bytes_per_job = 64,
+                  .max_bytes = 99,
                   .max_wait = absl::Minutes(1)},
                  &timers_};
 };
@@ -70,10 +72,54 @@ TEST_F(KvStoreTest, LimitsNameTheirField) {
   auto count = store_.Set(kJob, "e", "v");
   EXPECT_EQ(count.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(count.message().find("limits.max_store_keys_per_job"), absl::string_view::npos);
-  EXPECT_TRUE(store_.Set(kJob, "a", "overwrite is fine").ok() ||
-              store_.Set(kJob, "a", "short").ok());
+  EXPECT_TRUE(store_.Set(kJob, "a", "overwriting is fine").ok());
+  EXPECT_EQ(store_.Add(kJob, "e", 1).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store_.CompareSet(kJob, "e", "", "v").status().code(),
+            absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(store_.Set({1000, "another"}, "e", "v").ok());  // the limit is per job
+  EXPECT_TRUE(*store_.Delete(kJob, "a"));
+  EXPECT_TRUE(store_.Set(kJob, "e", "v").ok());  // a deleted key frees its place
   EXPECT_EQ(store_.Set(kJob, "", "v").code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(KvStoreTest, BytesAreBoundedPerJobAndPerNode) {
+  const std::string v32(32, 'x');
+  ASSERT_TRUE(store_.Set(kJob, "a", v32).ok());                   // 33 bytes
+  ASSERT_TRUE(store_.Set(kJob, "b", std::string(30, 'x')).ok());  // 64: the job's limit
+  EXPECT_EQ(store_.byte_count(), 64u);
+  auto job = store_.Set(kJob, "c", "");
+  EXPECT_EQ(job.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(job.message(),
+            "store of job 'job' would hold 65 bytes, over limits.max_store_bytes_per_job 64");
+  // Growing a value counts its growth; shrinking one gives bytes back.
+  EXPECT_EQ(store_.Set(kJob, "b", std::string(31, 'x')).code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(store_.Set(kJob, "b", "").ok());
+  EXPECT_EQ(store_.byte_count(), 34u);
+  ASSERT_TRUE(store_.Set({1000, "x"}, "a", v32).ok());  // 67 on the node
+  auto node = store_.Set({1000, "y"}, "a", v32);
+  EXPECT_EQ(node.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(node.message(),
+            "the stores of all jobs would hold 100 bytes, over limits.max_store_bytes 99");
+  // A pending wait holds its keys' bytes until it ends.
+  auto id = store_.Wait({1000, "y"}, {"12345678"}, absl::Minutes(1), [](absl::Status) {});
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(store_.byte_count(), 75u);
+  store_.CancelWait(*id);
+  EXPECT_EQ(store_.byte_count(), 67u);
+  EXPECT_TRUE(*store_.Delete({1000, "x"}, "a"));
+  EXPECT_TRUE(*store_.Delete(kJob, "a"));
+  EXPECT_TRUE(*store_.Delete(kJob, "b"));
+  EXPECT_EQ(store_.byte_count(), 0u);
+  EXPECT_EQ(store_.key_count(), 0u);
+}
+
+TEST_F(KvStoreTest, FailedWritesLeaveNothingBehind) {
+  EXPECT_EQ(*store_.CompareSet(kJob, "k", "not there", "v"), "");
+  EXPECT_FALSE(store_.Set(kJob, "k", std::string(33, 'x')).ok());
+  EXPECT_EQ(store_.Get(kJob, "k").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_.key_count(), 0u);
+  EXPECT_EQ(store_.byte_count(), 0u);
 }
 
 TEST_F(KvStoreTest, WaitCompletesWhenTheLastKeyAppears) {
@@ -91,6 +137,16 @@ TEST_F(KvStoreTest, WaitCompletesWhenTheLastKeyAppears) {
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_TRUE(result.ok());
   EXPECT_EQ(store_.waiter_count(), 0u);
+  EXPECT_EQ(store_.byte_count(), 2u + 2u + (1u + 14u));  // no bytes held for the wait
+}
+
+TEST_F(KvStoreTest, WaitForKeysThatExistCompletesAtOnce) {
+  ASSERT_TRUE(store_.Set(kJob, "k", "v").ok());
+  absl::Status result = absl::UnknownError("not called");
+  ASSERT_TRUE(
+      store_.Wait(kJob, {"k"}, absl::ZeroDuration(), [&](absl::Status s) { result = s; }).ok());
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_EQ(store_.waiter_count(), 0u);
 }
 
 TEST_F(KvStoreTest, WaitTimesOutNamingTheMissingKeys) {
@@ -107,6 +163,8 @@ TEST_F(KvStoreTest, WaitTimesOutNamingTheMissingKeys) {
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_EQ(result.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(result.message(), "store keys still missing: x, y");
+  EXPECT_EQ(store_.waiter_count(), 0u);
+  EXPECT_EQ(store_.byte_count(), 5u);  // "here" = "1"; the wait's bytes were given back
 }
 
 TEST_F(KvStoreTest, CancelledWaitNeverCalls) {

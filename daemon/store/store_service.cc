@@ -21,6 +21,20 @@ StoreService::StoreService(server::RpcContext* rpc, KvStore* store, prometheus::
                   .Help("Store Wait calls waiting for keys")
                   .Register(*registry)
                   .Add({});
+  bytes_ = &prometheus::BuildGauge()
+                .Name("commd_store_bytes")
+                .Help(
+                    "Bytes the per-job stores hold (keys, values, pending waits' keys), as "
+                    "counted against limits.max_store_bytes")
+                .Register(*registry)
+                .Add({});
+}
+
+void StoreService::UpdateGauges() {
+  absl::MutexLock lock(&gauges_mu_);
+  keys_->Set(static_cast<double>(store_->key_count()));
+  waiters_->Set(static_cast<double>(store_->waiter_count()));
+  bytes_->Set(static_cast<double>(store_->byte_count()));
 }
 
 grpc::ServerUnaryReactor* StoreService::Set(grpc::CallbackServerContext* ctx,
@@ -28,8 +42,7 @@ grpc::ServerUnaryReactor* StoreService::Set(grpc::CallbackServerContext* ctx,
                                             v1::SetResponse* response) {
   return rpc_->Serve(ctx, "StoreSet", [&](const server::Session& s) {
     RETURN_IF_ERROR(store_->Set(Of(s), request->key(), request->value()));
-    UpdateKeys();
-    UpdateWaiters();
+    UpdateGauges();
     return absl::OkStatus();
   });
 }
@@ -51,13 +64,13 @@ grpc::ServerUnaryReactor* StoreService::Wait(grpc::CallbackServerContext* ctx,
     auto id = store_->Wait(Of(*session), keys, absl::Milliseconds(request->timeout_ms()),
                            [this, call](absl::Status status) {
                              call->Finish(status);
-                             UpdateWaiters();
+                             UpdateGauges();
                            });
     if (!id.ok()) return call->Finish(id.status());
-    UpdateWaiters();
+    UpdateGauges();
     call->OnCancel([this, id = *id] {
       store_->CancelWait(id);
-      UpdateWaiters();
+      UpdateGauges();
     });
   });
 }
@@ -68,7 +81,7 @@ grpc::ServerUnaryReactor* StoreService::Add(grpc::CallbackServerContext* ctx,
   return rpc_->Serve(ctx, "StoreAdd", [&](const server::Session& s) -> absl::Status {
     ASSIGN_OR_RETURN(int64_t value, store_->Add(Of(s), request->key(), request->delta()));
     response->set_value(value);
-    UpdateKeys();
+    UpdateGauges();
     return absl::OkStatus();
   });
 }
@@ -80,7 +93,7 @@ grpc::ServerUnaryReactor* StoreService::CompareSet(grpc::CallbackServerContext* 
     ASSIGN_OR_RETURN(
         *response->mutable_value(),
         store_->CompareSet(Of(s), request->key(), request->expected(), request->desired()));
-    UpdateKeys();
+    UpdateGauges();
     return absl::OkStatus();
   });
 }
@@ -91,7 +104,7 @@ grpc::ServerUnaryReactor* StoreService::Delete(grpc::CallbackServerContext* ctx,
   return rpc_->Serve(ctx, "StoreDelete", [&](const server::Session& s) -> absl::Status {
     ASSIGN_OR_RETURN(bool existed, store_->Delete(Of(s), request->key()));
     response->set_existed(existed);
-    UpdateKeys();
+    UpdateGauges();
     return absl::OkStatus();
   });
 }

@@ -3,6 +3,7 @@
 #ifndef COMMD_DAEMON_STORE_STORE_SERVICE_H_
 #define COMMD_DAEMON_STORE_STORE_SERVICE_H_
 
+#include "absl/synchronization/mutex.h"
 #include "commd/v1/store.grpc.pb.h"
 #include "daemon/server/rpc.h"
 #include "daemon/store/kv_store.h"
@@ -31,13 +32,16 @@ class StoreService final : public v1::Store::CallbackService {
                                    v1::DeleteResponse* response) override;
 
  private:
-  void UpdateKeys() { keys_->Set(static_cast<double>(store_->key_count())); }
-  void UpdateWaiters() { waiters_->Set(static_cast<double>(store_->waiter_count())); }
+  // Sets the gauges from the store after each change. Reading and setting under one mutex
+  // keeps a slower caller from overwriting newer figures with older ones.
+  void UpdateGauges() ABSL_LOCKS_EXCLUDED(gauges_mu_);
 
   server::RpcContext* const rpc_;
   KvStore* const store_;
   prometheus::Gauge* keys_;
   prometheus::Gauge* waiters_;
+  prometheus::Gauge* bytes_;
+  absl::Mutex gauges_mu_;
 };
 
 }  // namespace commd::store

@@ -6,6 +6,7 @@
 //                  "groups <n>" for the groups ListGroups shows
 //   store-set KEY VALUE   connect, set KEY in the job's store, print "set"
 //   store-wait KEY        connect, wait (up to 60 s) for KEY, print "waited <code>"
+//   store-get KEY         connect, print "got <code> <value>" (value empty unless OK)
 //   import TOKEN   open a session and try to redeem TOKEN on the fd channel; prints
 //                  "imported" or "refused <status>"
 #include <sys/socket.h>
@@ -58,6 +59,12 @@ int main(int argc, char** argv) {
   if (std::strcmp(argv[1], "store-wait") == 0 && argc == 3) {
     const absl::Status s = (*client)->store().Wait({argv[2]}, absl::Seconds(60));
     std::printf("waited %s\n", absl::StatusCodeToString(s.code()).c_str());
+    return 0;
+  }
+  if (std::strcmp(argv[1], "store-get") == 0 && argc == 3) {
+    auto value = (*client)->store().Get(argv[2]);
+    std::printf("got %s %s\n", absl::StatusCodeToString(value.status().code()).c_str(),
+                value.ok() ? value->c_str() : "");
     return 0;
   }
   if (std::strcmp(argv[1], "peek") == 0 && argc == 3) {
