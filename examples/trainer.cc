@@ -139,8 +139,8 @@ int main(int argc, char** argv) {
       data[f.count / 2] = std::numeric_limits<float>::quiet_NaN();
       std::printf("rank %d puts a NaN into step %d (injected)\n", f.rank, step);
     }
-    const absl::Status s = (*group)->AllReduce(**grads, f.count, commd::DataType::kFloat32,
-                                               commd::ReduceOp::kSum);
+    const absl::Status s =
+        (*group)->AllReduce(**grads, f.count, commd::DataType::kFloat32, commd::ReduceOp::kSum);
     if (s.code() == absl::StatusCode::kDataLoss) {
       std::printf("rank %d step %d: the daemon found a NaN: %s\n", f.rank, step,
                   s.ToString().c_str());
