@@ -61,6 +61,26 @@ for s in postinst prerm postrm; do
   fi
 done
 grep -q '^Depends:.*libprotobuf' "$tmp/control/control" || fail "Depends lacks the protobuf runtime"
+
+# The maintainer scripts' logic, with the system tools they call replaced by recorders (they
+# must not touch this machine's groups or services): postinst creates the group only when it
+# is missing, and nothing ever enables or starts the unit.
+mkdir -p "$tmp/fakebin"
+for tool in groupadd systemctl; do
+  printf '#!/bin/sh\necho "%s $*" >>"%s/calls"\n' "$tool" "$tmp" >"$tmp/fakebin/$tool"
+done
+printf '#!/bin/sh\n[ -n "$GROUP_EXISTS" ]\n' >"$tmp/fakebin/getent"
+chmod +x "$tmp/fakebin/"*
+PATH="$tmp/fakebin:$PATH" sh "$tmp/control/postinst" configure || fail "postinst configure failed"
+grep -qx 'groupadd --system commd' "$tmp/calls" || fail "postinst did not run groupadd --system commd"
+: >"$tmp/calls"
+GROUP_EXISTS=1 PATH="$tmp/fakebin:$PATH" sh "$tmp/control/postinst" configure || fail "postinst configure failed"
+if grep -q groupadd "$tmp/calls"; then fail "postinst re-created an existing group"; fi
+PATH="$tmp/fakebin:$PATH" sh "$tmp/control/prerm" upgrade || fail "prerm upgrade failed"
+PATH="$tmp/fakebin:$PATH" sh "$tmp/control/postrm" remove || fail "postrm remove failed"
+if grep -Eq 'systemctl.*(enable|start|restart)' "$tmp/calls"; then
+  fail "a maintainer script enabled or started commd: $(cat "$tmp/calls")"
+fi
 "$root/usr/bin/commd" --version | grep -q "$version" || fail "commd --version does not say $version"
 
 # A trainer's build against the unpacked SDK.
