@@ -220,7 +220,7 @@ def fleet_dashboard():
         f'topk(10, sum by (instance, reason) (increase(commd_aborts_total{{{ALL}}}[1h])))',
         instant=True, fmt="table")], w=12)
     L.panel("table", "NaN hot spots (last hour)", [q(
-        f'topk(10, sum by (instance) (increase(commd_nan_detected_total{{{ALL}}}[1h])))',
+        f'topk(10, sum by (instance, exported_job, group) (increase(commd_nan_detected_total{{{ALL}}}[1h])))',
         instant=True, fmt="table")], w=12)
     L.panel("timeseries", "Hangs by kind", [q(
         f'sum by (kind) (increase(commd_hangs_detected_total{{{ALL}}}[$__rate_interval]))',
