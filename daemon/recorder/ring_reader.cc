@@ -229,7 +229,14 @@ void ReadRing(const char* base, const RingReadOptions& options, RingSnapshot* s)
   uint32_t budget = options.retry_budget;
   const uint32_t per_record = static_cast<uint32_t>(std::clamp(options.max_tries, 1, 1 << 20));
   RingEntry copy;
-  for (uint32_t slot = 0; slot <= mask; ++slot) {
+  // Slots of the records in [from, next): all slots when that spans the ring.
+  const uint64_t next = s->next_record_id;
+  const uint64_t from = options.from_record_id;
+  const uint64_t span =
+      from == 0 || next < from || next - from > mask ? uint64_t{mask} + 1 : next - from;
+  const uint32_t first_slot = span > mask ? 0 : static_cast<uint32_t>(from & mask);
+  for (uint64_t k = 0; k < span; ++k) {
+    const uint32_t slot = static_cast<uint32_t>((first_slot + k) & mask);
     const int tries =
         static_cast<int>(std::max<uint32_t>(1, std::min<uint32_t>(budget, per_record)));
     int used = 0;
@@ -256,6 +263,7 @@ void ReadRing(const char* base, const RingReadOptions& options, RingSnapshot* s)
       ++s->invalid_by_reason[size_t(*bad)];
       continue;
     }
+    if (e.record_id < from) continue;
     ReadDiscovery(base, mask, options.max_tries, &e);
     s->entries.push_back(std::move(e));
   }

@@ -117,6 +117,9 @@ struct RingReadOptions {
   // Retries for the whole snapshot beyond the first try of each record; once spent, each
   // record gets a single try. Bounds the work a client flipping seq words can cause.
   uint32_t retry_budget = 4096;
+  // Reads only the slots of records with id >= from_record_id (the newest ones, at most a
+  // ring's worth), so a poller that remembers where it was reads new entries alone.
+  uint64_t from_record_id = 0;
 };
 
 // Never blocks beyond the bounded retries; allocates the snapshot. INVALID_ARGUMENT for a
