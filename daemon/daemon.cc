@@ -97,6 +97,12 @@ absl::Status Daemon::StartMemory() {
   options.on_rank_death = [this](std::vector<recorder::DumpSource> sources) {
     dumper_->DumpLater("rank_death", std::move(sources));
   };
+  // The watchdog starts with the servers (it pushes on Attach streams); no group can time out
+  // its rendezvous before clients can join.
+  options.on_rendezvous_timeout = [this](const groups::WatchedGroup& g, std::vector<int> joined,
+                                         std::vector<int> missing) {
+    if (watchdog_ != nullptr) watchdog_->OnRendezvousTimeout(g, joined, missing);
+  };
   groups_ = std::make_unique<groups::GroupRegistry>(options, table_.get(), timers_.get(),
                                                     &metrics_->registry());
   recorder_metrics_ =
@@ -159,6 +165,21 @@ absl::Status Daemon::StartServers() {
   recorder_service_ =
       std::make_unique<recorder::RecorderService>(rpc_.get(), groups_.get(), dumper_.get());
   builder.RegisterService(recorder_service_.get());
+  const v1::WatchdogConfig& wd = config_.watchdog();
+  watchdog_ = std::make_unique<watchdog::Watchdog>(
+      watchdog::WatchdogOptions{.poll_interval = absl::Milliseconds(wd.poll_interval_ms()),
+                                .heartbeat_timeout = absl::Milliseconds(wd.heartbeat_timeout_ms()),
+                                .max_timeout = absl::Milliseconds(wd.max_collective_timeout_ms()),
+                                .policy = wd.policy(),
+                                .terminate_grace = absl::Milliseconds(wd.terminate_grace_ms())},
+      groups_.get(), dumper_.get(),
+      [service = session_service_.get()](const std::string& token, const v1::SessionEvent& e) {
+        return service->Push(token, e);
+      },
+      &metrics_->registry(), NewRealtimeRecorderClock());
+  watchdog_->Start();
+  health_service_ = std::make_unique<watchdog::HealthService>(rpc_.get(), watchdog_.get());
+  builder.RegisterService(health_service_.get());
   // Further services register here, each built from rpc_ and its own component.
   grpc_ = builder.BuildAndStart();
   if (grpc_ == nullptr) {
@@ -208,6 +229,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   }
   // Stop the threads that call into components before destroying any component; scrapes
   // read the groups' control blocks, so they stop first.
+  if (watchdog_ != nullptr) watchdog_->Stop();
   if (recorder_metrics_ != nullptr && metrics_ != nullptr) {
     metrics_->Unregister(recorder_metrics_);
     recorder_metrics_.reset();
@@ -215,6 +237,8 @@ void Daemon::Shutdown(absl::Duration grace) {
   loop_.reset();
   timers_.reset();
   recorder_service_.reset();
+  health_service_.reset();
+  watchdog_.reset();
   store_service_.reset();
   memory_service_.reset();
   groups_service_.reset();

@@ -35,6 +35,8 @@
 #include "daemon/server/timer_queue.h"
 #include "daemon/store/kv_store.h"
 #include "daemon/store/store_service.h"
+#include "daemon/watchdog/health_service.h"
+#include "daemon/watchdog/watchdog.h"
 #include "grpcpp/server.h"
 
 namespace commd {
@@ -86,6 +88,8 @@ class Daemon {
   std::unique_ptr<memory::MemoryService> memory_service_;
   std::unique_ptr<store::StoreService> store_service_;
   std::unique_ptr<recorder::RecorderService> recorder_service_;
+  std::unique_ptr<watchdog::Watchdog> watchdog_;
+  std::unique_ptr<watchdog::HealthService> health_service_;
   std::unique_ptr<grpc::Server> grpc_;
   // Threads that call into the components above; Shutdown stops them first.
   std::unique_ptr<server::TimerQueue> timers_;

@@ -15,6 +15,7 @@ namespace commd::groups {
 struct GroupRegistry::Member {
   bool joined = false;
   bool gone = false;
+  bool died = false;  // gone because its process exited
   std::shared_ptr<const server::Session> session;
   int global_rank = -1;
   memory::Device device;
@@ -52,6 +53,7 @@ struct GroupRegistry::Group {
   std::vector<Member> members;
   absl::Time created;
   absl::Duration timeout;
+  v1::WatchdogPolicy policy = v1::WATCHDOG_POLICY_UNSPECIFIED;
   server::TimerId timer = 0;
   std::vector<uint64_t> asks_made;  // AllocateSymmetric calls per rank = next round index
   std::map<uint64_t, Round> rounds;
@@ -136,6 +138,7 @@ absl::StatusOr<std::shared_ptr<GroupRegistry::Group>> GroupRegistry::FindOrCreat
   group->asks_made.resize(request.world_size());
   group->created = absl::Now();
   group->timeout = timeout;
+  group->policy = request.watchdog_policy();
   const uint64_t id = group->id;
   group->timer = timers_->Schedule(group->created + timeout, [this, id] { OnJoinTimeout(id); });
   groups_[id] = group;
@@ -290,6 +293,10 @@ void GroupRegistry::OnJoinTimeout(uint64_t group_id) {
     Group& g = *keep;
     std::vector<int> missing, present;
     for (int r = 0; r < g.world_size; ++r) (g.members[r].joined ? present : missing).push_back(r);
+    if (options_.on_rendezvous_timeout) {
+      deferred.push_back([hook = options_.on_rendezvous_timeout, w = WatchedOf(g), present,
+                          missing] { hook(w, present, missing); });
+    }
     FailRendezvous(g,
                    absl::DeadlineExceededError(absl::StrCat(
                        "group ", g.name(), ": rank(s) ", RankList(missing), " never joined within ",
@@ -559,6 +566,7 @@ std::vector<recorder::DumpSource> GroupRegistry::DumpSources(const DumpFilter& f
 void GroupRegistry::MemberGone(Group& g, int rank, absl::string_view reason, Deferred& deferred) {
   Member& m = g.members[rank];
   m.gone = true;
+  m.died = reason == "process_exited";
   if (reason == "process_exited" && options_.on_rank_death) {
     // The dead rank's last entries, and its peers' view of the same moment.
     deferred.push_back([hook = options_.on_rank_death, sources = SourcesOf(g)] { hook(sources); });
@@ -614,6 +622,42 @@ void GroupRegistry::OnSessionEnd(const server::Session& session, absl::string_vi
     }
   }
   for (auto& f : deferred) f();
+}
+
+WatchedGroup GroupRegistry::WatchedOf(const Group& g) const {
+  WatchedGroup w;
+  w.id = g.id;
+  w.uid = std::get<0>(g.key);
+  w.job_id = g.job();
+  w.name = g.name();
+  w.world_size = g.world_size;
+  w.active = g.active;
+  w.created = g.created;
+  w.timeout = g.timeout;
+  w.policy = g.policy;
+  for (int r = 0; r < g.world_size; ++r) {
+    const Member& m = g.members[r];
+    WatchedMember wm;
+    wm.rank = r;
+    wm.global_rank = m.global_rank;
+    if (m.session != nullptr) {
+      wm.pid = m.session->pid;
+      wm.session_token = m.session->token;
+    }
+    wm.gone = m.gone;
+    wm.died = m.died;
+    wm.block = m.control_map;
+    w.members.push_back(std::move(wm));
+  }
+  return w;
+}
+
+std::vector<WatchedGroup> GroupRegistry::Watch() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<WatchedGroup> out;
+  out.reserve(groups_.size());
+  for (const auto& [id, g] : groups_) out.push_back(WatchedOf(*g));
+  return out;
 }
 
 std::vector<v1::GroupInfo> GroupRegistry::List(const server::Session& session) const {

@@ -38,6 +38,29 @@
 
 namespace commd::groups {
 
+// A group as the watchdog sees it: its members' control blocks and whether each still lives.
+struct WatchedMember {
+  int rank = 0;
+  int global_rank = 0;
+  int64_t pid = 0;
+  bool gone = false;
+  bool died = false;  // its process exited with the session open (not a clean close)
+  std::string session_token;
+  std::shared_ptr<const SharedMapping> block;  // null before the group formed
+};
+struct WatchedGroup {
+  uint64_t id = 0;
+  uid_t uid = 0;
+  std::string job_id;
+  std::string name;
+  int world_size = 0;
+  bool active = false;
+  absl::Time created;
+  absl::Duration timeout;
+  v1::WatchdogPolicy policy = v1::WATCHDOG_POLICY_UNSPECIFIED;  // as the first rank asked
+  std::vector<WatchedMember> members;                           // by rank
+};
+
 struct GroupsOptions {
   absl::Duration default_timeout = absl::Minutes(10);
   absl::Duration max_timeout = absl::Hours(24);
@@ -47,6 +70,10 @@ struct GroupsOptions {
   // Called (on the thread that noticed, with no lock held) with every rank of a group whose
   // member's process exited, so its flight recorder can be dumped while still mapped.
   std::function<void(std::vector<recorder::DumpSource>)> on_rank_death;
+  // Called (with no lock held) when a rendezvous times out: the ranks that joined and those
+  // that never did. The watchdog turns it into a diagnosis.
+  std::function<void(const WatchedGroup&, std::vector<int> joined, std::vector<int> missing)>
+      on_rendezvous_timeout;
 };
 
 // Which control blocks a dump wants: every job's (admin), or one job's; one group or all.
@@ -77,6 +104,9 @@ class GroupRegistry {
 
   // The control blocks of formed groups that `filter` selects, kept mapped for the caller.
   std::vector<recorder::DumpSource> DumpSources(const DumpFilter& filter) const;
+
+  // Every formed group (rendezvous ones too), for the watchdog's poll. Takes the lock briefly.
+  std::vector<WatchedGroup> Watch() const;
 
   void OnSessionEnd(const server::Session& session, absl::string_view reason);
   size_t size() const;
@@ -118,6 +148,7 @@ class GroupRegistry {
   Group* FindForMember(const server::Session& session, uint64_t group_id, int* rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  WatchedGroup WatchedOf(const Group& group) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const GroupsOptions options_;
   memory::AllocationTable* const table_;

@@ -76,9 +76,10 @@ Dumper::~Dumper() {
   worker_.join();
 }
 
-void Dumper::DumpLater(std::string trigger, std::vector<DumpSource> sources) {
+void Dumper::DumpLater(std::string trigger, std::vector<DumpSource> sources,
+                       std::optional<nlohmann::json> diagnosis) {
   absl::MutexLock lock(&queue_mu_);
-  queue_.push_back({std::move(trigger), std::move(sources)});
+  queue_.push_back({std::move(trigger), std::move(sources), std::move(diagnosis)});
 }
 
 void Dumper::RunQueue() {
@@ -94,7 +95,7 @@ void Dumper::RunQueue() {
       next = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (auto r = Dump(next.trigger, next.sources, std::nullopt); !r.ok()) {
+    if (auto r = Dump(next.trigger, next.sources, next.diagnosis); !r.ok()) {
       COMMD_LOG(WARNING, "recorder") << next.trigger << " dump failed: " << r.status();
     }
   }

@@ -76,8 +76,9 @@ class Dumper {
                                   const std::optional<nlohmann::json>& diagnosis);
 
   // Queues a dump for the dumper's own thread, so whoever noticed (a rank's death on the event
-  // loop) never waits on encoding or disks. Failures are logged.
-  void DumpLater(std::string trigger, std::vector<DumpSource> sources);
+  // loop, the watchdog) never waits on encoding or disks. Failures are logged.
+  void DumpLater(std::string trigger, std::vector<DumpSource> sources,
+                 std::optional<nlohmann::json> diagnosis = std::nullopt);
 
   const std::string& dump_dir() const { return options_.dump_dir; }
 
@@ -92,6 +93,7 @@ class Dumper {
   struct Queued {
     std::string trigger;
     std::vector<DumpSource> sources;
+    std::optional<nlohmann::json> diagnosis;
   };
   void RunQueue();
   absl::Mutex queue_mu_;

@@ -119,7 +119,7 @@ struct RingReadOptions {
   uint32_t retry_budget = 4096;
   // Reads only the slots of records with id >= from_record_id (the newest ones, at most a
   // ring's worth), so a poller that remembers where it was reads new entries alone.
-  uint64_t from_record_id = 0;
+  std::optional<uint64_t> from_record_id;  // none: every slot
 };
 
 // Never blocks beyond the bounded retries; allocates the snapshot. INVALID_ARGUMENT for a

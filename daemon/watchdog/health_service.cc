@@ -1,0 +1,66 @@
+#include "daemon/watchdog/health_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace commd::watchdog {
+
+namespace {
+
+constexpr size_t kMaxReasonBytes = kAbortTextBytes - 1;
+
+// The groups a session may name: its own job's; any job's (or all) for an admin.
+absl::StatusOr<HealthFilter> FilterFor(const server::Session& session, const std::string& job,
+                                       bool all_jobs, const std::string& group) {
+  HealthFilter f;
+  f.group = group;
+  const bool other_job = !job.empty() && job != session.job_id;
+  if ((other_job || all_jobs) && !session.admin) {
+    return absl::NotFoundError(
+        absl::StrCat("no job ", all_jobs ? "(all)" : job, " visible to this session"));
+  }
+  if (all_jobs) return f;
+  if (other_job) {
+    f.job_any_uid = job;
+  } else {
+    f.job = std::make_pair(session.uid, session.job_id);
+  }
+  return f;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* HealthService::GetHealth(grpc::CallbackServerContext* ctx,
+                                                   const v1::GetHealthRequest* request,
+                                                   v1::GetHealthResponse* response) {
+  return rpc_->Serve(ctx, "GetHealth", [&](const server::Session& session) -> absl::Status {
+    ASSIGN_OR_RETURN(HealthFilter filter,
+                     FilterFor(session, request->job_id(), request->all_jobs(), request->group()));
+    for (auto& h : watchdog_->Health(filter)) *response->add_groups() = std::move(h);
+    if (!request->group().empty() && response->groups_size() == 0) {
+      return absl::NotFoundError(absl::StrCat("no group ", request->group()));
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* HealthService::Abort(grpc::CallbackServerContext* ctx,
+                                               const v1::AbortRequest* request,
+                                               v1::AbortResponse* response) {
+  return rpc_->Serve(ctx, "Abort", [&](const server::Session& session) -> absl::Status {
+    if (request->group().empty()) {
+      return absl::InvalidArgumentError("abort needs a group name (--group)");
+    }
+    if (request->reason().empty() || request->reason().size() > kMaxReasonBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("abort reason of ", request->reason().size(),
+                                                     " bytes; allowed 1 to ", kMaxReasonBytes));
+    }
+    ASSIGN_OR_RETURN(HealthFilter filter,
+                     FilterFor(session, request->job_id(), false, request->group()));
+    ASSIGN_OR_RETURN(int notified, watchdog_->Abort(filter, request->reason()));
+    response->set_ranks_notified(notified);
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace commd::watchdog

@@ -1,0 +1,504 @@
+#include "daemon/watchdog/watchdog.h"
+
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/control_block_admin.h"
+#include "common/log.h"
+#include "daemon/recorder/ring_reader.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace commd::watchdog {
+
+namespace {
+
+constexpr size_t kRetiredKept = 64;
+// Records read per poll at most behind the newest: a rank that leaves an old entry open
+// (never completed nor retired) must not make every poll read its whole ring.
+constexpr uint64_t kReadWindow = 256;
+constexpr size_t kEntriesKept = 64;
+
+const char* KindLabel(v1::DiagnosisKind kind) {
+  switch (kind) {
+    case v1::STUCK:
+      return "stuck";
+    case v1::LAGGING:
+      return "lagging";
+    case v1::MISMATCH:
+      return "mismatch";
+    case v1::DEAD:
+      return "dead";
+    case v1::UNRESPONSIVE:
+      return "unresponsive";
+    case v1::RENDEZVOUS:
+      return "rendezvous";
+    default:
+      return "unknown";
+  }
+}
+
+AbortReason ReasonOf(v1::DiagnosisKind kind) {
+  switch (kind) {
+    case v1::STUCK:
+      return AbortReason::kStuck;
+    case v1::LAGGING:
+      return AbortReason::kLagging;
+    case v1::MISMATCH:
+      return AbortReason::kMismatch;
+    case v1::DEAD:
+      return AbortReason::kPeerDead;
+    default:
+      return AbortReason::kUnresponsive;
+  }
+}
+
+const char* StateLabel(v1::GroupHealthState s) {
+  switch (s) {
+    case v1::SUSPECT:
+      return "suspect";
+    case v1::HUNG:
+      return "hung";
+    case v1::ABORTED:
+      return "aborted";
+    default:
+      return "ok";
+  }
+}
+
+nlohmann::json ToJson(const v1::Diagnosis& d) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(d, &text, options).ok()) return d.summary();
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+int PidfdOpen(int64_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+int PidfdSignal(int fd, int sig) {
+  return static_cast<int>(::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0));
+}
+
+prometheus::Histogram::BucketBoundaries DurationBuckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 1e-5; v < 200; v *= 4) b.push_back(v);
+  return b;
+}
+
+}  // namespace
+
+Watchdog::Watchdog(WatchdogOptions options, groups::GroupRegistry* groups, recorder::Dumper* dumper,
+                   PushEvent push, prometheus::Registry* registry,
+                   std::unique_ptr<RecorderClock> clock)
+    : options_(options),
+      groups_(groups),
+      dumper_(dumper),
+      push_(std::move(push)),
+      clock_(std::move(clock)) {
+  hangs_ = &prometheus::BuildCounter()
+                .Name("commd_hangs_detected_total")
+                .Help(
+                    "Watchdog findings by kind (stuck, lagging, mismatch, dead, unresponsive, "
+                    "rendezvous)")
+                .Register(*registry);
+  aborts_ = &prometheus::BuildCounter()
+                 .Name("commd_aborts_total")
+                 .Help("Groups aborted, by reason")
+                 .Register(*registry);
+  nan_checks_ = &prometheus::BuildCounter()
+                     .Name("commd_nan_checks_total")
+                     .Help("NaN/Inf checks the ranks ran")
+                     .Register(*registry)
+                     .Add({});
+  nans_found_ = &prometheus::BuildCounter()
+                     .Name("commd_nan_detected_total")
+                     .Help("NaN/Inf checks that found one")
+                     .Register(*registry)
+                     .Add({});
+  collectives_ = &prometheus::BuildCounter()
+                      .Name("commd_collectives_total")
+                      .Help("Collectives completed, by op")
+                      .Register(*registry);
+  collective_bytes_ = &prometheus::BuildCounter()
+                           .Name("commd_collective_bytes_total")
+                           .Help("Input bytes of the completed collectives the watchdog saw")
+                           .Register(*registry);
+  collective_seconds_ = &prometheus::BuildHistogram()
+                             .Name("commd_collective_duration_seconds")
+                             .Help(
+                                 "Started to completed, from the ring entries the watchdog "
+                                 "saw complete")
+                             .Register(*registry);
+  last_progress_ = &prometheus::BuildGauge()
+                        .Name("commd_rank_last_progress_timestamp_seconds")
+                        .Help("Unix time the daemon last saw the rank complete a collective")
+                        .Register(*registry);
+  group_state_ = &prometheus::BuildGauge()
+                      .Name("commd_group_state")
+                      .Help("1 for the group's current health state (ok, suspect, hung, aborted)")
+                      .Register(*registry);
+  prometheus::Histogram::BucketBoundaries poll_buckets;
+  for (double v = 1e-6; v < 10; v *= 4) poll_buckets.push_back(v);
+  poll_seconds_ = &prometheus::BuildHistogram()
+                       .Name("commd_watchdog_poll_duration_seconds")
+                       .Help("Time one watchdog poll of every group takes")
+                       .Register(*registry)
+                       .Add({}, poll_buckets);
+}
+
+Watchdog::~Watchdog() { Stop(); }
+
+void Watchdog::Start() {
+  absl::MutexLock lock(&run_mu_);
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Watchdog::Stop() {
+  {
+    absl::MutexLock lock(&run_mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::Run() {
+  absl::Time next = absl::Now();
+  for (;;) {
+    next += options_.poll_interval;
+    {
+      absl::MutexLock lock(&run_mu_);
+      auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) { return stopping_; };
+      if (run_mu_.AwaitWithDeadline(absl::Condition(&stop), next)) return;
+    }
+    const absl::Time start = absl::Now();
+    PollOnce();
+    const absl::Time end = absl::Now();
+    poll_seconds_->Observe(absl::ToDoubleSeconds(end - start));
+    if (next < end) next = end;  // a slow poll does not cause a burst of catch-up polls
+  }
+}
+
+absl::Duration Watchdog::TimeoutOf(const groups::WatchedGroup& g) const {
+  return std::min(g.timeout, options_.max_timeout);
+}
+
+v1::WatchdogPolicy Watchdog::PolicyOf(const groups::WatchedGroup& g) const {
+  return g.policy == v1::WATCHDOG_POLICY_UNSPECIFIED ? options_.policy : g.policy;
+}
+
+void Watchdog::ReadRank(const groups::WatchedMember& m, RankCursor& c, uint64_t now_ns,
+                        const std::string& group) {
+  RankView& v = c.last;
+  v.rank = m.rank;
+  v.global_rank = m.global_rank;
+  v.pid = m.pid;
+  v.liveness = !m.gone ? Liveness::kAlive : m.died ? Liveness::kDead : Liveness::kLeft;
+  v.readable = false;
+  if (m.block == nullptr) return;
+  auto snap = ReadControlBlock(m.block->data(), m.block->size(), {.from_record_id = c.next_record});
+  if (!snap.ok()) return;  // keeps the last good view; the header was scribbled on
+  if (c.next_record == 0 || snap->next_record_id > c.next_record + kReadWindow) {
+    // First read, or far behind: read only the newest records from now on.
+    c.next_record = snap->next_record_id > kReadWindow ? snap->next_record_id - kReadWindow : 0;
+  }
+  (void)StampDiscoveries(m.block->data(), m.block->size(), now_ns, &*snap);
+  v.readable = true;
+  v.enqueued = snap->last_enqueued_seq;
+  v.started = snap->last_started_seq;
+  v.completed = snap->last_completed_seq;
+  v.heartbeat_ns = snap->heartbeat_ns;
+  c.abort_reason = snap->abort_reason;
+  if (v.completed != c.completed_seen || c.progress_ns == 0) {
+    c.completed_seen = v.completed;
+    c.progress_ns = now_ns;
+    last_progress_->Add({{"group", group}, {"rank", std::to_string(m.rank)}})
+        .Set(static_cast<double>(now_ns) / 1e9);
+  }
+  // Counters: deltas, so the exported totals never go back when a group goes away.
+  for (uint32_t op = 0; op < kRecordOpCount; ++op) {
+    if (snap->per_op[op] > c.per_op[op]) {
+      collectives_->Add({{"op", RecordOpTorchName(op)}})
+          .Increment(static_cast<double>(snap->per_op[op] - c.per_op[op]));
+      c.per_op[op] = snap->per_op[op];
+    }
+  }
+  if (snap->nan_checks > c.nan_checks) {
+    nan_checks_->Increment(static_cast<double>(snap->nan_checks - c.nan_checks));
+    c.nan_checks = snap->nan_checks;
+  }
+  if (snap->nans_found > c.nans_found) {
+    nans_found_->Increment(static_cast<double>(snap->nans_found - c.nans_found));
+    c.nans_found = snap->nans_found;
+  }
+  std::optional<uint64_t> first_open;
+  for (const RecordedEntry& e : snap->entries) {
+    if (e.record_id < c.next_record) continue;
+    if (!e.is_p2p && e.collective_seq_id != 0) {
+      auto [it, fresh] = c.entries.try_emplace(e.collective_seq_id);
+      if (fresh) it->second = {e.op, e.input_sizes, e.input_dtypes, e.state};
+      if (it->second.op == e.op) it->second.state = e.state;
+    }
+    const bool done = e.state == RecordState::kCompleted;
+    if (done && c.counted.insert(e.record_id).second) {
+      const char* op = RecordOpTorchName(static_cast<uint32_t>(e.op));
+      collective_bytes_->Add({{"op", op}}).Increment(static_cast<double>(e.bytes));
+      if (e.duration_ms.has_value() && *e.duration_ms >= 0) {
+        collective_seconds_->Add({{"op", op}}, DurationBuckets()).Observe(*e.duration_ms / 1e3);
+      }
+    }
+    if (!done && !e.retired && !first_open) first_open = e.record_id;
+  }
+  const uint64_t next = first_open.value_or(snap->next_record_id);
+  if (next > c.next_record) {
+    c.next_record = next;
+    c.counted.erase(c.counted.begin(), c.counted.lower_bound(next));
+  }
+  while (c.entries.size() > kEntriesKept) c.entries.erase(c.entries.begin());
+  v.entries = c.entries;
+}
+
+void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
+  const groups::WatchedGroup& g = t.info;
+  if (t.ranks.size() != g.members.size()) t.ranks.resize(g.members.size());
+  GroupView view;
+  view.job_id = g.job_id;
+  view.uid = g.uid;
+  view.group = g.name;
+  bool aborted = false;
+  for (size_t r = 0; r < g.members.size(); ++r) {
+    ReadRank(g.members[r], t.ranks[r], now_ns, g.name);
+    view.ranks.push_back(t.ranks[r].last);
+    aborted = aborted || t.ranks[r].abort_reason != 0;
+  }
+  t.tracker.Observe(&view, now_ns);
+  const Thresholds thresholds{
+      .timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(TimeoutOf(g))),
+      .heartbeat_timeout_ns =
+          static_cast<uint64_t>(absl::ToInt64Nanoseconds(options_.heartbeat_timeout))};
+  // Prune entries the whole group has finished with.
+  for (RankCursor& c : t.ranks) {
+    c.entries.erase(
+        c.entries.begin(),
+        c.entries.lower_bound(view.frontier_seq > 1 ? view.frontier_seq - 1 : view.frontier_seq));
+  }
+  std::optional<v1::Diagnosis> d = Classify(view, thresholds, now_ns);
+  if (d.has_value()) {
+    const std::string key = absl::StrCat(d->kind(), ":", d->seq());
+    if (key != t.acted_key && !aborted) {
+      t.acted_key = key;
+      t.last = *d;
+      Act(t, *d, deferred);
+    }
+    t.state = t.abort_reason.empty() && !aborted ? v1::HUNG : v1::ABORTED;
+  } else if (aborted || !t.abort_reason.empty()) {
+    t.state = v1::ABORTED;
+  } else {
+    t.state = IsSuspect(view, thresholds, now_ns) ? v1::SUSPECT : v1::HEALTHY;
+  }
+  if (aborted && t.abort_reason.empty()) {
+    for (size_t r = 0; r < t.ranks.size(); ++r) {
+      if (t.ranks[r].abort_reason != 0) {
+        const char* name = AbortReasonName(t.ranks[r].abort_reason);
+        t.abort_reason = name != nullptr ? name : "unknown";
+        break;
+      }
+    }
+  }
+  SetStateGauge(t);
+}
+
+void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred) {
+  const groups::WatchedGroup& g = t.info;
+  const v1::WatchdogPolicy policy = PolicyOf(g);
+  hangs_->Add({{"kind", KindLabel(d.kind())}}).Increment();
+  COMMD_LOG(WARNING, "watchdog") << g.job_id << "/" << g.name << ": " << KindLabel(d.kind()) << ": "
+                                 << d.summary() << " (policy " << v1::WatchdogPolicy_Name(policy)
+                                 << ")";
+  deferred.push_back([this, uid = g.uid, job = g.job_id, name = g.name, json = ToJson(d),
+                      kind = KindLabel(d.kind())] {
+    auto sources = groups_->DumpSources({.job = std::make_pair(uid, job), .group = name});
+    if (!sources.empty()) dumper_->DumpLater(absl::StrCat("hang-", kind), std::move(sources), json);
+  });
+  if (policy == v1::NOTIFY || policy == v1::TERMINATE) {
+    t.abort_reason = AbortReasonName(static_cast<uint32_t>(ReasonOf(d.kind())));
+    deferred.push_back(
+        [this, g, reason = ReasonOf(d.kind()), text = d.summary()] { Notify(g, reason, text); });
+  }
+  if (policy == v1::TERMINATE) Terminate(g);
+}
+
+int Watchdog::Notify(const groups::WatchedGroup& g, AbortReason reason, const std::string& text) {
+  const uint64_t now = clock_->NowNs();
+  int notified = 0;
+  bool first = false;
+  for (const groups::WatchedMember& m : g.members) {
+    if (m.block == nullptr) continue;
+    first = RequestAbort(m.block->data(), m.block->size(), reason, text, now) || first;
+    if (m.gone) continue;
+    v1::SessionEvent event;
+    event.mutable_abort_requested()->set_group(g.name);
+    event.mutable_abort_requested()->set_reason(text);
+    if (push_) push_(m.session_token, event);
+    ++notified;
+  }
+  if (first) aborts_->Add({{"reason", AbortReasonName(static_cast<uint32_t>(reason))}}).Increment();
+  COMMD_LOG(WARNING, "watchdog") << g.job_id << "/" << g.name << ": abort ("
+                                 << AbortReasonName(static_cast<uint32_t>(reason)) << ") sent to "
+                                 << notified << " rank(s): " << text;
+  return notified;
+}
+
+void Watchdog::Terminate(const groups::WatchedGroup& g) {
+  const absl::Time kill_at = absl::Now() + options_.terminate_grace;
+  for (const groups::WatchedMember& m : g.members) {
+    if (m.gone || m.pid <= 0) continue;
+    UniqueFd fd(PidfdOpen(m.pid));
+    if (fd.get() < 0) continue;  // already gone
+    if (PidfdSignal(fd.get(), SIGTERM) != 0 && errno == ESRCH) continue;
+    COMMD_LOG(WARNING, "watchdog")
+        << g.job_id << "/" << g.name << ": SIGTERM to rank " << m.rank << " (pid " << m.pid << ")";
+    kills_.push_back({std::move(fd), kill_at});
+  }
+}
+
+void Watchdog::SetStateGauge(const Tracked& t) {
+  for (auto s : {v1::HEALTHY, v1::SUSPECT, v1::HUNG, v1::ABORTED}) {
+    group_state_->Add({{"group", t.info.name}, {"state", StateLabel(s)}})
+        .Set(t.state == s ? 1.0 : 0.0);
+  }
+}
+
+void Watchdog::Forget(Tracked& t) {
+  for (auto s : {v1::HEALTHY, v1::SUSPECT, v1::HUNG, v1::ABORTED}) {
+    group_state_->Remove(&group_state_->Add({{"group", t.info.name}, {"state", StateLabel(s)}}));
+  }
+  for (size_t r = 0; r < t.ranks.size(); ++r) {
+    last_progress_->Remove(
+        &last_progress_->Add({{"group", t.info.name}, {"rank", std::to_string(r)}}));
+  }
+  t.retired = true;
+  t.ranks.clear();
+  t.info.members.clear();  // drops the mappings
+  retired_.push_back(std::move(t));
+  if (retired_.size() > kRetiredKept) retired_.erase(retired_.begin());
+}
+
+void Watchdog::PollOnce() {
+  std::vector<groups::WatchedGroup> groups = groups_->Watch();
+  const uint64_t now_ns = clock_->NowNs();
+  Deferred deferred;
+  {
+    absl::MutexLock lock(&mu_);
+    std::set<uint64_t> seen;
+    for (groups::WatchedGroup& g : groups) {
+      if (!g.active) continue;
+      seen.insert(g.id);
+      Tracked& t = tracked_[g.id];
+      t.info = std::move(g);
+      PollGroup(t, now_ns, deferred);
+    }
+    for (auto it = tracked_.begin(); it != tracked_.end();) {
+      if (seen.contains(it->first)) {
+        ++it;
+        continue;
+      }
+      Forget(it->second);
+      it = tracked_.erase(it);
+    }
+    const absl::Time now = absl::Now();
+    for (auto it = kills_.begin(); it != kills_.end();) {
+      if (it->at > now) {
+        ++it;
+        continue;
+      }
+      PidfdSignal(it->pidfd.get(), SIGKILL);  // ESRCH: it went on its own
+      it = kills_.erase(it);
+    }
+  }
+  for (auto& f : deferred) f();
+}
+
+bool Watchdog::Selected(const HealthFilter& f, uid_t uid, const std::string& job,
+                        const std::string& group) {
+  if (f.job && (f.job->first != uid || f.job->second != job)) return false;
+  if (f.job_any_uid && *f.job_any_uid != job) return false;
+  return f.group.empty() || f.group == group;
+}
+
+std::vector<v1::GroupHealth> Watchdog::Health(const HealthFilter& filter) const {
+  std::vector<v1::GroupHealth> out;
+  absl::MutexLock lock(&mu_);
+  auto add = [&](const Tracked& t) {
+    if (!Selected(filter, t.info.uid, t.info.job_id, t.info.name)) return;
+    v1::GroupHealth h;
+    h.set_job_id(t.info.job_id);
+    h.set_uid(t.info.uid);
+    h.set_group(t.info.name);
+    h.set_state(t.state);
+    h.set_policy(PolicyOf(t.info));
+    if (t.last) *h.mutable_last_diagnosis() = *t.last;
+    h.set_abort_reason(t.abort_reason);
+    h.set_timeout_ms(absl::ToInt64Milliseconds(TimeoutOf(t.info)));
+    out.push_back(std::move(h));
+  };
+  for (const auto& [id, t] : tracked_) add(t);
+  // Groups that are gone, newest first, unless a live group of the same name is listed.
+  for (auto it = retired_.rbegin(); it != retired_.rend(); ++it) {
+    bool shadowed = false;
+    for (const auto& h : out) {
+      shadowed = shadowed || (h.job_id() == it->info.job_id && h.uid() == it->info.uid &&
+                              h.group() == it->info.name);
+    }
+    if (!shadowed) add(*it);
+  }
+  return out;
+}
+
+absl::StatusOr<int> Watchdog::Abort(const HealthFilter& filter, const std::string& reason) {
+  int notified = 0;
+  int matched = 0;
+  for (const groups::WatchedGroup& g : groups_->Watch()) {
+    if (!g.active || !Selected(filter, g.uid, g.job_id, g.name)) continue;
+    ++matched;
+    notified += Notify(g, AbortReason::kAdmin, reason);
+    absl::MutexLock lock(&mu_);
+    auto it = tracked_.find(g.id);
+    if (it != tracked_.end()) {
+      it->second.abort_reason = "admin";
+      it->second.state = v1::ABORTED;
+      SetStateGauge(it->second);
+    }
+  }
+  if (matched == 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "no formed group", filter.group.empty() ? "" : " " + filter.group, " to abort"));
+  }
+  return notified;
+}
+
+void Watchdog::OnRendezvousTimeout(const groups::WatchedGroup& g, const std::vector<int>& joined,
+                                   const std::vector<int>& missing) {
+  const uint64_t now = clock_->NowNs();
+  v1::Diagnosis d = RendezvousDiagnosis(g.job_id, g.uid, g.name, joined, missing,
+                                        static_cast<uint64_t>(absl::ToUnixNanos(g.created)), now);
+  hangs_->Add({{"kind", "rendezvous"}}).Increment();
+  COMMD_LOG(WARNING, "watchdog") << g.job_id << "/" << g.name << ": rendezvous: " << d.summary();
+  absl::MutexLock lock(&mu_);
+  Tracked t;
+  t.info = g;
+  t.info.members.clear();
+  t.state = v1::HUNG;
+  t.last = std::move(d);
+  t.retired = true;
+  retired_.push_back(std::move(t));
+  if (retired_.size() > kRetiredKept) retired_.erase(retired_.begin());
+}
+
+}  // namespace commd::watchdog

@@ -1,0 +1,167 @@
+// The watchdog: every poll_interval it reads each group's control blocks (shared memory
+// only), classifies what it sees (classifier.h) and applies the group's policy to a finding:
+//   REPORT     log, metrics, and a flight-recorder dump of every rank with the diagnosis inside;
+//   NOTIFY     also set the abort word in every rank's control block (which wakes futex
+//              waiters) and send an abort event on each rank's Attach stream;
+//   TERMINATE  also SIGTERM the group's live ranks, and SIGKILL them after terminate_grace.
+//
+//   Watchdog dog(options, groups, dumper, push_event, &registry, NewRealtimeRecorderClock());
+//   dog.Start();                       // its own thread
+//   auto health = dog.Health(filter);  // GetHealth
+//   dog.Abort(target, "admin says so");
+//
+// It never calls into a client, never waits on CUDA, never holds a lock a client could hold:
+// reads are bounded seqlocked copies, dumps are queued on the dumper's thread, events are
+// queued on the session's stream, signals go through pidfds. It also exports the collective
+// metrics it derives from the rings (counts, bytes and durations of completed collectives).
+//
+// Thread-safety: every public method is thread-safe.
+#ifndef COMMD_DAEMON_WATCHDOG_WATCHDOG_H_
+#define COMMD_DAEMON_WATCHDOG_WATCHDOG_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "commd/v1/health.pb.h"
+#include "commd/v1/session.pb.h"
+#include "common/control_block_clock.h"
+#include "common/unique_fd.h"
+#include "daemon/groups/group_registry.h"
+#include "daemon/recorder/dumper.h"
+#include "daemon/watchdog/classifier.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace commd::watchdog {
+
+struct WatchdogOptions {
+  absl::Duration poll_interval = absl::Milliseconds(100);
+  absl::Duration heartbeat_timeout = absl::Seconds(60);
+  absl::Duration max_timeout = absl::Hours(1);  // caps each group's collective timeout
+  v1::WatchdogPolicy policy = v1::REPORT;       // for groups that do not choose
+  absl::Duration terminate_grace = absl::Seconds(5);
+};
+
+// Sends an event on a session's Attach stream; false when the session is not attached.
+using PushEvent = std::function<bool(const std::string& token, const v1::SessionEvent& event)>;
+
+// Which groups a Health or Abort call is about.
+struct HealthFilter {
+  std::optional<std::pair<uid_t, std::string>> job;  // none: every job (admins)
+  std::optional<std::string> job_any_uid;            // an admin naming a job: any uid
+  std::string group;                                 // empty: every group
+};
+
+class Watchdog {
+ public:
+  // `groups`, `dumper` and `registry` must outlive the watchdog.
+  Watchdog(WatchdogOptions options, groups::GroupRegistry* groups, recorder::Dumper* dumper,
+           PushEvent push, prometheus::Registry* registry, std::unique_ptr<RecorderClock> clock);
+  ~Watchdog();  // stops the thread
+
+  // Starts polling on the watchdog's own thread.
+  void Start();
+  void Stop();
+
+  // One poll of every group (the thread calls it; tests and benchmarks may too).
+  void PollOnce();
+
+  // Current health of the groups `filter` selects.
+  std::vector<v1::GroupHealth> Health(const HealthFilter& filter) const;
+
+  // Sets the abort word of every rank of the selected groups (kAdmin) and sends each an abort
+  // event; returns the ranks notified. NOT_FOUND when no group matches.
+  absl::StatusOr<int> Abort(const HealthFilter& filter, const std::string& reason);
+
+  // The registry's hook: a rendezvous timed out.
+  void OnRendezvousTimeout(const groups::WatchedGroup& group, const std::vector<int>& joined,
+                           const std::vector<int>& missing);
+
+ private:
+  struct RankCursor {
+    uint64_t next_record = 0;               // lowest record id not yet seen completed or retired
+    std::set<uint64_t> counted;             // completed records >= next_record already counted
+    std::map<uint64_t, EntryView> entries;  // recent entries by collective seq
+    RankView last;                          // the last good read (kept when a read fails)
+    std::array<uint64_t, kRecordOpCount> per_op{};
+    uint64_t nan_checks = 0, nans_found = 0;
+    uint64_t completed_seen = 0;  // last completed seq, and when it changed
+    uint64_t progress_ns = 0;
+    uint32_t abort_reason = 0;
+  };
+  struct Tracked {
+    groups::WatchedGroup info;
+    GroupTracker tracker;
+    std::vector<RankCursor> ranks;
+    v1::GroupHealthState state = v1::HEALTHY;
+    std::optional<v1::Diagnosis> last;
+    std::string acted_key;  // the finding already acted upon
+    std::string abort_reason;
+    bool retired = false;
+  };
+  struct Kill {
+    UniqueFd pidfd;
+    absl::Time at;
+  };
+  using Deferred = std::vector<std::function<void()>>;
+
+  void Run();
+  void ReadRank(const groups::WatchedMember& m, RankCursor& cursor, uint64_t now_ns,
+                const std::string& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int Notify(const groups::WatchedGroup& g, AbortReason reason, const std::string& text);
+  void Terminate(const groups::WatchedGroup& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetStateGauge(const Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Forget(Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Duration TimeoutOf(const groups::WatchedGroup& g) const;
+  v1::WatchdogPolicy PolicyOf(const groups::WatchedGroup& g) const;
+  static bool Selected(const HealthFilter& f, uid_t uid, const std::string& job,
+                       const std::string& group);
+
+  const WatchdogOptions options_;
+  groups::GroupRegistry* const groups_;
+  recorder::Dumper* const dumper_;
+  const PushEvent push_;
+  std::unique_ptr<RecorderClock> clock_;
+
+  prometheus::Family<prometheus::Counter>* hangs_;
+  prometheus::Family<prometheus::Counter>* aborts_;
+  prometheus::Counter* nan_checks_;
+  prometheus::Counter* nans_found_;
+  prometheus::Family<prometheus::Counter>* collectives_;
+  prometheus::Family<prometheus::Counter>* collective_bytes_;
+  prometheus::Family<prometheus::Histogram>* collective_seconds_;
+  prometheus::Family<prometheus::Gauge>* last_progress_;
+  prometheus::Family<prometheus::Gauge>* group_state_;
+  prometheus::Histogram* poll_seconds_;
+
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, Tracked> tracked_ ABSL_GUARDED_BY(mu_);  // by group id
+  std::vector<Tracked> retired_ ABSL_GUARDED_BY(mu_);         // newest last, bounded
+  std::vector<Kill> kills_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex run_mu_;
+  bool stopping_ ABSL_GUARDED_BY(run_mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace commd::watchdog
+
+#endif  // COMMD_DAEMON_WATCHDOG_WATCHDOG_H_
