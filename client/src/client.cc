@@ -90,12 +90,15 @@ absl::Status Client::Impl::Attach(absl::Time deadline) {
   // so that a daemon that never answers cannot block Connect past its deadline.
   auto first = std::make_shared<absl::Notification>();
   auto ok = std::make_shared<std::atomic<bool>>(false);
-  attach_thread = std::thread([reader, first, ok] {
+  attach_thread = std::thread([this, reader, first, ok] {
     v1::SessionEvent event;
     ok->store(reader->Read(&event) && event.has_attached());
     first->Notify();
     while (reader->Read(&event)) {
       // Abort and dump events are acted on by the parts of the SDK that own groups.
+      if (event.has_abort_requested()) {
+        OnAbortEvent(event.abort_requested().group(), event.abort_requested().reason());
+      }
     }
     reader->Finish();
   });
@@ -189,6 +192,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->memory = v1::Memory::NewStub(channel);
   impl->session = v1::Session::NewStub(channel);
   impl->recorder = v1::Recorder::NewStub(channel);
+  impl->health = v1::Health::NewStub(channel);
   impl->store_impl = std::make_unique<Store::Impl>(impl.get());
   impl->store = std::make_unique<Store>(impl->store_impl.get());
   RETURN_IF_ERROR(impl->Attach(deadline));
@@ -219,6 +223,35 @@ absl::StatusOr<v1::DumpResponse> Client::Dump(const std::string& group, const st
   RETURN_IF_ERROR(
       FromGrpcStatus(impl_->recorder->Dump(impl_->Context().get(), request, &response)));
   return response;
+}
+
+void Client::Impl::OnAbortEvent(const std::string& group, const std::string& reason) {
+  absl::MutexLock lock(&abort_mu);
+  auto [begin, end] = abort_hooks.equal_range(group);
+  for (auto it = begin; it != end; ++it) (*it->second)(reason);
+}
+
+absl::StatusOr<v1::GetHealthResponse> Client::GetHealth(const std::string& group,
+                                                        const std::string& job, bool all_jobs) {
+  v1::GetHealthRequest request;
+  request.set_group(group);
+  request.set_job_id(job);
+  request.set_all_jobs(all_jobs);
+  v1::GetHealthResponse response;
+  RETURN_IF_ERROR(
+      FromGrpcStatus(impl_->health->GetHealth(impl_->Context().get(), request, &response)));
+  return response;
+}
+
+absl::StatusOr<int> Client::Abort(const std::string& group, const std::string& reason,
+                                  const std::string& job) {
+  v1::AbortRequest request;
+  request.set_group(group);
+  request.set_job_id(job);
+  request.set_reason(reason);
+  v1::AbortResponse response;
+  RETURN_IF_ERROR(FromGrpcStatus(impl_->health->Abort(impl_->Context().get(), request, &response)));
+  return response.ranks_notified();
 }
 
 const std::string& Client::runtime_dir() const { return impl_->runtime_dir; }

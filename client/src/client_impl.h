@@ -2,6 +2,8 @@
 #ifndef COMMD_CLIENT_SRC_CLIENT_IMPL_H_
 #define COMMD_CLIENT_SRC_CLIENT_IMPL_H_
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,6 +14,7 @@
 #include "client/src/mapping.h"
 #include "commd/commd.h"
 #include "commd/v1/groups.grpc.pb.h"
+#include "commd/v1/health.grpc.pb.h"
 #include "commd/v1/memory.grpc.pb.h"
 #include "commd/v1/node.grpc.pb.h"
 #include "commd/v1/recorder.grpc.pb.h"
@@ -38,6 +41,13 @@ class Client::Impl {
   std::unique_ptr<v1::Memory::Stub> memory;
   std::unique_ptr<v1::Session::Stub> session;
   std::unique_ptr<v1::Recorder::Stub> recorder;
+  std::unique_ptr<v1::Health::Stub> health;
+  // Abort callbacks of this session's groups, by group name; run by the Attach reader thread
+  // when the daemon sends an abort for the group (each at most once).
+  absl::Mutex abort_mu;
+  std::multimap<std::string, std::function<void(const std::string& reason)>*> abort_hooks
+      ABSL_GUARDED_BY(abort_mu);
+  void OnAbortEvent(const std::string& group, const std::string& reason);
   std::unique_ptr<Store::Impl> store_impl;
   std::unique_ptr<Store> store;
   // The Attach stream: its context (cancelled on destruction) and reader thread.

@@ -1,10 +1,13 @@
 // Groups, symmetric buffers and persistent buffers: the SDK side of daemon-owned memory.
 #include <algorithm>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "client/src/client_impl.h"
 #include "client/src/recorder_impl.h"
 #include "commd/commd.h"
+#include "common/control_block.h"
+#include "common/control_block_atomic.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 
@@ -17,6 +20,16 @@ struct Group::State {
   std::vector<int64_t> pids;
   std::unique_ptr<Mapping> control_block;
   std::unique_ptr<Recorder> recorder;
+  // Abort callback: `hook` is registered with the client's event thread under the group's name.
+  std::function<void(const std::string&)> hook;
+  absl::Mutex callback_mu;
+  std::function<void(const absl::Status&)> callback ABSL_GUARDED_BY(callback_mu);
+  std::atomic<bool> callback_ran{false};
+  void RunCallbackOnce(const std::string& reason) {
+    absl::MutexLock lock(&callback_mu);
+    if (!callback || callback_ran.exchange(true)) return;
+    callback(absl::AbortedError(absl::StrCat("group ", joined.name(), " aborted: ", reason)));
+  }
 };
 
 struct SymmetricBuffer::State {
@@ -62,6 +75,8 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   request.set_global_rank(options.global_rank);
   request.set_device(options.device.ToString());
   request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
+  // kDefault, kReport, kNotify, kTerminate map onto the proto enum's values 0 to 3.
+  request.set_watchdog_policy(static_cast<v1::WatchdogPolicy>(options.watchdog_policy));
   auto state = std::make_unique<Group::State>();
   state->client = impl_;
   state->options = options;
@@ -78,11 +93,52 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
                           .pg_name = state->joined.name(),
                           .pg_desc = "commd"}));
   state->recorder = std::make_unique<Recorder>(std::move(recorder));
+  Group::State* raw = state.get();
+  state->hook = [raw](const std::string& reason) { raw->RunCallbackOnce(reason); };
+  {
+    absl::MutexLock lock(&impl_->abort_mu);
+    impl_->abort_hooks.emplace(state->joined.name(), &state->hook);
+  }
   return std::unique_ptr<Group>(new Group(std::move(state)));
 }
 
 Group::Group(std::unique_ptr<State> state) : state_(std::move(state)) {}
-Group::~Group() = default;
+Group::~Group() {
+  Client::Impl& client = *state_->client;
+  absl::MutexLock lock(&client.abort_mu);
+  auto [begin, end] = client.abort_hooks.equal_range(state_->joined.name());
+  for (auto it = begin; it != end; ++it) {
+    if (it->second == &state_->hook) {
+      client.abort_hooks.erase(it);
+      break;
+    }
+  }
+}
+
+bool Group::abort_requested() const {
+  const auto* abort = reinterpret_cast<const ControlBlockAbort*>(
+      static_cast<const char*>(state_->control_block->data()) + kAbortOffset);
+  return cb_atomic::LoadAcquire(&abort->reason) != 0;
+}
+
+std::string Group::abort_reason() const {
+  if (!abort_requested()) return "";
+  const auto* abort = reinterpret_cast<const ControlBlockAbort*>(
+      static_cast<const char*>(state_->control_block->data()) + kAbortOffset);
+  // Written once, before the reason word: copied as words, as the ABI asks.
+  char text[kAbortTextBytes];
+  cb_atomic::CopyWordsRelaxed(abort->text, text, sizeof(text));
+  text[sizeof(text) - 1] = '\0';
+  return text;
+}
+
+void Group::SetAbortCallback(std::function<void(const absl::Status&)> callback) {
+  {
+    absl::MutexLock lock(&state_->callback_mu);
+    state_->callback = std::move(callback);
+  }
+  if (abort_requested()) state_->RunCallbackOnce(abort_reason());
+}
 int Group::rank() const { return state_->joined.rank(); }
 int Group::world_size() const { return state_->joined.world_size(); }
 int Group::global_rank() const { return state_->joined.members(rank()).global_rank(); }

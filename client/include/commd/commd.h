@@ -20,6 +20,7 @@
 #include "commd/group.h"
 #include "commd/store.h"
 #include "commd/v1/groups.pb.h"
+#include "commd/v1/health.pb.h"
 #include "commd/v1/node.pb.h"
 #include "commd/v1/recorder.pb.h"
 #include "commd/v1/topology.pb.h"
@@ -64,6 +65,16 @@ class COMMD_API Client {
 
   // Groups of this job (of every job for uid 0 and the admin group), forming or formed.
   absl::StatusOr<v1::ListGroupsResponse> ListGroups();
+
+  // The watchdog's view of this job's groups (`group` empty: all): state and last diagnosis.
+  // uid 0 and the admin group may name another `job` or all jobs. Blocks for one round trip.
+  absl::StatusOr<v1::GetHealthResponse> GetHealth(const std::string& group = "",
+                                                  const std::string& job = "",
+                                                  bool all_jobs = false);
+  // Aborts `group` of this job (another `job` for uid 0 and the admin group): every rank's
+  // collectives fail with ABORTED and `reason`. Returns the ranks notified.
+  absl::StatusOr<int> Abort(const std::string& group, const std::string& reason,
+                            const std::string& job = "");
 
   // Joins (or forms) a group of this job: blocks until options.world_size ranks joined, or
   // fails every waiting rank with DEADLINE_EXCEEDED naming the ranks that never came. A rank

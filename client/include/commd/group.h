@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,10 @@ struct GroupOptions {
   int global_rank = -1;  // -1: same as rank; names the flight-recorder file
   Device device = Device::Host();
   absl::Duration timeout = absl::Minutes(10);  // rendezvous and allocation deadline
+  // What the daemon's watchdog does when this group hangs; the first rank to join decides.
+  // kDefault: the daemon's config (watchdog.policy).
+  enum class WatchdogPolicy { kDefault, kReport, kNotify, kTerminate };
+  WatchdogPolicy watchdog_policy = WatchdogPolicy::kDefault;
 };
 
 // One symmetric allocation: a buffer per rank, each laid out [signal pad | data], every rank
@@ -81,6 +86,15 @@ class COMMD_API Group {
   // Records collectives that run elsewhere (e.g. NCCL) into this rank's flight recorder.
   Recorder& recorder();
 
+  // True once the daemon asked this group to stop (watchdog finding or commctl abort): the
+  // group's collectives fail with ABORTED from then on. Never blocks; thread-safe.
+  bool abort_requested() const;
+  // The daemon's reason, empty while no abort was requested.
+  std::string abort_reason() const;
+  // Runs `callback` once, with ABORTED and the reason, when the daemon aborts this group: on
+  // the SDK's event thread (keep it short; it must not call into this Group), or at once on
+  // this thread when the abort came already. Replaces an earlier callback.
+  void SetAbortCallback(std::function<void(const absl::Status&)> callback);
   // This rank's control block (shared with the daemon): progress, abort word, recorder.
   void* control_block() const;
   size_t control_block_bytes() const;
