@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -82,6 +83,51 @@ absl::Status Groups(const GlobalOptions& options, std::ostream& out) {
   return Print(options, groups, FormatGroups(groups), out);
 }
 
+std::string FormatHealth(const v1::GetHealthResponse& health) {
+  if (health.groups().empty()) return "no groups\n";
+  std::string out = absl::StrFormat("%-24s %-16s %-8s %-10s %s\n", "JOB", "GROUP", "STATE",
+                                    "POLICY", "DIAGNOSIS");
+  for (const v1::GroupHealth& g : health.groups()) {
+    std::string state = v1::GroupHealthState_Name(g.state());
+    absl::AsciiStrToLower(&state);
+    std::string policy = v1::WatchdogPolicy_Name(g.policy());
+    absl::AsciiStrToLower(&policy);
+    std::string diagnosis = "-";
+    if (g.has_last_diagnosis()) {
+      const v1::Diagnosis& d = g.last_diagnosis();
+      std::string kind = v1::DiagnosisKind_Name(d.kind());
+      absl::AsciiStrToLower(&kind);
+      diagnosis = absl::StrCat(kind, ": ", d.summary());
+    }
+    if (!g.abort_reason().empty())
+      absl::StrAppend(&diagnosis, " [aborted: ", g.abort_reason(), "]");
+    absl::StrAppendFormat(&out, "%-24s %-16s %-8s %-10s %s\n", g.job_id(), g.group(), state, policy,
+                          diagnosis);
+  }
+  return out;
+}
+
+absl::Status Health(const GlobalOptions& options, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto client, ConnectFor(options));
+  // As root, no --job means every job (as for dump).
+  const bool all = options.job.empty() && ::geteuid() == 0;
+  ASSIGN_OR_RETURN(v1::GetHealthResponse health,
+                   client->GetHealth(options.group, options.job, all));
+  return Print(options, health, FormatHealth(health), out);
+}
+
+absl::Status Abort(const GlobalOptions& options, std::ostream& out) {
+  if (options.group.empty()) return absl::InvalidArgumentError("abort needs --group G");
+  if (options.reason.empty()) return absl::InvalidArgumentError("abort needs --reason TEXT");
+  ASSIGN_OR_RETURN(auto client, ConnectFor(options));
+  ASSIGN_OR_RETURN(int notified, client->Abort(options.group, options.reason, options.job));
+  v1::AbortResponse response;
+  response.set_ranks_notified(notified);
+  return Print(options, response,
+               absl::StrCat("aborted group ", options.group, ": ", notified, " rank(s) notified\n"),
+               out);
+}
+
 absl::Status Dump(const GlobalOptions& options, std::ostream& out) {
   ASSIGN_OR_RETURN(auto client, ConnectFor(options));
   // As root, no --job means every job; a user dumps the job it names (its own namespace).
@@ -148,6 +194,11 @@ Commands:
   dump [--job J] [--group G]
             write a flight-recorder dump of the formed groups into the daemon's dump dir
             (as root without --job: every job)
+  health [--job J] [--group G]
+            each group's state (ok, suspect, hung, aborted) and the watchdog's last diagnosis
+            (as root without --job: every job)
+  abort --group G [--job J] --reason TEXT
+            abort a group: its ranks' collectives fail with ABORTED and TEXT
   fr export --in DIR --out DIR [--format torch]
             convert a dump's JSON files into the pickles PyTorch's torchfrtrace reads
 
@@ -200,6 +251,8 @@ absl::Status ParseArgs(int argc, const char* const* argv, GlobalOptions* options
       ASSIGN_OR_RETURN(options->out_dir, take());
     } else if (arg == "--format") {
       ASSIGN_OR_RETURN(options->format, take());
+    } else if (arg == "--reason") {
+      ASSIGN_OR_RETURN(options->reason, take());
     } else if (arg.rfind("-", 0) == 0 && arg != "-h" && arg != "--help") {
       return absl::InvalidArgumentError(absl::StrCat("unknown option '", arg, "'"));
     } else {
@@ -222,8 +275,11 @@ absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::str
   if (command == "topo") return Topo(options, out);
   if (command == "groups") return Groups(options, out);
   if (command == "dump") return Dump(options, out);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown command '", command, "'; commands: status, topo, groups, dump, fr export"));
+  if (command == "health") return Health(options, out);
+  if (command == "abort") return Abort(options, out);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown command '", command,
+                   "'; commands: status, topo, groups, health, abort, dump, fr export"));
 }
 
 std::string FormatDuration(int64_t ms) {

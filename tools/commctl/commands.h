@@ -18,6 +18,7 @@ struct GlobalOptions {
   std::string job;    // --job: empty means the client's ($COMMD_JOB_ID or "commctl")
   std::string group;  // --group
   std::string in_dir, out_dir, format;  // fr export
+  std::string reason;                   // abort --reason
 };
 
 // Parses global flags wherever they appear; what remains is the command and its arguments.
@@ -33,6 +34,7 @@ absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::str
 // Text forms, exposed for tests.
 std::string FormatStatus(const v1::NodeStatus& status);
 std::string FormatDuration(int64_t ms);
+std::string FormatHealth(const v1::GetHealthResponse& health);
 
 }  // namespace commd::ctl
 
