@@ -171,9 +171,12 @@ def node_dashboard():
                     "recorder.ring_capacity for longer history). Invalid: entries a client "
                     "corrupted.")
     L.row("Daemon")
-    L.panel("timeseries", "RPC latency p99 by method", [q(
+    L.panel("timeseries", "RPC latency and watchdog poll time, p99", [q(
         f'histogram_quantile(0.99, sum by (le, method) (rate('
-        f'commd_rpc_duration_seconds_bucket{{{NODE}}}[$__rate_interval])))', "{{method}}")],
+        f'commd_rpc_duration_seconds_bucket{{{NODE}}}[$__rate_interval])))', "{{method}}"),
+        q(f'histogram_quantile(0.99, sum by (le) (rate('
+          f'commd_watchdog_poll_duration_seconds_bucket{{{NODE}}}[$__rate_interval])))',
+          "watchdog poll")],
         w=8, unit="s")
     L.panel("timeseries", "RPC errors per second by method and code", [q(
         f'sum by (method, code) (rate(commd_rpc_errors_total{{{NODE}}}[$__rate_interval]))',
