@@ -331,7 +331,13 @@ void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred) {
     deferred.push_back(
         [this, g, reason = ReasonOf(d.kind()), text = d.summary()] { Notify(g, reason, text); });
   }
-  if (policy == v1::TERMINATE) Terminate(g);
+  // After the dump has taken its sources: the group retires once every rank is gone.
+  if (policy == v1::TERMINATE) {
+    deferred.push_back([this, g] {
+      absl::MutexLock lock(&mu_);
+      Terminate(g);
+    });
+  }
 }
 
 int Watchdog::Notify(const groups::WatchedGroup& g, AbortReason reason, const std::string& text) {
@@ -409,7 +415,12 @@ void Watchdog::PollOnce() {
         ++it;
         continue;
       }
-      Forget(it->second);
+      // A last read: the collectives its ranks completed just before leaving still count.
+      Tracked& gone = it->second;
+      for (size_t r = 0; r < gone.info.members.size() && r < gone.ranks.size(); ++r) {
+        ReadRank(gone.info.members[r], gone.ranks[r], now_ns, gone.info.name);
+      }
+      Forget(gone);
       it = tracked_.erase(it);
     }
     const absl::Time now = absl::Now();

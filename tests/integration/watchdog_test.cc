@@ -1,0 +1,276 @@
+// The watchdog against the real daemon and 4 real rank processes (watchdog_rank.cc): each
+// kind of hang injected on purpose, then the diagnosis (GetHealth), the metric, the dump with
+// the diagnosis inside, and the policy's action (abort word and event under notify, the
+// processes gone under terminate). And no false alarm for fast collectives and a long gap.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "commd/commd.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/daemon_process.h"
+
+namespace commd::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+constexpr int kWorld = 4;
+
+class WatchdogTest : public ::testing::Test {
+ protected:
+  void Start(const std::string& watchdog) {
+    auto d = StartDaemonWithConfig(
+        tmp_, absl::StrCat("watchdog { poll_interval_ms: 20 ", watchdog, " }\n"),
+        {"--dump-dir", tmp_.Join("dumps")});
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+    auto c = Client::Connect({.runtime_dir = daemon_->runtime_dir(), .job_id = "job"});
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = std::move(*c);
+  }
+
+  void Ranks(const std::string& policy, int timeout_ms, const std::string& scenario, int n, int odd,
+             int gap_ms = 0, int world = kWorld) {
+    for (int r = 0; r < world; ++r) {
+      auto c =
+          ChildProcess::Start({WATCHDOG_RANK, "g", std::to_string(r), std::to_string(kWorld),
+                               policy, std::to_string(timeout_ms), scenario, std::to_string(n),
+                               std::to_string(odd), std::to_string(gap_ms)},
+                              {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job"});
+      ASSERT_TRUE(c.ok()) << c.status();
+      ranks_.push_back(std::move(*c));
+    }
+  }
+
+  void WaitForLog(int rank, const std::string& text) {
+    EXPECT_TRUE(ranks_[rank]->WaitForLog(text, absl::Seconds(60)))
+        << "rank " << rank << ": " << ranks_[rank]->Log();
+  }
+
+  // Polls GetHealth until group g has a diagnosis (or a minute passes).
+  v1::GroupHealth WaitForDiagnosis() {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    v1::GroupHealth last;
+    while (absl::Now() < deadline) {
+      auto h = client_->GetHealth("g");
+      if (h.ok() && h->groups_size() > 0) {
+        last = h->groups(0);
+        if (last.has_last_diagnosis()) return last;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ADD_FAILURE() << "no diagnosis for group g: " << last.DebugString();
+    return last;
+  }
+
+  // rank<N>.json of the dump the watchdog wrote for `kind`, once all are there.
+  std::vector<nlohmann::json> WaitForDump(const std::string& kind) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < deadline) {
+      std::vector<nlohmann::json> out;
+      std::error_code ec;
+      for (auto it = fs::recursive_directory_iterator(tmp_.Join("dumps"), ec);
+           !ec && it != fs::end(it); it.increment(ec)) {
+        const std::string path = it->path().string();
+        if (it->path().extension() == ".json" && path.find("-hang-" + kind + "/") != path.npos) {
+          std::ifstream in(path);
+          out.push_back(nlohmann::json::parse(in, nullptr, false));
+        }
+      }
+      if (out.size() == kWorld) return out;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ADD_FAILURE() << "no complete hang-" << kind << " dump under " << tmp_.Join("dumps");
+    return {};
+  }
+
+  // Every dump file carries the diagnosis under commd.diagnosis.
+  void ExpectDumpDiagnosis(const std::string& kind, const std::string& kind_enum,
+                           const std::vector<int>& behind) {
+    for (const nlohmann::json& dump : WaitForDump(kind)) {
+      ASSERT_TRUE(dump.contains("commd")) << dump.dump();
+      const nlohmann::json& d = dump["commd"]["diagnosis"];
+      EXPECT_EQ(d["kind"], kind_enum) << d.dump();
+      EXPECT_EQ(d["group"], "g");
+      EXPECT_EQ(d["ranks_behind"].get<std::vector<int>>(), behind) << d.dump();
+    }
+  }
+
+  double Metric(const std::string& key) { return MetricValue(*daemon_, key); }
+
+  TempDir tmp_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<Client> client_;
+  std::vector<std::unique_ptr<ChildProcess>> ranks_;
+};
+
+TEST_F(WatchdogTest, LaggingNamesTheSleepingRankAndNotifyAbortsTheOthers) {
+  Start("");
+  Ranks("notify", 1000, "lag", 5, 2);
+  for (int r : {0, 1, 3}) WaitForLog(r, "WAITING 5");
+  WaitForLog(2, "SLEEPING");
+  const v1::GroupHealth h = WaitForDiagnosis();
+  const v1::Diagnosis& d = h.last_diagnosis();
+  EXPECT_EQ(d.kind(), v1::LAGGING) << d.DebugString();
+  EXPECT_EQ(d.seq(), 5u);
+  EXPECT_THAT(d.ranks_behind(), ElementsAre(2));
+  EXPECT_THAT(d.ranks_ahead(), ElementsAre(0, 1, 3));
+  ASSERT_EQ(d.ranks_size(), kWorld);
+  EXPECT_EQ(d.ranks(0).op(), "all_reduce");
+  EXPECT_THAT(d.ranks(0).input_sizes(), ElementsAre("[1024]"));
+  EXPECT_EQ(d.ranks(2).op(), "");
+  EXPECT_EQ(d.ranks(2).last_completed_seq(), 4u);
+  for (int r : {0, 1, 3}) {
+    WaitForLog(r, "ABORTED group g: rank(s) [2] never entered collective seq 5");
+    WaitForLog(r, "CALLBACK ABORTED");
+  }
+  EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"lagging\"}"), 1);
+  EXPECT_GE(Metric("commd_aborts_total{reason=\"lagging\"}"), 1);
+  ExpectDumpDiagnosis("lagging", "LAGGING", {2});
+  auto after = client_->GetHealth("g");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->groups(0).state(), v1::ABORTED);
+  EXPECT_EQ(after->groups(0).abort_reason(), "lagging");
+}
+
+TEST_F(WatchdogTest, MismatchIsReportedAndAnAdminAbortStopsTheGroup) {
+  Start("");  // default policy: report
+  Ranks("default", 60000, "mismatch", 3, 1);
+  for (int r = 0; r < kWorld; ++r) WaitForLog(r, "WAITING 3");
+  const v1::Diagnosis d = WaitForDiagnosis().last_diagnosis();
+  EXPECT_EQ(d.kind(), v1::MISMATCH) << d.DebugString();
+  EXPECT_EQ(d.seq(), 3u);
+  EXPECT_THAT(d.ranks_behind(), ElementsAre(1));
+  EXPECT_EQ(d.ranks(1).op(), "all_gather");
+  EXPECT_EQ(d.ranks(0).op(), "all_reduce");
+  EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"mismatch\"}"), 1);
+  ExpectDumpDiagnosis("mismatch", "MISMATCH", {1});
+  // Report only: nobody was told to stop.
+  for (auto& r : ranks_) EXPECT_THAT(r->Log(), ::testing::Not(HasSubstr("ABORTED")));
+
+  // Another job neither sees nor aborts the group.
+  auto other = Client::Connect({.runtime_dir = daemon_->runtime_dir(), .job_id = "other"});
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ((*other)->GetHealth("g").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*other)->Abort("g", "not mine").status().code(), absl::StatusCode::kNotFound);
+
+  ProcessResult health = RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(),
+                                     "--job", "job", "health", "--group", "g"});
+  EXPECT_EQ(health.exit_code, 0) << health.output;
+  EXPECT_THAT(health.output, HasSubstr("mismatch: group g: collective seq 3 differs"));
+  ProcessResult bad = RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job",
+                                  "job", "abort", "--group", "g"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.output, HasSubstr("--reason"));
+  ProcessResult abort =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job", "job", "abort",
+                  "--group", "g", "--reason", "operator says stop"});
+  EXPECT_EQ(abort.exit_code, 0) << abort.output;
+  EXPECT_THAT(abort.output, HasSubstr("4 rank(s) notified"));
+  for (int r = 0; r < kWorld; ++r) {
+    WaitForLog(r, "ABORTED operator says stop");
+    WaitForLog(r, "CALLBACK ABORTED");
+  }
+  EXPECT_GE(Metric("commd_aborts_total{reason=\"admin\"}"), 1);
+}
+
+TEST_F(WatchdogTest, StuckRankIsNamedAndTerminateEndsTheGroup) {
+  Start("terminate_grace_ms: 300");
+  Ranks("terminate", 1000, "stuck", 4, 3);
+  for (int r = 0; r < kWorld; ++r) WaitForLog(r, "WAITING 4");
+  const v1::Diagnosis d = WaitForDiagnosis().last_diagnosis();
+  EXPECT_EQ(d.kind(), v1::STUCK) << d.DebugString();
+  EXPECT_EQ(d.seq(), 4u);
+  EXPECT_THAT(d.ranks_behind(), ElementsAre(3));
+  EXPECT_THAT(d.ranks_ahead(), ElementsAre(0, 1, 2));
+  EXPECT_EQ(d.ranks(3).state(), "started");
+  EXPECT_EQ(d.ranks(0).state(), "completed");
+  for (auto& r : ranks_) {
+    auto result = r->Wait(absl::Seconds(30));
+    ASSERT_TRUE(result.ok()) << result.status() << r->Log();
+    EXPECT_EQ(result->exit_code, -1) << r->Log();  // ended by a signal
+  }
+  EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"stuck\"}"), 1);
+  EXPECT_GE(Metric("commd_aborts_total{reason=\"stuck\"}"), 1);
+  ExpectDumpDiagnosis("stuck", "STUCK", {3});
+}
+
+TEST_F(WatchdogTest, KilledRankIsDeadAndTheOthersAreAborted) {
+  Start("");
+  Ranks("notify", 60000, "dead", 3, 1);
+  WaitForLog(1, "VICTIM");
+  for (int r : {0, 2, 3}) WaitForLog(r, "WAITING 3");
+  ASSERT_TRUE(ranks_[1]->Stop(SIGKILL).ok());
+  const v1::Diagnosis d = WaitForDiagnosis().last_diagnosis();
+  EXPECT_EQ(d.kind(), v1::DEAD) << d.DebugString();
+  EXPECT_EQ(d.seq(), 3u);
+  EXPECT_THAT(d.ranks_dead(), ElementsAre(1));
+  EXPECT_EQ(d.ranks(1).liveness(), "dead");
+  for (int r : {0, 2, 3}) {
+    WaitForLog(r, "ABORTED group g: rank(s) [1] gone");
+    WaitForLog(r, "CALLBACK ABORTED");
+  }
+  EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"dead\"}"), 1);
+  EXPECT_GE(Metric("commd_aborts_total{reason=\"peer_dead\"}"), 1);
+  ExpectDumpDiagnosis("dead", "DEAD", {1});
+}
+
+TEST_F(WatchdogTest, SilentRankHoldingWorkIsUnresponsive) {
+  Start("heartbeat_timeout_ms: 300");
+  Ranks("notify", 60000, "silent", 2, 0);
+  for (int r = 0; r < kWorld; ++r) WaitForLog(r, "WAITING 2");
+  const v1::Diagnosis d = WaitForDiagnosis().last_diagnosis();
+  EXPECT_EQ(d.kind(), v1::UNRESPONSIVE) << d.DebugString();
+  EXPECT_EQ(d.seq(), 2u);
+  EXPECT_THAT(d.ranks_behind(), ElementsAre(0));
+  EXPECT_GE(d.ranks(0).heartbeat_age_ms(), 300);
+  for (int r = 0; r < kWorld; ++r) WaitForLog(r, "ABORTED group g: rank(s) [0] stopped");
+  EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"unresponsive\"}"), 1);
+  EXPECT_GE(Metric("commd_aborts_total{reason=\"unresponsive\"}"), 1);
+  ExpectDumpDiagnosis("unresponsive", "UNRESPONSIVE", {0});
+}
+
+TEST_F(WatchdogTest, RendezvousThatNeverCompletesIsDiagnosed) {
+  Start("");
+  Ranks("notify", 500, "fast", 1, 0, 0, /*world=*/3);  // rank 3 never comes
+  for (int r = 0; r < 3; ++r) WaitForLog(r, "DEADLINE_EXCEEDED");
+  const v1::Diagnosis d = WaitForDiagnosis().last_diagnosis();
+  EXPECT_EQ(d.kind(), v1::RENDEZVOUS) << d.DebugString();
+  EXPECT_THAT(d.ranks_behind(), ElementsAre(3));
+  EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"rendezvous\"}"), 1);
+}
+
+TEST_F(WatchdogTest, NoFalseAlarmForFastCollectivesAndALongComputeGap) {
+  Start("");
+  // 2 x 5000 collectives with jitter, and between them 1.5 s of compute with nothing pending:
+  // three times the 500 ms timeout.
+  Ranks("notify", 500, "fast", 5000, 0, 1500);
+  for (auto& r : ranks_) {
+    auto result = r->Wait(absl::Seconds(120));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->exit_code, 0) << r->Log();
+    EXPECT_THAT(result->output, HasSubstr("DONE"));
+    EXPECT_THAT(result->output, ::testing::Not(HasSubstr("ABORTED")));
+  }
+  for (const char* kind : {"stuck", "lagging", "mismatch", "dead", "unresponsive"}) {
+    EXPECT_EQ(Metric(absl::StrCat("commd_hangs_detected_total{kind=\"", kind, "\"}")), 0) << kind;
+  }
+  auto h = client_->GetHealth("g");
+  if (h.ok() && h->groups_size() > 0) {
+    EXPECT_FALSE(h->groups(0).has_last_diagnosis()) << h->DebugString();
+  }
+  // The daemon counted every collective from the control blocks.
+  EXPECT_EQ(Metric("commd_collectives_total{op=\"all_reduce\"}"), kWorld * 10000);
+  EXPECT_GT(Metric("commd_collective_duration_seconds_count{op=\"all_reduce\"}"), 0);
+  EXPECT_GT(Metric("commd_collective_bytes_total{op=\"all_reduce\"}"), 0);
+}
+
+}  // namespace
+}  // namespace commd::testing
