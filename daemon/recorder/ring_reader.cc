@@ -232,10 +232,13 @@ void ReadRing(const char* base, const RingReadOptions& options, RingSnapshot* s)
   // Slots of the records in [from, next): all slots when that spans the ring.
   const uint64_t next = s->next_record_id;
   const uint64_t from = options.from_record_id.value_or(0);
-  const uint64_t span = !options.from_record_id || next < from || next - from > mask
-                            ? uint64_t{mask} + 1
-                            : next - from;
-  const uint32_t first_slot = span > mask ? 0 : static_cast<uint32_t>(from & mask);
+  uint64_t span = !options.from_record_id || next < from || next - from > mask ? uint64_t{mask} + 1
+                                                                               : next - from;
+  uint32_t first_slot = span > mask ? 0 : static_cast<uint32_t>(from & mask);
+  if (options.max_entries != 0 && span > options.max_entries) {
+    span = options.max_entries;
+    first_slot = static_cast<uint32_t>((next - span) & mask);
+  }
   for (uint64_t k = 0; k < span; ++k) {
     const uint32_t slot = static_cast<uint32_t>((first_slot + k) & mask);
     const int tries =

@@ -120,6 +120,9 @@ struct RingReadOptions {
   // Reads only the slots of records with id >= from_record_id (the newest ones, at most a
   // ring's worth), so a poller that remembers where it was reads new entries alone.
   std::optional<uint64_t> from_record_id;  // none: every slot
+  // At most this many of those records, the newest (0: no limit). Bounds a poller's work
+  // when a rank records faster than it polls.
+  uint32_t max_entries = 0;
 };
 
 // Never blocks beyond the bounded retries; allocates the snapshot. INVALID_ARGUMENT for a

@@ -19,9 +19,11 @@ namespace commd::watchdog {
 namespace {
 
 constexpr size_t kRetiredKept = 64;
-// Records read per poll at most behind the newest: a rank that leaves an old entry open
-// (never completed nor retired) must not make every poll read its whole ring.
-constexpr uint64_t kReadWindow = 256;
+// Ring entries read per rank and poll at most (the newest): bounds the poll's cost when ranks
+// record faster than it polls. 8 per 100 ms is 80 collectives/s per rank seen in full.
+constexpr uint32_t kEntriesPerPoll = 8;
+// An entry left open (neither completed nor retired) this many records ago never will be.
+constexpr uint64_t kStaleOpenRecords = 4096;
 constexpr size_t kEntriesKept = 64;
 
 const char* KindLabel(v1::DiagnosisKind kind) {
@@ -202,12 +204,9 @@ void Watchdog::ReadRank(const groups::WatchedMember& m, RankCursor& c, uint64_t 
   v.liveness = !m.gone ? Liveness::kAlive : m.died ? Liveness::kDead : Liveness::kLeft;
   v.readable = false;
   if (m.block == nullptr) return;
-  auto snap = ReadControlBlock(m.block->data(), m.block->size(), {.from_record_id = c.next_record});
+  auto snap = ReadControlBlock(m.block->data(), m.block->size(),
+                               {.from_record_id = c.next_record, .max_entries = kEntriesPerPoll});
   if (!snap.ok()) return;  // keeps the last good view; the header was scribbled on
-  if (c.next_record == 0 || snap->next_record_id > c.next_record + kReadWindow) {
-    // First read, or far behind: read only the newest records from now on.
-    c.next_record = snap->next_record_id > kReadWindow ? snap->next_record_id - kReadWindow : 0;
-  }
   (void)StampDiscoveries(m.block->data(), m.block->size(), now_ns, &*snap);
   v.readable = true;
   v.enqueued = snap->last_enqueued_seq;
@@ -221,24 +220,15 @@ void Watchdog::ReadRank(const groups::WatchedMember& m, RankCursor& c, uint64_t 
     last_progress_->Add({{"group", group}, {"rank", std::to_string(m.rank)}})
         .Set(static_cast<double>(now_ns) / 1e9);
   }
-  // Counters: deltas, so the exported totals never go back when a group goes away.
-  for (uint32_t op = 0; op < kRecordOpCount; ++op) {
-    if (snap->per_op[op] > c.per_op[op]) {
-      collectives_->Add({{"op", RecordOpTorchName(op)}})
-          .Increment(static_cast<double>(snap->per_op[op] - c.per_op[op]));
-      c.per_op[op] = snap->per_op[op];
-    }
-  }
-  if (snap->nan_checks > c.nan_checks) {
-    nan_checks_->Increment(static_cast<double>(snap->nan_checks - c.nan_checks));
-    c.nan_checks = snap->nan_checks;
-  }
-  if (snap->nans_found > c.nans_found) {
-    nans_found_->Increment(static_cast<double>(snap->nans_found - c.nans_found));
-    c.nans_found = snap->nans_found;
-  }
+  ObserveEntries(*snap, c);
+}
+
+void Watchdog::ObserveEntries(const RingSnapshot& snap, RankCursor& c) {
+  // Entries seen complete for the first time: a sample when the rank recorded more than
+  // kEntriesPerPoll since the last poll, the whole of them otherwise.
+  std::array<uint64_t, kRecordOpCount> sampled{}, sampled_bytes{};
   std::optional<uint64_t> first_open;
-  for (const RecordedEntry& e : snap->entries) {
+  for (const RecordedEntry& e : snap.entries) {
     if (e.record_id < c.next_record) continue;
     if (!e.is_p2p && e.collective_seq_id != 0) {
       auto [it, fresh] = c.entries.try_emplace(e.collective_seq_id);
@@ -247,21 +237,50 @@ void Watchdog::ReadRank(const groups::WatchedMember& m, RankCursor& c, uint64_t 
     }
     const bool done = e.state == RecordState::kCompleted;
     if (done && c.counted.insert(e.record_id).second) {
-      const char* op = RecordOpTorchName(static_cast<uint32_t>(e.op));
-      collective_bytes_->Add({{"op", op}}).Increment(static_cast<double>(e.bytes));
+      const auto op = static_cast<uint32_t>(e.op);
+      ++sampled[op];
+      sampled_bytes[op] += e.bytes;
       if (e.duration_ms.has_value() && *e.duration_ms >= 0) {
-        collective_seconds_->Add({{"op", op}}, DurationBuckets()).Observe(*e.duration_ms / 1e3);
+        Histogram(op)->Observe(*e.duration_ms / 1e3);
       }
     }
     if (!done && !e.retired && !first_open) first_open = e.record_id;
   }
-  const uint64_t next = first_open.value_or(snap->next_record_id);
-  if (next > c.next_record) {
-    c.next_record = next;
-    c.counted.erase(c.counted.begin(), c.counted.lower_bound(next));
+  // Counters: deltas, so the exported totals never go back when a group goes away. Bytes
+  // per op come from the entries; scaled up by the completions the sample missed.
+  for (uint32_t op = 0; op < kRecordOpCount; ++op) {
+    if (snap.per_op[op] <= c.per_op[op]) continue;
+    const uint64_t delta = snap.per_op[op] - c.per_op[op];
+    c.per_op[op] = snap.per_op[op];
+    collectives_->Add({{"op", RecordOpTorchName(op)}}).Increment(static_cast<double>(delta));
+    if (sampled[op] == 0) continue;
+    const double scale = delta > sampled[op] ? static_cast<double>(delta) / sampled[op] : 1.0;
+    collective_bytes_->Add({{"op", RecordOpTorchName(op)}})
+        .Increment(static_cast<double>(sampled_bytes[op]) * scale);
   }
+  if (snap.nan_checks > c.nan_checks) {
+    nan_checks_->Increment(static_cast<double>(snap.nan_checks - c.nan_checks));
+    c.nan_checks = snap.nan_checks;
+  }
+  if (snap.nans_found > c.nans_found) {
+    nans_found_->Increment(static_cast<double>(snap.nans_found - c.nans_found));
+    c.nans_found = snap.nans_found;
+  }
+  // The cursor: the oldest record still open, unless it is so old that it never will close.
+  uint64_t next = first_open.value_or(snap.next_record_id);
+  if (snap.next_record_id > next + kStaleOpenRecords) next = snap.next_record_id;
+  if (next > c.next_record) c.next_record = next;
+  c.counted.erase(c.counted.begin(), c.counted.lower_bound(c.next_record));
+  while (c.counted.size() > kStaleOpenRecords) c.counted.erase(c.counted.begin());
   while (c.entries.size() > kEntriesKept) c.entries.erase(c.entries.begin());
-  v.entries = c.entries;
+}
+
+prometheus::Histogram* Watchdog::Histogram(uint32_t op) {
+  prometheus::Histogram*& h = histograms_[op];
+  if (h == nullptr) {
+    h = &collective_seconds_->Add({{"op", RecordOpTorchName(op)}}, DurationBuckets());
+  }
+  return h;
 }
 
 void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
@@ -276,6 +295,15 @@ void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
     ReadRank(g.members[r], t.ranks[r], now_ns, g.name);
     view.ranks.push_back(t.ranks[r].last);
     aborted = aborted || t.ranks[r].abort_reason != 0;
+  }
+  // The classifier compares entries from the frontier on; copy only those.
+  const uint64_t frontier = FrontierSeq(view);
+  for (size_t r = 0; r < view.ranks.size(); ++r) {
+    const auto& entries = t.ranks[r].entries;
+    for (auto it = entries.lower_bound(frontier); it != entries.end() && it->first < frontier + 8;
+         ++it) {
+      view.ranks[r].entries.insert(*it);
+    }
   }
   t.tracker.Observe(&view, now_ns);
   const Thresholds thresholds{

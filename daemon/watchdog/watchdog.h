@@ -19,6 +19,7 @@
 #ifndef COMMD_DAEMON_WATCHDOG_WATCHDOG_H_
 #define COMMD_DAEMON_WATCHDOG_WATCHDOG_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -39,6 +40,7 @@
 #include "common/unique_fd.h"
 #include "daemon/groups/group_registry.h"
 #include "daemon/recorder/dumper.h"
+#include "daemon/recorder/ring_reader.h"
 #include "daemon/watchdog/classifier.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -122,6 +124,9 @@ class Watchdog {
   void Run();
   void ReadRank(const groups::WatchedMember& m, RankCursor& cursor, uint64_t now_ns,
                 const std::string& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ObserveEntries(const RingSnapshot& snap, RankCursor& cursor)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  prometheus::Histogram* Histogram(uint32_t op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred)
@@ -151,6 +156,7 @@ class Watchdog {
   prometheus::Family<prometheus::Gauge>* last_progress_;
   prometheus::Family<prometheus::Gauge>* group_state_;
   prometheus::Histogram* poll_seconds_;
+  std::array<prometheus::Histogram*, kRecordOpCount> histograms_ ABSL_GUARDED_BY(mu_){};
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, Tracked> tracked_ ABSL_GUARDED_BY(mu_);  // by group id

@@ -11,9 +11,11 @@
 //               silent    N-1 collectives; every rank enters N; ODD stops heartbeating
 //               dead      N-1 collectives; ODD prints "VICTIM" and sleeps (to be killed), the
 //                         others enter N and wait
-// Waiting ranks heartbeat, print "WAITING <seq>" once, and end with "ABORTED <reason>" when
-// the daemon aborts the group (abort word) and "CALLBACK <status>" when the abort callback
-// ran. Exit 0 after "DONE" or "ABORTED", 1 on an error.
+//               idle      prints "IDLE", heartbeats every 100 ms until killed (benchmarks)
+//               busy      prints "BUSY", runs collectives with jitter until killed (benchmarks)
+// Waiting ranks heartbeat, print "WAITING <seq> <unix ns when it entered seq>" once, and end with
+// "ABORTED <reason>" when the daemon aborts the group (abort word) and "CALLBACK <status>" when the
+// abort callback ran. Exit 0 after "DONE" or "ABORTED", 1 on an error.
 #include <sched.h>
 #include <unistd.h>
 
@@ -67,6 +69,7 @@ class Rank {
                         int64_t n = 1024) {
     dims_ = n;
     const commd::TensorDesc t{&dims_, 1, commd::DataType::kFloat32};
+    entered_ns_ = absl::GetCurrentTimeNanos();
     commd::RecordId id = group_.recorder().Begin(op, {&t, 1}, {&t, 1});
     group_.recorder().Started(id);
     return id;
@@ -84,7 +87,7 @@ class Rank {
 
   // Waits, heartbeating (unless `silent`), until the daemon aborts the group.
   int WaitForAbort(uint64_t seq, bool silent) {
-    Say("WAITING " + std::to_string(seq));
+    Say("WAITING " + std::to_string(seq) + " " + std::to_string(entered_ns_));
     const absl::Time deadline = absl::Now() + absl::Seconds(120);
     while (!group_.abort_requested()) {
       if (absl::Now() > deadline) return Fail(absl::DeadlineExceededError("never aborted"));
@@ -100,6 +103,7 @@ class Rank {
   commd::Group& group_;
   commd::SymmetricBuffer& buf_;
   int64_t dims_ = 0;
+  int64_t entered_ns_ = 0;
 };
 
 commd::GroupOptions::WatchdogPolicy ParsePolicy(const std::string& s) {
@@ -139,6 +143,22 @@ int main(int argc, char** argv) {
   if (!buf.ok()) return Fail(buf.status());
   Rank me(**group, **buf);
 
+  if (scenario == "idle") {
+    Say("IDLE");
+    for (;;) {
+      (*group)->recorder().Heartbeat();
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  if (scenario == "busy") {
+    Say("BUSY");
+    std::mt19937 rng(static_cast<unsigned>(rank) * 7919 + 1);
+    std::uniform_int_distribution<int> jitter_us(0, 300);
+    for (int i = 0;; ++i) {
+      if (i % 16 == 0) absl::SleepFor(absl::Microseconds(jitter_us(rng)));
+      if (auto s = me.Collective(); !s.ok()) return Fail(s);
+    }
+  }
   if (scenario == "fast") {
     std::mt19937 rng(static_cast<unsigned>(rank) * 7919 + 1);
     std::uniform_int_distribution<int> jitter_us(0, 300);
