@@ -90,6 +90,7 @@ std::string FormatHealth(const v1::GetHealthResponse& health) {
   for (const v1::GroupHealth& g : health.groups()) {
     std::string state = v1::GroupHealthState_Name(g.state());
     absl::AsciiStrToLower(&state);
+    if (state == "healthy") state = "ok";
     std::string policy = v1::WatchdogPolicy_Name(g.policy());
     absl::AsciiStrToLower(&policy);
     std::string diagnosis = "-";

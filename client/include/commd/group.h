@@ -32,7 +32,9 @@ struct GroupOptions {
   int world_size = -1;
   int global_rank = -1;  // -1: same as rank; names the flight-recorder file
   Device device = Device::Host();
-  absl::Duration timeout = absl::Minutes(10);  // rendezvous and allocation deadline
+  // Rendezvous and allocation deadline, and how long a collective may stay pending before
+  // the daemon's watchdog calls it hung (capped by watchdog.max_collective_timeout_ms).
+  absl::Duration timeout = absl::Minutes(10);
   // What the daemon's watchdog does when this group hangs; the first rank to join decides.
   // kDefault: the daemon's config (watchdog.policy).
   enum class WatchdogPolicy { kDefault, kReport, kNotify, kTerminate };
