@@ -45,6 +45,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto again = commd::ReadControlBlock(buf.data(), size, {.max_tries = 2, .retry_budget = 64});
   Check(again.ok());
   CheckSnapshot(*again);
+  // The watchdog's incremental read: from a record id, the newest few, chosen by the input.
+  const uint64_t from = size >= 8 ? buf[0] % (again->next_record_id + 3) : 0;
+  auto tail = commd::ReadControlBlock(
+      buf.data(), size,
+      {.max_tries = 2, .retry_budget = 64, .from_record_id = from, .max_entries = 1 + size % 9});
+  Check(tail.ok());
+  CheckSnapshot(*tail);
+  for (const auto& e : tail->entries) Check(e.record_id >= from);
+  Check(tail->entries.size() <= 1 + size % 9);
   commd::RankDumpInput in{.snapshot = &*again, .host = "fuzz", .pid = 1, .device = "host"};
   nlohmann::json j = commd::EncodeRankDump(in, {.comm_lib_version = "fuzz"});
   Check(!j.dump().empty());  // throws (and aborts) on invalid UTF-8
