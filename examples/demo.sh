@@ -57,7 +57,7 @@ echo
 echo "== commctl groups"
 "$commctl" groups || true
 echo
-echo "== the dump the hang wrote (last entry of each rank)"
+echo "== the dump the hang wrote: the last entry of each rank, and the diagnosis"
 for f in $(find "$tmp/dumps" -name 'rank*.json' | sort); do
   python3 - "$f" <<'PY'
 import json, sys
@@ -66,8 +66,9 @@ last = d["entries"][-1] if d["entries"] else {}
 print(f'{sys.argv[1].split("/dumps/")[1]}: {len(d["entries"])} entries, last seq '
       f'{last.get("collective_seq_id")} {last.get("profiling_name")} {last.get("state")}')
 diag = d.get("commd", {}).get("diagnosis")
-if diag:
-    print("  diagnosis:", json.dumps(diag))
+if diag and sys.argv[1].endswith("rank0.json"):
+    print("  diagnosis (in every rank's file):", diag.get("summary"))
+    print("  ranks behind:", diag.get("ranks_behind"), " ranks ahead:", diag.get("ranks_ahead"))
 PY
 done
 echo

@@ -9,18 +9,29 @@
 //
 // --hang-at-step N   this rank stops before collective N (sleeps until killed): the others
 //                    wait in it, and the daemon reports the group as hung, naming this rank.
-// --nan-at-step N    this rank puts a NaN into its input at step N: the daemon's NaN check
-//                    counts it (and fails the collective with DATA_LOSS under `fail`).
+// --nan-at-step N    this rank puts a NaN into its input at step N; every rank sees it in the
+//                    result and says so.
+//
+// The all-reduce is written out here over the SDK's symmetric buffer (each rank reads every
+// peer's buffer through peer(r), two barriers on the signal pads) and recorded with
+// Group::recorder(), as a trainer records collectives that run outside commd (NCCL): the
+// daemon's watchdog, flight recorder and metrics see it like any other collective. When the
+// SDK's Group::AllReduce is available it replaces AllReduceSum below, and the NaN injection
+// then also reaches the daemon's fused NaN check (commd_nan_detected_total).
 //
 // Exit status: 0 all steps done and correct, 1 a call failed, 2 bad flags, 3 aborted by the
 // daemon (ABORTED), 4 a wrong all-reduce result.
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
@@ -37,7 +48,8 @@ struct Flags {
   int step_ms = 10;     // "compute" between collectives
   int hang_at_step = -1;
   int nan_at_step = -1;
-  int timeout_ms = 60000;
+  int timeout_ms = 60000;  // the group's timeout: the watchdog calls a collective hung after it
+  int wait_ms = 600000;    // how long a rank waits for its peers before giving up itself
   bool quiet = false;
 };
 
@@ -45,7 +57,7 @@ int Usage(const char* why) {
   std::fprintf(stderr,
                "trainer: %s\nusage: trainer --rank R --world W [--group NAME] [--steps N] "
                "[--count ELEMENTS] [--step-ms MS] [--hang-at-step N] [--nan-at-step N] "
-               "[--timeout-ms MS] [--quiet]\n",
+               "[--timeout-ms MS] [--wait-ms MS] [--quiet]\n",
                why);
   return 2;
 }
@@ -81,6 +93,8 @@ bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
       ok = absl::SimpleAtoi(v, &f.nan_at_step);
     } else if (arg == "--timeout-ms") {
       ok = absl::SimpleAtoi(v, &f.timeout_ms) && f.timeout_ms > 0;
+    } else if (arg == "--wait-ms") {
+      ok = absl::SimpleAtoi(v, &f.wait_ms) && f.wait_ms > 0;
     } else {
       error = "unknown flag " + arg;
       return false;
@@ -97,8 +111,62 @@ bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
   return true;
 }
 
-int Fail(const char* what, const absl::Status& status) {
-  std::printf("rank error: %s: %s\n", what, status.ToString().c_str());
+// Sets this rank's pad word to `seq` and waits until every peer's is at least `seq`,
+// heartbeating so that the watchdog tells a waiting rank from a dead one. ABORTED when the
+// daemon aborts the group, DEADLINE_EXCEEDED after `wait`.
+absl::Status Barrier(commd::Group& group, commd::SymmetricBuffer& buf, uint32_t seq,
+                     absl::Duration wait) {
+  std::atomic_ref<uint32_t>(buf.signal_pad(group.rank())[0]).store(seq, std::memory_order_release);
+  const absl::Time deadline = absl::Now() + wait;
+  for (int r = 0; r < group.world_size(); ++r) {
+    std::atomic_ref<uint32_t> flag(buf.signal_pad(r)[0]);
+    for (int spins = 0; flag.load(std::memory_order_acquire) < seq; ++spins) {
+      if (group.abort_requested()) return absl::AbortedError(group.abort_reason());
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError("rank " + std::to_string(r) + " never arrived");
+      }
+      if (spins < 64) {
+        sched_yield();
+      } else {
+        if (spins % 256 == 0) group.recorder().Heartbeat();
+        absl::SleepFor(absl::Microseconds(200));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// In-place sum of `count` floats over the group; this rank's input is in buf.data().
+absl::Status AllReduceSum(commd::Group& group, commd::SymmetricBuffer& buf, size_t count,
+                          std::vector<float>& scratch, absl::Duration wait) {
+  const int64_t dims[] = {static_cast<int64_t>(count)};
+  const commd::TensorDesc t{dims, 1, commd::DataType::kFloat32};
+  commd::Recorder& rec = group.recorder();
+  const commd::RecordId id = rec.Begin(commd::CollectiveOp::kAllReduce, {&t, 1}, {&t, 1});
+  rec.Started(id);
+  const auto seq = static_cast<uint32_t>(id.collective_seq_id);
+  // Every input is in place before anyone reads ...
+  if (auto s = Barrier(group, buf, 2 * seq + 1, wait); !s.ok()) {
+    rec.Abandoned(id);
+    return s;
+  }
+  scratch.assign(count, 0.0f);
+  for (int r = 0; r < group.world_size(); ++r) {
+    const float* in = static_cast<const float*>(buf.peer(r));
+    for (size_t i = 0; i < count; ++i) scratch[i] += in[i];
+  }
+  // ... and nobody overwrites its input while a peer may still read it.
+  if (auto s = Barrier(group, buf, 2 * seq + 2, wait); !s.ok()) {
+    rec.Abandoned(id);
+    return s;
+  }
+  std::copy(scratch.begin(), scratch.end(), static_cast<float*>(buf.data()));
+  rec.Completed(id);
+  return absl::OkStatus();
+}
+
+int Fail(const std::string& what, const absl::Status& status) {
+  std::printf("rank error: %s: %s\n", what.c_str(), status.ToString().c_str());
   std::fflush(stdout);
   return status.code() == absl::StatusCode::kAborted ? 3 : 1;
 }
@@ -125,8 +193,10 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   float* data = static_cast<float*>((*grads)->data());
+  std::vector<float> scratch;
   for (int step = 0; step < f.steps; ++step) {
     absl::SleepFor(absl::Milliseconds(f.step_ms));  // the forward and backward pass
+    (*group)->recorder().Heartbeat();
     if (step == f.hang_at_step) {
       std::printf("rank %d hangs before step %d (injected)\n", f.rank, step);
       std::fflush(stdout);
@@ -134,22 +204,20 @@ int main(int argc, char** argv) {
     }
     // Rank r contributes r + step + 1 everywhere; the sum is known in advance.
     for (size_t i = 0; i < f.count; ++i) data[i] = static_cast<float>(f.rank + step + 1);
-    const bool poisoned = step == f.nan_at_step;
-    if (poisoned) {
+    if (step == f.nan_at_step) {
       data[f.count / 2] = std::numeric_limits<float>::quiet_NaN();
       std::printf("rank %d puts a NaN into step %d (injected)\n", f.rank, step);
     }
     const absl::Status s =
-        (*group)->AllReduce(**grads, f.count, commd::DataType::kFloat32, commd::ReduceOp::kSum);
-    if (s.code() == absl::StatusCode::kDataLoss) {
-      std::printf("rank %d step %d: the daemon found a NaN: %s\n", f.rank, step,
-                  s.ToString().c_str());
-      continue;
-    }
-    if (!s.ok()) return Fail(("all-reduce at step " + std::to_string(step)).c_str(), s);
+        AllReduceSum(**group, **grads, f.count, scratch, absl::Milliseconds(f.wait_ms));
+    if (!s.ok()) return Fail("all-reduce at step " + std::to_string(step), s);
     const float want = static_cast<float>(f.world * (step + 1) + f.world * (f.world - 1) / 2);
     for (size_t i = 0; i < f.count; ++i) {
-      if (std::isnan(data[i]) && i == f.count / 2) continue;  // a poisoned step's NaN
+      if (std::isnan(data[i]) && i == f.count / 2) {
+        std::printf("rank %d step %d: NaN in the all-reduce result\n", f.rank, step);
+        std::fflush(stdout);
+        continue;
+      }
       if (data[i] != want) {
         std::printf("rank %d step %d: element %zu is %g, want %g\n", f.rank, step, i, data[i],
                     want);
