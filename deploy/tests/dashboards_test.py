@@ -270,8 +270,10 @@ def run_with_servers(args, src, tmp, prom_bin, dashboards):
     prom = Prometheus(f"http://127.0.0.1:{port}")
 
     env = dict(os.environ, COMMD_RUNTIME_DIR=run, COMMD_JOB_ID="demo")
+    # Hangs are found after the group timeout (3 s); the waiting ranks wait longer than the
+    # test, so the hung group stays hung until commctl aborts it (pp) or the test ends (tp).
     common = ["--steps", "1000000", "--step-ms", "20", "--count", "1024", "--quiet",
-              "--timeout-ms", "120000"]
+              "--timeout-ms", "3000", "--wait-ms", "300000"]
     job = [("dp", 0, []), ("dp", 1, ["--nan-at-step", "10"]),
            ("tp", 0, []), ("tp", 1, ["--hang-at-step", "20"]),
            ("pp", 0, []), ("pp", 1, ["--hang-at-step", "5"])]
@@ -282,7 +284,6 @@ def run_with_servers(args, src, tmp, prom_bin, dashboards):
     def state(group, s):
         return scrape_value(metrics_url, "commd_group_state", {"group": group, "state": s}) == 1
     wait_for("tp and pp hung", lambda: state("tp", "hung") and state("pp", "hung"), 60)
-    wait_for("the NaN counted", lambda: (scrape_value(metrics_url, "commd_nan_detected_total", {}) or 0) > 0, 30)
     ctl = [args.commctl, "--runtime-dir", run]
     out = subprocess.run(ctl + ["abort", "--group", "pp", "--job", "demo", "--reason", "dashboard test"],
                          capture_output=True, text=True, env=env, timeout=30)
@@ -311,11 +312,13 @@ def run_with_servers(args, src, tmp, prom_bin, dashboards):
     print("alerts firing:", sorted(now))
 
 
-EXPECTED_ALERTS = {"CommdHangDetected", "CommdNaNDetected", "CommdGroupAborted"}
+# CommdNaNDetected joins once the trainer runs Group::AllReduce, whose fused check feeds
+# commd_nan_detected_total; the trainer's own all-reduce cannot (examples/trainer.cc).
+EXPECTED_ALERTS = {"CommdHangDetected", "CommdGroupAborted"}
 
 DAEMON_CONFIG = """
-# The demo's hangs are found within seconds, and reported (not acted on), so that the hung
-# group stays hung for the dashboards; pp is aborted by commctl.
+# Defaults: policy REPORT, so the hung groups stay hung for the dashboards (pp is aborted by
+# commctl); the trainers' 3 s group timeout makes the watchdog find the hangs within seconds.
 """
 
 PROMETHEUS_CONFIG = """
