@@ -73,7 +73,8 @@ PY
 done
 echo
 echo "== metrics"
-curl -s "$metrics" | grep -E '^commd_(group_state|hangs_detected_total|aborts_total|collectives_total|nan_|rank_last_progress|flight_recorder_dumps_total)' || true
+python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+  "$metrics" | grep -E '^commd_(group_state|hangs_detected_total|aborts_total|collectives_total|nan_|rank_last_progress|flight_recorder_dumps_total)' || true
 echo
 echo "== rank logs"
 tail -n 3 "$tmp"/rank*.log

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs examples/demo.sh on a build dir and checks that it shows what the README promises: the
+# watchdog's diagnosis naming the hung rank in `commctl health` and in the dump, and the hang
+# in the metrics.
+# Usage: demo_test.sh BUILD_DIR
+set -euo pipefail
+out=$(BUILD_DIR=$1 "$(dirname "$0")/demo.sh" 2>&1) || { echo "$out"; echo "FAIL: demo.sh failed"; exit 1; }
+fail() { echo "$out"; echo "FAIL: $*"; exit 1; }
+grep -Eq '^demo +dp +hung +report +lagging: group dp: rank\(s\) \[2\] never entered' <<<"$out" ||
+  fail "commctl health does not show dp hung with rank 2 behind"
+grep -q 'ranks behind: \[2\]' <<<"$out" || fail "the dump's diagnosis does not name rank 2"
+grep -q 'dp/rank2.json: .* nccl:all_reduce completed' <<<"$out" || fail "no dump of rank 2"
+grep -q '^commd_hangs_detected_total{kind="lagging"} 1' <<<"$out" || fail "no lagging hang in the metrics"
+grep -q '^commd_group_state{group="dp",state="hung"} 1' <<<"$out" || fail "dp is not hung in the metrics"
+echo "demo ok"
