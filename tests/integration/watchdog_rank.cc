@@ -11,16 +11,21 @@
 //               silent    N-1 collectives; every rank enters N; ODD stops heartbeating
 //               dead      N-1 collectives; ODD prints "VICTIM" and sleeps (to be killed), the
 //                         others enter N and wait
+//               leave     N-1 collectives; ODD closes its session cleanly ("LEFT") and lives
+//                         on, the others enter N and wait
 //               idle      prints "IDLE", heartbeats every 100 ms until killed (benchmarks)
 //               busy      prints "BUSY", runs collectives with jitter until killed (benchmarks)
 // Waiting ranks heartbeat, print "WAITING <seq> <unix ns when it entered seq>" once, and end with
 // "ABORTED <reason>" when the daemon aborts the group (abort word) and "CALLBACK <status>" when the
-// abort callback ran. Exit 0 after "DONE" or "ABORTED", 1 on an error.
+// abort callback ran. Exit 0 after "DONE" or "ABORTED", 1 on an error. The rank named by
+// $WATCHDOG_RANK_IGNORE_SIGTERM ignores SIGTERM (so only a SIGKILL ends it).
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -131,6 +136,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string scenario = argv[6];
+  if (const char* ignore = std::getenv("WATCHDOG_RANK_IGNORE_SIGTERM");
+      ignore != nullptr && std::to_string(rank) == ignore) {
+    ::signal(SIGTERM, SIG_IGN);
+  }
   auto client = commd::Client::Connect();
   if (!client.ok()) return Fail(client.status());
   commd::GroupOptions options{.name = argv[1], .rank = rank, .world_size = world};
@@ -178,6 +187,14 @@ int main(int argc, char** argv) {
   const uint64_t seq = static_cast<uint64_t>(n);
   if (scenario == "lag" && rank == odd) {
     Say("SLEEPING");
+    absl::SleepFor(absl::Seconds(120));
+    return 1;
+  }
+  if (scenario == "leave" && rank == odd) {
+    buf->reset();
+    group->reset();
+    client->reset();
+    Say("LEFT");
     absl::SleepFor(absl::Seconds(120));
     return 1;
   }

@@ -37,13 +37,14 @@ class WatchdogTest : public ::testing::Test {
   }
 
   void Ranks(const std::string& policy, int timeout_ms, const std::string& scenario, int n, int odd,
-             int gap_ms = 0, int world = kWorld) {
+             int gap_ms = 0, int world = kWorld, int ignores_sigterm = -1) {
     for (int r = 0; r < world; ++r) {
       auto c =
           ChildProcess::Start({WATCHDOG_RANK, "g", std::to_string(r), std::to_string(kWorld),
                                policy, std::to_string(timeout_ms), scenario, std::to_string(n),
                                std::to_string(odd), std::to_string(gap_ms)},
-                              {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job"});
+                              {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job",
+                               absl::StrCat("WATCHDOG_RANK_IGNORE_SIGTERM=", ignores_sigterm)});
       ASSERT_TRUE(c.ok()) << c.status();
       ranks_.push_back(std::move(*c));
     }
@@ -183,7 +184,7 @@ TEST_F(WatchdogTest, MismatchIsReportedAndAnAdminAbortStopsTheGroup) {
 
 TEST_F(WatchdogTest, StuckRankIsNamedAndTerminateEndsTheGroup) {
   Start("terminate_grace_ms: 300");
-  Ranks("terminate", 1000, "stuck", 4, 3);
+  Ranks("terminate", 1000, "stuck", 4, 3, 0, kWorld, /*ignores_sigterm=*/1);
   for (int r = 0; r < kWorld; ++r) WaitForLog(r, "WAITING 4");
   const v1::Diagnosis d = WaitForDiagnosis().last_diagnosis();
   EXPECT_EQ(d.kind(), v1::STUCK) << d.DebugString();
@@ -196,6 +197,8 @@ TEST_F(WatchdogTest, StuckRankIsNamedAndTerminateEndsTheGroup) {
     auto result = r->Wait(absl::Seconds(30));
     ASSERT_TRUE(result.ok()) << result.status() << r->Log();
     EXPECT_EQ(result->exit_code, -1) << r->Log();  // ended by a signal
+    // Rank 1 ignores SIGTERM: the SIGKILL after terminate_grace_ms ends it.
+    EXPECT_EQ(result->signal, &r == &ranks_[1] ? SIGKILL : SIGTERM) << r->Log();
   }
   EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"stuck\"}"), 1);
   EXPECT_GE(Metric("commd_aborts_total{reason=\"stuck\"}"), 1);
@@ -220,6 +223,19 @@ TEST_F(WatchdogTest, KilledRankIsDeadAndTheOthersAreAborted) {
   EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"dead\"}"), 1);
   EXPECT_GE(Metric("commd_aborts_total{reason=\"peer_dead\"}"), 1);
   ExpectDumpDiagnosis("dead", "DEAD", {1});
+}
+
+TEST_F(WatchdogTest, RankThatLeftCleanlyWhileOthersWaitIsDead) {
+  Start("");
+  Ranks("notify", 60000, "leave", 2, 3);
+  WaitForLog(3, "LEFT");
+  for (int r : {0, 1, 2}) WaitForLog(r, "WAITING 2");
+  const v1::Diagnosis d = WaitForDiagnosis().last_diagnosis();
+  EXPECT_EQ(d.kind(), v1::DEAD) << d.DebugString();
+  EXPECT_EQ(d.seq(), 2u);
+  EXPECT_THAT(d.ranks_dead(), ElementsAre(3));
+  EXPECT_EQ(d.ranks(3).liveness(), "left");
+  for (int r : {0, 1, 2}) WaitForLog(r, "ABORTED group g: rank(s) [3] gone (left)");
 }
 
 TEST_F(WatchdogTest, SilentRankHoldingWorkIsUnresponsive) {
