@@ -87,6 +87,11 @@ absl::Status ValidateJoin(const v1::JoinGroupRequest& r) {
     return absl::InvalidArgumentError(
         absl::StrCat("global rank ", r.global_rank(), "; allowed -1 (same as rank) or more"));
   }
+  if (!v1::WatchdogPolicy_IsValid(r.watchdog_policy())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("watchdog policy ", r.watchdog_policy(),
+                     "; allowed 0 (the daemon's), 1 (report), 2 (notify), 3 (terminate)"));
+  }
   if (r.timeout_ms() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("timeout_ms ", r.timeout_ms(), "; allowed 0 (default) or more"));
