@@ -184,13 +184,14 @@ def check_structure(dash, title):
 def queries(dash):
     for p in dash["panels"]:
         for t in p.get("targets", []):
-            yield p, t["expr"]
+            yield p, t
 
 
 def check_queries(dash, title, prom, families):
     values = resolve_variables(dash, prom, title)
     n = 0
-    for p, expr in queries(dash):
+    for p, target in queries(dash):
+        expr = target["expr"]
         for metric in set(re.findall(r"\b(commd_[a-z0-9_]+)", expr)):
             check(metric in families, f"{title}: panel {p['id']} '{p['title']}' names {metric}, "
                                       "which commd's /metrics does not have")
@@ -202,6 +203,11 @@ def check_queries(dash, title, prom, families):
             check(False, f"{title}: panel {p['id']} '{p['title']}': {e}")
             continue
         check(result, f"{title}: panel {p['id']} '{p['title']}' has no data: {q}")
+        # A legend naming a label the series lack renders blank in Grafana.
+        for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")):
+            check(all(label in r.get("metric", {}) for r in result),
+                  f"{title}: panel {p['id']} '{p['title']}': legend names {{{{{label}}}}}, "
+                  f"which the series of {q} lack")
         n += 1
     print(f"{title}: {n} queries answered with data" if not failures else f"{title}: {n} queries sent")
 
