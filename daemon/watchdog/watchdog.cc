@@ -507,6 +507,12 @@ absl::StatusOr<int> Watchdog::Abort(const HealthFilter& filter, const std::strin
     if (!g.active || !Selected(filter, g.uid, g.job_id, g.name)) continue;
     ++matched;
     notified += Notify(g, AbortReason::kAdmin, reason);
+    // An abort is a moment worth a dump too: what every rank was doing when it was stopped.
+    auto sources = groups_->DumpSources({.job = std::make_pair(g.uid, g.job_id), .group = g.name});
+    if (!sources.empty()) {
+      dumper_->DumpLater("abort", std::move(sources),
+                         nlohmann::json{{"kind", "ABORT"}, {"group", g.name}, {"summary", reason}});
+    }
     absl::MutexLock lock(&mu_);
     auto it = tracked_.find(g.id);
     if (it != tracked_.end()) {

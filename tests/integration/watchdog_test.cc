@@ -180,6 +180,25 @@ TEST_F(WatchdogTest, MismatchIsReportedAndAnAdminAbortStopsTheGroup) {
     WaitForLog(r, "CALLBACK ABORTED");
   }
   EXPECT_GE(Metric("commd_aborts_total{reason=\"admin\"}"), 1);
+  // The abort left a dump of every rank, saying why.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  int files = 0;
+  while (files < kWorld && absl::Now() < deadline) {
+    files = 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(tmp_.Join("dumps"), ec);
+         !ec && it != fs::end(it); it.increment(ec)) {
+      const std::string path = it->path().string();
+      if (it->path().extension() != ".json" || path.find("-abort/") == path.npos) continue;
+      std::ifstream in(path);
+      const nlohmann::json dump = nlohmann::json::parse(in, nullptr, false);
+      if (!dump.is_discarded() && dump["commd"]["diagnosis"]["summary"] == "operator says stop") {
+        ++files;
+      }
+    }
+    if (files < kWorld) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(files, kWorld);
 }
 
 TEST_F(WatchdogTest, StuckRankIsNamedAndTerminateEndsTheGroup) {
