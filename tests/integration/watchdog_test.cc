@@ -166,6 +166,13 @@ TEST_F(WatchdogTest, MismatchIsReportedAndAnAdminAbortStopsTheGroup) {
                                      "--job", "job", "health", "--group", "g"});
   EXPECT_EQ(health.exit_code, 0) << health.output;
   EXPECT_THAT(health.output, HasSubstr("mismatch: group g: collective seq 3 differs"));
+  ProcessResult json = RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job",
+                                   "job", "--json", "health", "--group", "g"});
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json parsed = nlohmann::json::parse(json.output, nullptr, false);
+  ASSERT_FALSE(parsed.is_discarded()) << json.output;
+  EXPECT_EQ(parsed["groups"][0]["last_diagnosis"]["kind"], "MISMATCH") << json.output;
+  EXPECT_EQ(parsed["groups"][0]["last_diagnosis"]["ranks_behind"], nlohmann::json::parse("[1]"));
   ProcessResult bad = RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job",
                                   "job", "abort", "--group", "g"});
   EXPECT_NE(bad.exit_code, 0);
