@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# One run, three lines of the same machine: commd's host all-reduce (commd-bench, 2 rank
+# processes, private daemon), OpenMPI's MPI_Allreduce over shared memory (btl self,vader) with
+# the same sweep, and single-thread memcpy bandwidth as the roofline. Prints both sweeps and a
+# table of ratios, then the targets of issue #4 as met/MISSED lines.
+#
+#   bench/allreduce_vs_mpi.sh [BUILD_DIR]          (default: build; a Release build)
+#   RANKS=2 MIN=8 MAX=64M WARMUP=10 ITERS=100 bench/allreduce_vs_mpi.sh build-bench
+set -euo pipefail
+
+build=${1:-build}
+ranks=${RANKS:-2}
+min=${MIN:-8}
+max=${MAX:-64M}
+warmup=${WARMUP:-10}
+iters=${ITERS:-100}
+bench=$build/tools/commd-bench/commd-bench
+mpi=$build/bench/mpi_allreduce
+roof=$build/bench/memcpy_bw
+for f in "$bench" "$roof"; do
+  [ -x "$f" ] || { echo "allreduce_vs_mpi.sh: $f not built (ninja -C $build commd-bench memcpy_bw mpi_allreduce)" >&2; exit 2; }
+done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "# $(date -u +%FT%TZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+"$roof" -e "$max" -i 20 | tee "$tmp/memcpy"
+echo
+echo "## commd-bench -n $ranks -b $min -e $max -f 2 -w $warmup -i $iters -d float -o sum"
+"$bench" -n "$ranks" -b "$min" -e "$max" -f 2 -w "$warmup" -i "$iters" -d float -o sum \
+  | tee "$tmp/commd"
+echo
+if [ -x "$mpi" ] && command -v mpirun > /dev/null; then
+  echo "## mpirun -np $ranks --mca btl self,vader $mpi -b $min -e $max -f 2 -w $warmup -i $iters"
+  mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np "$ranks" \
+    "$mpi" -b "$min" -e "$max" -f 2 -w "$warmup" -i "$iters" | tee "$tmp/mpi"
+else
+  echo "## MPI baseline skipped: mpirun or $mpi missing (install openmpi-bin libopenmpi-dev)"
+  : > "$tmp/mpi"
+fi
+echo
+
+python3 - "$tmp/commd" "$tmp/mpi" "$tmp/memcpy" <<'PY'
+import re, sys
+
+def rows(path):
+    out = {}
+    for line in open(path):
+        f = line.split()
+        if len(f) >= 8 and f[0].isdigit():
+            out[int(f[0])] = (float(f[5]), float(f[7]))  # time us, busbw GB/s
+    return out
+
+commd, mpi = rows(sys.argv[1]), rows(sys.argv[2])
+memcpy = float(re.search(r"([0-9.]+) GB/s", open(sys.argv[3]).read()).group(1))
+print(f"memcpy roofline: {memcpy:.3f} GB/s")
+print(f"{'size(B)':>10} {'commd us':>10} {'mpi us':>10} {'lat ratio':>9} "
+      f"{'commd busbw':>11} {'mpi busbw':>9} {'bw ratio':>8} {'% memcpy':>8}")
+for size in sorted(commd):
+    c_us, c_bw = commd[size]
+    m_us, m_bw = mpi.get(size, (float("nan"), float("nan")))
+    lat = c_us / m_us if m_us == m_us else float("nan")
+    bw = c_bw / m_bw if m_bw == m_bw and m_bw > 0 else float("nan")
+    print(f"{size:>10} {c_us:>10.2f} {m_us:>10.2f} {lat:>9.2f} {c_bw:>11.3f} {m_bw:>9.3f} "
+          f"{bw:>8.2f} {100 * c_bw / memcpy:>7.1f}%")
+print("(lat ratio = commd time / MPI time, lower is better; bw ratio = commd busbw / MPI "
+      "busbw, higher is better)")
+
+def verdict(ok):
+    return "met" if ok else "MISSED"
+
+if mpi:
+    big = [s for s in commd if s >= (1 << 20) and s in mpi]
+    worst = min((commd[s][1] / mpi[s][1], s) for s in big) if big else None
+    if worst:
+        print(f"target busbw >= MPI from 1 MiB: {verdict(worst[0] >= 1.0)} "
+              f"(lowest ratio {worst[0]:.2f} at {worst[1]} B)")
+    if 8192 in commd and 8192 in mpi:
+        r = commd[8192][0] / mpi[8192][0]
+        print(f"target latency <= MPI at 8 KiB: {verdict(r <= 1.0)} "
+              f"({commd[8192][0]:.2f} us vs {mpi[8192][0]:.2f} us, ratio {r:.2f})")
+largest = max(commd)
+frac = commd[largest][1] / memcpy
+print(f"target busbw >= 50% of memcpy at {largest} B: {verdict(frac >= 0.5)} ({100 * frac:.0f}%)")
+PY
