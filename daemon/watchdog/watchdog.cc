@@ -495,7 +495,8 @@ std::vector<v1::GroupHealth> Watchdog::Health(const HealthFilter& filter) const 
       shadowed = shadowed || (h.job_id() == it->info.job_id && h.uid() == it->info.uid &&
                               h.group() == it->info.name);
     }
-    if (!shadowed) add(*it);
+    // A group that ended without a finding is of no more interest.
+    if (!shadowed && (it->last.has_value() || !it->abort_reason.empty())) add(*it);
   }
   return out;
 }
