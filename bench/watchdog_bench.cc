@@ -6,7 +6,7 @@
 //     8 ranks x 4 groups (32 rank processes) idle (heartbeating) and busy (collectives with
 //     jitter), against the same daemon with no group; and the poll's own duration.
 //
-//   build/bench/watchdog_bench [--hangs N] [--window SECONDS]
+//   build/bench/watchdog_bench [--hangs N] [--window SECONDS] [--timeout-ms MS]
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,7 +28,7 @@ namespace {
 using commd::testing::ChildProcess;
 using commd::testing::DaemonProcess;
 
-constexpr int kTimeoutMs = 500;
+int flag_timeout_ms = 500;  // --timeout-ms
 
 // utime + stime of `pid`, in seconds.
 double CpuSeconds(pid_t pid) {
@@ -47,7 +47,7 @@ std::unique_ptr<ChildProcess> Rank(const DaemonProcess& d, const std::string& gr
                                    int world, const std::string& scenario, int n, int odd) {
   auto c = ChildProcess::Start(
       {WATCHDOG_RANK, group, std::to_string(rank), std::to_string(world), "report",
-       std::to_string(kTimeoutMs), scenario, std::to_string(n), std::to_string(odd)},
+       std::to_string(flag_timeout_ms), scenario, std::to_string(n), std::to_string(odd)},
       {"COMMD_RUNTIME_DIR=" + d.runtime_dir(), "COMMD_JOB_ID=bench"});
   if (!c.ok()) {
     std::fprintf(stderr, "%s\n", c.status().ToString().c_str());
@@ -78,7 +78,7 @@ double DetectOne(const DaemonProcess& d, commd::Client& client, int i) {
     if (h.ok() && h->groups_size() > 0 && h->groups(0).has_last_diagnosis()) {
       const int64_t detected_ms = h->groups(0).last_diagnosis().detected_unix_ms();
       return static_cast<double>(detected_ms) -
-             (static_cast<double>(entered_ns) / 1e6 + kTimeoutMs);
+             (static_cast<double>(entered_ns) / 1e6 + flag_timeout_ms);
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--hangs") == 0) hangs = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--window") == 0) window_s = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--timeout-ms") == 0) flag_timeout_ms = std::atoi(argv[i + 1]);
   }
   commd::testing::TempDir tmp;
   auto daemon = commd::testing::StartDaemonWithConfig(tmp, "watchdog { poll_interval_ms: 100 }",
@@ -130,7 +131,7 @@ int main(int argc, char** argv) {
   std::printf(
       "detection latency over %d hangs (poll 100 ms, timeout %d ms): median %.0f ms, "
       "max %.0f ms, min %.0f ms\n",
-      hangs, kTimeoutMs, Percentile(ms, 0.5), Percentile(ms, 1.0), Percentile(ms, 0.0));
+      hangs, flag_timeout_ms, Percentile(ms, 0.5), Percentile(ms, 1.0), Percentile(ms, 0.0));
 
   const absl::Duration window = absl::Seconds(window_s);
   auto [base_cpu, base_poll] = MeasureCpu(d, window);
