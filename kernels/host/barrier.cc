@@ -20,10 +20,15 @@
 namespace commd::kernels {
 namespace {
 
-// Brief spin before sleeping: a peer on another core usually arrives within microseconds,
-// but with more ranks than cores spinning only steals the peer's time.
-constexpr int kSpinIterations = 256;
-constexpr int kYieldIterations = 8;
+// How a wait escalates. A peer on another core usually arrives within microseconds, but a
+// two-shot's reduce phase keeps it busy for tens of microseconds at 1 MiB, and on a loaded
+// machine a futex wake-up costs more than that: so spin (pause) for up to kSpinTime while
+// every rank can have a core of its own, then yield the CPU for up to kYieldTime (cheap when
+// ranks outnumber cores: a runnable peer gets the core at once), and only then sleep on the
+// futex, where a wait for a slow peer burns no CPU.
+constexpr absl::Duration kSpinTime = absl::Microseconds(50);
+constexpr absl::Duration kYieldTime = absl::Microseconds(500);
+constexpr int kSpinCheckEvery = 64;  // pause iterations between clock reads
 // Longest single futex sleep: bounds how late an abort (which nobody futex-wakes us for) is
 // noticed.
 constexpr absl::Duration kMaxSleep = absl::Milliseconds(2);
@@ -81,17 +86,32 @@ class BarrierWait {
   bool sleeping_ = false;
 };
 
+// Online CPUs, read once: spinning only pays while every rank can run at the same time.
+int OnlineCpus() {
+  static const int cpus = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  return cpus;
+}
+
 absl::Status BarrierWait::WaitFor(int peer) {
   std::atomic_ref<uint32_t> slot = Slot(peer);
-  for (int i = 0; i < kSpinIterations; ++i) {
-    if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();
-    CpuRelax();
+  if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  if (view_.world_size <= OnlineCpus()) {
+    const absl::Time spin_until = std::min(start + kSpinTime, view_.deadline);
+    for (int i = 1;; ++i) {
+      if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();
+      CpuRelax();
+      if (i % kSpinCheckEvery == 0 && (absl::Now() >= spin_until || AbortValue(view_) != 0)) {
+        break;
+      }
+    }
   }
-  for (int i = 0;; ++i) {
+  const absl::Time yield_until = start + kYieldTime;
+  for (;;) {
     if (const uint32_t abort = AbortValue(view_); abort != 0) return Failure(peer, true, abort);
     const absl::Time now = absl::Now();
     if (now >= view_.deadline) return Failure(peer, false, 0);
-    if (i < kYieldIterations) {
+    if (now < yield_until) {
       sched_yield();
       if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();
       continue;
