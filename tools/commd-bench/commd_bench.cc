@@ -59,7 +59,7 @@ struct Options {
   ReduceOp redop = ReduceOp::kSum;
   Op op = Op::kAllReduce;
   AlgoChoice algo = AlgoChoice::kAuto;
-  size_t oneshot_max_bytes = size_t{256} << 10;
+  size_t oneshot_max_bytes = size_t{1} << 10;  // the 2-rank crossover (docs/PERFORMANCE.md)
   bool check = false;
   bool csv = false;
 };
@@ -125,7 +125,7 @@ rank's mean per iteration), algbw and busbw (GB/s, nccl-tests' definitions), #wr
   -d, --datatype T   float | half | bfloat16 | int32 | int64            (default float)
   -o, --redop OP     sum | avg | min | max                              (default sum)
   -a, --algo A       auto | oneshot | twoshot (all-reduce only)         (default auto)
-      --oneshot-max-bytes S  auto: one-shot up to this size, else two-shot (default 256K)
+      --oneshot-max-bytes S  auto: one-shot up to this size, else two-shot (default 1K)
   -c, --check        after timing, run once more on known inputs and count wrong elements
       --runtime-dir D  use the daemon listening there; default: start a private one
       --csv          comma-separated rows instead of the table
