@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "commd/commd.h"
+#include "common/control_block.h"
 #include "common/symmetric_layout.h"
 #include "kernels/float16.h"
 #include "kernels/host/collectives.h"
@@ -389,6 +390,13 @@ bool Close(DataType t, double got, double want) {
   return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
 }
 
+// The abort word of this rank's control block: nonzero once the daemon aborts the group.
+const uint32_t* AbortWord(const commd::Group& group) {
+  if (group.control_block_bytes() < commd::kAbortOffset + sizeof(uint32_t)) return nullptr;
+  return reinterpret_cast<const uint32_t*>(static_cast<const std::byte*>(group.control_block()) +
+                                           commd::kAbortOffset);
+}
+
 // ---------------------------------------------------------------------------------------
 // Shared between the ranks and the parent (MAP_SHARED, set up before fork).
 
@@ -486,7 +494,9 @@ class Rank {
                                          .data = data_,
                                          .pads = pads_,
                                          .data_bytes = (*buf)->size(),
-                                         .pad_slots = (*buf)->signal_pad_bytes() / 4};
+                                         .pad_slots = (*buf)->signal_pad_bytes() / 4,
+                                         // `commctl abort` or a watchdog finding stops the run.
+                                         .abort_word = AbortWord(**group)};
     const size_t ts = commd::kernels::DataTypeSize(o_.dtype);
     if (o_.op == Op::kAllGather) out_.resize(BufferBytes(o_, sizes) * o_.ranks);
     if (o_.op == Op::kReduceScatter) out_.resize(BufferBytes(o_, sizes) / o_.ranks + ts);
