@@ -106,6 +106,48 @@ __attribute__((target("avx2,f16c"))) size_t ReduceHalfF16c(const Half* const* sr
   return i;
 }
 
+__attribute__((target("avx2"))) inline __m256 WidenBFloat16(const BFloat16* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+// bf16 sum/avg, 8 elements at a time with AVX2: widening is a shift, narrowing the same
+// round-to-nearest-even and NaN rule as FloatToBFloat16, as integer vector operations.
+__attribute__((target("avx2"))) size_t ReduceBFloat16Avx2(const BFloat16* const* srcs, int nsrc,
+                                                          size_t count, BFloat16* dst, bool avg,
+                                                          int world_size) {
+  const __m256 divisor = _mm256_set1_ps(static_cast<float>(world_size));
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i round_bias = _mm256_set1_epi32(0x7fff);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i low7 = _mm256_set1_epi32(0x7f);
+  const __m256i quiet = _mm256_set1_epi32(0x40);
+  const __m256i zero = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m256 acc = WidenBFloat16(srcs[0] + i);
+    for (int p = 1; p < nsrc; ++p) acc = _mm256_add_ps(acc, WidenBFloat16(srcs[p] + i));
+    if (avg) acc = _mm256_div_ps(acc, divisor);
+    const __m256i f = _mm256_castps_si256(acc);
+    const __m256i top = _mm256_srli_epi32(f, 16);
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(f, round_bias), _mm256_and_si256(top, one)), 16);
+    const __m256i no_payload = _mm256_cmpeq_epi32(_mm256_and_si256(top, low7), zero);
+    const __m256i nan_value = _mm256_or_si256(top, _mm256_and_si256(no_payload, quiet));
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(f, abs_mask), inf);
+    const __m256i r = _mm256_blendv_epi8(rounded, nan_value, is_nan);
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
+  }
+  return i;
+}
+
+bool HaveAvx2() {
+  static const bool have = __builtin_cpu_supports("avx2");
+  return have;
+}
+
 bool HaveF16c() {
   static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   return have;
@@ -118,6 +160,16 @@ void Reduce(const T* const* srcs, int nsrc, size_t count, T* dst, int world_size
   if constexpr (std::is_same_v<T, Half> && (Op == ReduceOp::kSum || Op == ReduceOp::kAvg)) {
     if (nsrc >= 2 && HaveF16c()) {
       const size_t done = ReduceHalfF16c(srcs, nsrc, count, dst, Op == ReduceOp::kAvg, world_size);
+      if (done == count) return;
+      const T* rest[1024];  // common/symmetric_layout.h kMaxWorldSize
+      for (int p = 0; p < nsrc; ++p) rest[p] = srcs[p] + done;
+      return ReduceBlocks<T, Op>(rest, nsrc, count - done, dst + done, world_size);
+    }
+  }
+  if constexpr (std::is_same_v<T, BFloat16> && (Op == ReduceOp::kSum || Op == ReduceOp::kAvg)) {
+    if (nsrc >= 2 && HaveAvx2()) {
+      const size_t done =
+          ReduceBFloat16Avx2(srcs, nsrc, count, dst, Op == ReduceOp::kAvg, world_size);
       if (done == count) return;
       const T* rest[1024];  // common/symmetric_layout.h kMaxWorldSize
       for (int p = 0; p < nsrc; ++p) rest[p] = srcs[p] + done;
