@@ -1,6 +1,7 @@
 #include "daemon/recorder/dump_json.h"
 
 #include <set>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 
@@ -172,6 +173,149 @@ std::map<int32_t, nlohmann::json> EncodeRankDumps(std::span<const RankDumpInput>
                                                   const DumpOptions& options) {
   std::map<int32_t, nlohmann::json> out;
   for (const RankDumpInput& r : ranks) out[r.snapshot->global_rank] = EncodeRankDump(r, options);
+  return out;
+}
+
+// ---- Streaming encoder: the same bytes as EncodeRankDump(...).dump(), without the tree ----
+
+namespace {
+
+void AppendJsonString(std::string* out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\b':
+        out->append("\\b");
+        break;
+      case '\f':
+        out->append("\\f");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      default:
+        if (c < 0x20) {
+          out->append("\\u00");
+          out->push_back(kHex[c >> 4]);
+          out->push_back(kHex[c & 0xf]);
+        } else {
+          out->push_back(ch);
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendSizes(std::string* out, const std::vector<std::vector<int64_t>>& sizes) {
+  out->push_back('[');
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i) out->push_back(',');
+    out->push_back('[');
+    for (size_t k = 0; k < sizes[i].size(); ++k) {
+      if (k) out->push_back(',');
+      absl::StrAppend(out, sizes[i][k]);
+    }
+    out->push_back(']');
+  }
+  out->push_back(']');
+}
+
+void AppendDtypes(std::string* out, const std::vector<RecordDtype>& dtypes) {
+  out->push_back('[');
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    if (i) out->push_back(',');
+    AppendJsonString(out, RecordDtypeTorchName(static_cast<uint32_t>(dtypes[i])));
+  }
+  out->push_back(']');
+}
+
+void AppendOptional(std::string* out, const std::optional<uint64_t>& v) {
+  if (v.has_value()) {
+    absl::StrAppend(out, *v);
+  } else {
+    out->append("null");
+  }
+}
+
+const char* Bool(bool b) { return b ? "true" : "false"; }
+
+// Keys in nlohmann's (sorted) order.
+void AppendEntry(std::string* out, const RecordedEntry& e, const DumpOptions& options,
+                 int32_t rank) {
+  absl::StrAppend(out, "{\"collective_seq_id\":", e.collective_seq_id,
+                  ",\"commd\":{\"bytes\":", e.bytes, ",\"nan_found\":", Bool(e.nan_found),
+                  ",\"peer\":", e.peer, ",\"time_completed_ns\":", e.time_completed_ns,
+                  ",\"time_started_ns\":", e.time_started_ns, ",\"total_inputs\":", e.total_inputs,
+                  ",\"total_outputs\":", e.total_outputs, ",\"truncated\":", Bool(e.truncated),
+                  "},\"duration_ms\":");
+  if (e.duration_ms.has_value()) {
+    out->append(json(*e.duration_ms).dump());  // nlohmann's own float format
+  } else {
+    out->append("null");
+  }
+  out->append(",\"frames\":[],\"input_dtypes\":");
+  AppendDtypes(out, e.input_dtypes);
+  out->append(",\"input_sizes\":");
+  AppendSizes(out, e.input_sizes);
+  absl::StrAppend(out, ",\"is_p2p\":", Bool(e.is_p2p), ",\"op_id\":", e.op_id,
+                  ",\"output_dtypes\":");
+  AppendDtypes(out, e.output_dtypes);
+  out->append(",\"output_sizes\":");
+  AppendSizes(out, e.output_sizes);
+  absl::StrAppend(out, ",\"p2p_seq_id\":", e.p2p_seq_id, ",\"pg_id\":", e.pg_id,
+                  ",\"process_group\":[");
+  AppendJsonString(out, e.pg_name);
+  out->push_back(',');
+  AppendJsonString(out, e.pg_desc);
+  out->append("],\"profiling_name\":");
+  AppendJsonString(out, ProfilingName(options.profiling_lib, e, rank));
+  absl::StrAppend(out, ",\"record_id\":", e.record_id, ",\"retired\":", Bool(e.retired),
+                  ",\"state\":");
+  AppendJsonString(out, RecordStateName(static_cast<uint32_t>(e.state)));
+  absl::StrAppend(out, ",\"time_created_ns\":", e.time_created_ns,
+                  ",\"time_discovered_completed_ns\":");
+  AppendOptional(out, e.time_discovered_completed_ns);
+  out->append(",\"time_discovered_started_ns\":");
+  AppendOptional(out, e.time_discovered_started_ns);
+  absl::StrAppend(out, ",\"timeout_ms\":", e.timeout_ms, "}");
+}
+
+}  // namespace
+
+std::string EncodeRankDumpJson(const RankDumpInput& in, const DumpOptions& options) {
+  const RingSnapshot& s = *in.snapshot;
+  std::string out;
+  out.reserve(1024 + s.entries.size() * 640);
+  out.append("{\"comm_lib_version\":");
+  AppendJsonString(&out, options.comm_lib_version);
+  out.append(",\"commd\":");
+  out.append(CommdSection(in, options).dump());
+  out.append(",\"entries\":[");
+  for (size_t i = 0; i < s.entries.size(); ++i) {
+    if (i) out.push_back(',');
+    AppendEntry(&out, s.entries[i], options, s.rank);
+  }
+  out.append("],\"pg_config\":");
+  out.append(PgConfig(s, options).dump());
+  out.append(",\"pg_status\":");
+  out.append(PgStatus(s, options).dump());
+  out.append(",\"version\":");
+  AppendJsonString(&out, kFlightRecorderVersion);
+  out.push_back('}');
   return out;
 }
 

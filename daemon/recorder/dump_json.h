@@ -71,6 +71,10 @@ std::string RanksString(const std::vector<int32_t>& ranks);
 // One rank's dump. Allocates; never fails (the snapshot was validated when read).
 nlohmann::json EncodeRankDump(const RankDumpInput& rank, const DumpOptions& options);
 
+// The same dump as EncodeRankDump(rank, options).dump(), byte for byte, written straight into
+// a string without building the tree (a few times faster for big rings).
+std::string EncodeRankDumpJson(const RankDumpInput& rank, const DumpOptions& options);
+
 // Dumps of several ranks, keyed by global rank.
 std::map<int32_t, nlohmann::json> EncodeRankDumps(std::span<const RankDumpInput> ranks,
                                                   const DumpOptions& options);

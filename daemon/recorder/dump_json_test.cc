@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -142,6 +144,40 @@ TEST(DumpJson, PgConfigCoversEveryEntryGroup) {
   EXPECT_EQ(d["pg_config"]["0"]["ranks"], "[0, 1]");
   EXPECT_EQ(d["pg_config"]["0"]["desc"], "default_pg");
   EXPECT_EQ(d["entries"][0]["profiling_name"], "xccl:all_reduce");
+}
+
+// The streaming encoder the dumper uses writes exactly the tree's bytes, also for odd
+// strings (quotes, backslashes, control bytes), durations and every corpus seed.
+TEST(DumpJson, StreamingEncoderMatchesTheTree) {
+  RankFixture r(1, 40);
+  const DumpOptions opts = Options();
+  EXPECT_EQ(EncodeRankDumpJson(r.input(), opts), EncodeRankDump(r.input(), opts).dump());
+  RingSnapshot odd = r.snapshot;
+  ASSERT_FALSE(odd.entries.empty());
+  odd.entries[0].pg_name = std::string("a\"b\\c\n\t\x01\x1f\x7f", 10) + "\xc3\xa9";
+  odd.entries[0].pg_desc = "\b\f\r";
+  odd.entries[0].duration_ms = 0.1;
+  odd.entries[1].duration_ms = 2.0;
+  odd.entries[2].duration_ms = std::nullopt;
+  odd.entries[3].time_discovered_started_ns = std::nullopt;
+  RankDumpInput in = r.input();
+  in.snapshot = &odd;
+  in.host = "h\"ost";
+  EXPECT_EQ(EncodeRankDumpJson(in, opts), EncodeRankDump(in, opts).dump());
+  int seeds = 0;
+  for (const auto& f : std::filesystem::directory_iterator(COMMD_RING_CORPUS)) {
+    std::ifstream file(f.path(), std::ios::binary);
+    std::string raw((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    std::vector<uint64_t> buf(raw.size() / 8 + 1);
+    std::memcpy(buf.data(), raw.data(), raw.size());
+    auto snap = ReadControlBlock(buf.data(), raw.size());
+    if (!snap.ok()) continue;
+    ++seeds;
+    EXPECT_EQ(EncodeRankDumpJson({.snapshot = &*snap}, {}),
+              EncodeRankDump({.snapshot = &*snap}, {}).dump())
+        << f.path();
+  }
+  EXPECT_GE(seeds, 4);
 }
 
 TEST(DumpJson, RanksStringIsPythonListSyntax) {
