@@ -146,6 +146,10 @@ const std::string& Group::name() const { return state_->joined.name(); }
 Device Group::device() const { return state_->options.device; }
 const std::vector<int64_t>& Group::member_pids() const { return state_->pids; }
 Recorder& Group::recorder() { return *state_->recorder; }
+absl::Duration Group::collective_timeout() const { return state_->options.timeout; }
+bool Group::owns(const SymmetricBuffer& buffer) const {
+  return buffer.state_->group_id == state_->joined.group_id() && buffer.state_->rank == rank();
+}
 void* Group::control_block() const { return state_->control_block->data(); }
 size_t Group::control_block_bytes() const { return state_->joined.control_block().mapped_bytes(); }
 

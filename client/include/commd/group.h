@@ -23,6 +23,7 @@
 #include "commd/device.h"
 #include "commd/export.h"
 #include "commd/recorder.h"
+#include "commd/types.h"
 
 namespace commd {
 
@@ -39,6 +40,25 @@ struct GroupOptions {
   // kDefault: the daemon's config (watchdog.policy).
   enum class WatchdogPolicy { kDefault, kReport, kNotify, kTerminate };
   WatchdogPolicy watchdog_policy = WatchdogPolicy::kDefault;
+};
+
+// Per-call options of Group's collectives.
+struct CollectiveOptions {
+  void* cuda_stream = nullptr;  // cudaStream_t for CUDA buffers; ignored for host buffers
+  // NaN/Inf check of this rank's input (floating-point types): off, on, or on every
+  // nan_sample_period-th collective of the group (by its collective sequence number).
+  enum class NanCheck { kOff, kOn, kSampled };
+  NanCheck nan_check = NanCheck::kOff;
+  uint32_t nan_sample_period = 100;  // for kSampled; 1 to 1000000
+  // When set, receives the NaN/Inf count found in this rank's input (0 when not checked).
+  uint64_t* nonfinite_count = nullptr;
+};
+
+// One tensor of a coalesced collective: `count` elements at byte `offset` of the buffers.
+struct CoalescedTensor {
+  size_t offset = 0;  // into the input (and for all-reduce the in-place output) buffer
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
 };
 
 // One symmetric allocation: a buffer per rank, each laid out [signal pad | data], every rank
@@ -85,6 +105,25 @@ class COMMD_API Group {
   // (DEADLINE_EXCEEDED naming the ranks that never asked).
   absl::StatusOr<std::unique_ptr<SymmetricBuffer>> AllocateSymmetric(size_t bytes);
 
+  // Collectives over symmetric host buffers of this group (CUDA buffers: UNIMPLEMENTED for
+  // now). Every rank calls them in the same order with the same arguments.
+  // AllReduce works in place on `buf`'s first count elements; AllGather reads `in`'s first
+  // count elements and writes world_size * count to `out` (rank-major); ReduceScatter reads
+  // world_size * count from `in` and writes this rank's reduced chunk of count to `out`.
+  // INVALID_ARGUMENT (nothing touched) for a size beyond a buffer, a buffer of another
+  // group, or `in` == `out`; ABORTED once the group is aborted; DEADLINE_EXCEEDED after the
+  // group's timeout. Each records one flight-recorder entry.
+  absl::Status Barrier();
+  absl::Status AllReduce(SymmetricBuffer& buf, size_t count, DataType dtype, ReduceOp op,
+                         const CollectiveOptions& options = {});
+  absl::Status AllGather(SymmetricBuffer& in, SymmetricBuffer& out, size_t count, DataType dtype,
+                         const CollectiveOptions& options = {});
+  absl::Status ReduceScatter(SymmetricBuffer& in, SymmetricBuffer& out, size_t count,
+                             DataType dtype, ReduceOp op, const CollectiveOptions& options = {});
+  // Many tensors of `buf` reduced in place as one collective (one barrier pair, one entry).
+  absl::Status AllReduceCoalesced(SymmetricBuffer& buf, const std::vector<CoalescedTensor>& tensors,
+                                  ReduceOp op, const CollectiveOptions& options = {});
+
   // Records collectives that run elsewhere (e.g. NCCL) into this rank's flight recorder.
   Recorder& recorder();
 
@@ -105,7 +144,10 @@ class COMMD_API Group {
   friend class Client;
   struct State;
   explicit Group(std::unique_ptr<State> state);
+  absl::Duration collective_timeout() const;
+  bool owns(const SymmetricBuffer& buffer) const;  // allocated by this group for this rank
   std::unique_ptr<State> state_;
+  std::unique_ptr<SymmetricBuffer> barrier_buffer_;  // Barrier()'s signal pads
 };
 
 // A named buffer of the job that outlives its creator (see Client::AllocatePersistent).

@@ -1,0 +1,280 @@
+// Group's collectives: a HostCommView over the group's symmetric buffers, the control block's
+// abort word and the group's timeout, run by kernels/host and recorded in the flight recorder.
+#include "kernels/host/collectives.h"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "commd/group.h"
+#include "common/control_block.h"
+#include "kernels/algorithm.h"
+#include "kernels/host/comm_view.h"
+#include "kernels/types.h"
+
+namespace commd {
+namespace {
+
+constexpr uint32_t kMaxSamplePeriod = 1000000;
+
+// The pointers a HostCommView borrows, for one buffer.
+struct ViewStorage {
+  std::vector<std::byte*> data;
+  std::vector<uint32_t*> pads;
+  kernels::HostCommView view;
+};
+
+void MakeView(Group& group, SymmetricBuffer& buf, absl::Duration timeout, ViewStorage* s) {
+  const int n = group.world_size();
+  s->data.resize(n);
+  s->pads.resize(n);
+  for (int p = 0; p < n; ++p) {
+    s->data[p] = static_cast<std::byte*>(buf.peer(p));
+    s->pads[p] = buf.signal_pad(p);
+  }
+  const uint32_t* abort_word = nullptr;
+  if (group.control_block_bytes() >= kAbortOffset + sizeof(uint32_t)) {
+    abort_word = reinterpret_cast<const uint32_t*>(
+        static_cast<const std::byte*>(group.control_block()) + kAbortOffset);
+  }
+  s->view = kernels::HostCommView{.rank = group.rank(),
+                                  .world_size = n,
+                                  .data = s->data.data(),
+                                  .pads = s->pads.data(),
+                                  .data_bytes = buf.size(),
+                                  .pad_slots = buf.signal_pad_bytes() / sizeof(uint32_t),
+                                  .abort_word = abort_word,
+                                  .deadline = absl::Now() + timeout};
+}
+
+absl::Status CheckOptions(const CollectiveOptions& o) {
+  if (o.nan_check != CollectiveOptions::NanCheck::kOff &&
+      o.nan_check != CollectiveOptions::NanCheck::kOn &&
+      o.nan_check != CollectiveOptions::NanCheck::kSampled) {
+    return absl::InvalidArgumentError(absl::StrCat("nan_check ", static_cast<int>(o.nan_check),
+                                                   " is not one of off (0), on (1), sampled (2)"));
+  }
+  if (o.nan_check == CollectiveOptions::NanCheck::kSampled &&
+      (o.nan_sample_period < 1 || o.nan_sample_period > kMaxSamplePeriod)) {
+    return absl::InvalidArgumentError(absl::StrCat("nan_sample_period ", o.nan_sample_period,
+                                                   " is out of range [1, ", kMaxSamplePeriod, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckType(DataType dtype) {
+  if (!kernels::IsValid(static_cast<kernels::DataType>(dtype))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data type ", static_cast<int>(dtype), " is out of range [0, 4]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOp(ReduceOp op) {
+  if (!kernels::IsValid(static_cast<kernels::ReduceOp>(op))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce op ", static_cast<int>(op), " is out of range [0, 3]"));
+  }
+  return absl::OkStatus();
+}
+
+// `elements` of `dtype` must fit `buf`'s data bytes.
+absl::Status CheckFits(const char* what, const SymmetricBuffer& buf, size_t offset, size_t elements,
+                       DataType dtype) {
+  const size_t es = kernels::DataTypeSize(static_cast<kernels::DataType>(dtype));
+  const size_t size = buf.size();
+  if (offset > size || elements > (size - offset) / es) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", elements, " elements of ", es, " bytes at offset ", offset,
+                     " do not fit the buffer's ", size, " bytes (allowed: at most ",
+                     offset > size ? 0 : (size - offset) / es, " elements)"));
+  }
+  if (offset % es != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": offset ", offset, " is not a multiple of the element size ", es));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckBuffer(const char* what, bool owned, const SymmetricBuffer& buf) {
+  if (!owned) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " buffer ", buf.id(), " was not allocated by this group for this rank"));
+  }
+  if (!buf.device().is_host()) {
+    return absl::UnimplementedError(absl::StrCat(
+        what, " buffer ", buf.id(), " is on a CUDA device; this build runs host collectives only"));
+  }
+  return absl::OkStatus();
+}
+
+// Runs `body` between the recorder's transitions; failures of a wait retire the entry as
+// abandoned.
+template <typename Body>
+absl::Status Recorded(Group& group, CollectiveOp op, const std::vector<TensorDesc>& in,
+                      const std::vector<TensorDesc>& out, absl::Duration timeout,
+                      const CollectiveOptions& options, Body body) {
+  Recorder& rec = group.recorder();
+  const RecordId id = rec.Begin(op, in, out, -1, absl::ToInt64Milliseconds(timeout));
+  kernels::NanCheck nan = kernels::NanCheck::kOff;
+  if (options.nan_check == CollectiveOptions::NanCheck::kOn) nan = kernels::NanCheck::kOn;
+  if (options.nan_check == CollectiveOptions::NanCheck::kSampled &&
+      id.collective_seq_id % options.nan_sample_period == 0) {
+    nan = kernels::NanCheck::kOn;
+  }
+  kernels::CollectiveResult result;
+  rec.Started(id);
+  absl::Status status = body(nan, &result);
+  if (status.ok()) {
+    rec.Completed(id);
+  } else {
+    rec.Abandoned(id);
+  }
+  if (options.nonfinite_count != nullptr) *options.nonfinite_count = result.nonfinite_count;
+  return status;
+}
+
+// Dims storage for TensorDesc (which borrows its dims).
+struct Descs {
+  std::vector<int64_t> dims;
+  std::vector<TensorDesc> descs;
+  Descs(std::initializer_list<std::pair<size_t, DataType>> tensors) {
+    dims.reserve(tensors.size());
+    for (const auto& [n, t] : tensors) {
+      dims.push_back(static_cast<int64_t>(n));
+      descs.push_back(TensorDesc{&dims.back(), 1, t});
+    }
+  }
+};
+
+kernels::Algorithm Choose(size_t count, DataType dtype, int world_size) {
+  const size_t bytes = count * kernels::DataTypeSize(static_cast<kernels::DataType>(dtype));
+  return kernels::ChooseAllReduceAlgorithm(bytes, count, world_size,
+                                           kernels::AllReduceThresholds{});
+}
+
+}  // namespace
+
+absl::Status Group::Barrier() {
+  if (abort_requested())
+    return absl::AbortedError(absl::StrCat("group ", name(), " aborted: ", abort_reason()));
+  // kernels::Barrier needs only a buffer's signal pads: the group allocates a small one on
+  // its first barrier (every rank does, since every rank calls Barrier).
+  if (barrier_buffer_ == nullptr) {
+    auto buf = AllocateSymmetric(64);
+    if (!buf.ok()) return buf.status();
+    barrier_buffer_ = std::move(*buf);
+  }
+  ViewStorage s;
+  MakeView(*this, *barrier_buffer_, collective_timeout(), &s);
+  return Recorded(
+      *this, CollectiveOp::kBarrier, {}, {}, collective_timeout(), CollectiveOptions{},
+      [&](kernels::NanCheck, kernels::CollectiveResult*) { return kernels::Barrier(s.view); });
+}
+
+absl::Status Group::AllReduce(SymmetricBuffer& buf, size_t count, DataType dtype, ReduceOp op,
+                              const CollectiveOptions& options) {
+  if (auto st = CheckOptions(options); !st.ok()) return st;
+  if (auto st = CheckType(dtype); !st.ok()) return st;
+  if (auto st = CheckOp(op); !st.ok()) return st;
+  if (auto st = CheckBuffer("all-reduce", owns(buf), buf); !st.ok()) return st;
+  if (auto st = CheckFits("all-reduce", buf, 0, count, dtype); !st.ok()) return st;
+  ViewStorage s;
+  MakeView(*this, buf, collective_timeout(), &s);
+  Descs d{{count, dtype}};
+  const kernels::Algorithm algorithm = Choose(count, dtype, world_size());
+  return Recorded(*this, CollectiveOp::kAllReduce, d.descs, d.descs, collective_timeout(), options,
+                  [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
+                    return kernels::AllReduce(s.view, buf.data(), buf.data(), count,
+                                              static_cast<kernels::DataType>(dtype),
+                                              static_cast<kernels::ReduceOp>(op), algorithm, nan,
+                                              r);
+                  });
+}
+
+absl::Status Group::AllReduceCoalesced(SymmetricBuffer& buf,
+                                       const std::vector<CoalescedTensor>& tensors, ReduceOp op,
+                                       const CollectiveOptions& options) {
+  if (auto st = CheckOptions(options); !st.ok()) return st;
+  if (auto st = CheckOp(op); !st.ok()) return st;
+  if (auto st = CheckBuffer("all-reduce", owns(buf), buf); !st.ok()) return st;
+  std::vector<kernels::TensorArgs> args;
+  std::vector<int64_t> dims(tensors.size());
+  std::vector<TensorDesc> descs;
+  size_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const CoalescedTensor& t = tensors[i];
+    if (auto st = CheckType(t.dtype); !st.ok()) return st;
+    const std::string what = absl::StrCat("all-reduce tensor ", i);
+    if (auto st = CheckFits(what.c_str(), buf, t.offset, t.count, t.dtype); !st.ok()) return st;
+    std::byte* p = static_cast<std::byte*>(buf.data()) + t.offset;
+    args.push_back({p, p, t.count, static_cast<kernels::DataType>(t.dtype)});
+    dims[i] = static_cast<int64_t>(t.count);
+    descs.push_back(TensorDesc{&dims[i], 1, t.dtype});
+    total += t.count * kernels::DataTypeSize(static_cast<kernels::DataType>(t.dtype));
+  }
+  ViewStorage s;
+  MakeView(*this, buf, collective_timeout(), &s);
+  const kernels::Algorithm algorithm = Choose(total, DataType::kInt32, world_size());
+  return Recorded(*this, CollectiveOp::kAllReduce, descs, descs, collective_timeout(), options,
+                  [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
+                    return kernels::AllReduceCoalesced(
+                        s.view, args, static_cast<kernels::ReduceOp>(op), algorithm, nan, r);
+                  });
+}
+
+absl::Status Group::AllGather(SymmetricBuffer& in, SymmetricBuffer& out, size_t count,
+                              DataType dtype, const CollectiveOptions& options) {
+  if (auto st = CheckOptions(options); !st.ok()) return st;
+  if (auto st = CheckType(dtype); !st.ok()) return st;
+  if (auto st = CheckBuffer("all-gather input", owns(in), in); !st.ok()) return st;
+  if (auto st = CheckBuffer("all-gather output", owns(out), out); !st.ok()) return st;
+  if (&in == &out)
+    return absl::InvalidArgumentError("all-gather: input and output are the same buffer");
+  if (auto st = CheckFits("all-gather input", in, 0, count, dtype); !st.ok()) return st;
+  const size_t n = static_cast<size_t>(world_size());
+  if (count > SIZE_MAX / n)
+    return absl::InvalidArgumentError(absl::StrCat("all-gather: count ", count, " too large"));
+  if (auto st = CheckFits("all-gather output", out, 0, count * n, dtype); !st.ok()) return st;
+  ViewStorage s;
+  MakeView(*this, in, collective_timeout(), &s);
+  Descs d{{count, dtype}, {count * n, dtype}};
+  return Recorded(*this, CollectiveOp::kAllGather, {d.descs[0]}, {d.descs[1]}, collective_timeout(),
+                  options, [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
+                    return kernels::AllGather(s.view, in.data(), out.data(), count,
+                                              static_cast<kernels::DataType>(dtype), nan, r);
+                  });
+}
+
+absl::Status Group::ReduceScatter(SymmetricBuffer& in, SymmetricBuffer& out, size_t count,
+                                  DataType dtype, ReduceOp op, const CollectiveOptions& options) {
+  if (auto st = CheckOptions(options); !st.ok()) return st;
+  if (auto st = CheckType(dtype); !st.ok()) return st;
+  if (auto st = CheckOp(op); !st.ok()) return st;
+  if (auto st = CheckBuffer("reduce-scatter input", owns(in), in); !st.ok()) return st;
+  if (auto st = CheckBuffer("reduce-scatter output", owns(out), out); !st.ok()) return st;
+  if (&in == &out)
+    return absl::InvalidArgumentError("reduce-scatter: input and output are the same buffer");
+  const size_t n = static_cast<size_t>(world_size());
+  if (count > SIZE_MAX / n)
+    return absl::InvalidArgumentError(absl::StrCat("reduce-scatter: count ", count, " too large"));
+  if (auto st = CheckFits("reduce-scatter input", in, 0, count * n, dtype); !st.ok()) return st;
+  if (auto st = CheckFits("reduce-scatter output", out, 0, count, dtype); !st.ok()) return st;
+  ViewStorage s;
+  MakeView(*this, in, collective_timeout(), &s);
+  Descs d{{count * n, dtype}, {count, dtype}};
+  return Recorded(*this, CollectiveOp::kReduceScatter, {d.descs[0]}, {d.descs[1]},
+                  collective_timeout(), options,
+                  [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
+                    return kernels::ReduceScatter(s.view, in.data(), out.data(), count,
+                                                  static_cast<kernels::DataType>(dtype),
+                                                  static_cast<kernels::ReduceOp>(op), nan, r);
+                  });
+}
+
+}  // namespace commd
