@@ -1,0 +1,336 @@
+// One rank of collective_test: joins group "c" of the daemon in $COMMD_RUNTIME_DIR and runs
+// a mode's collectives through the SDK, checking every output against a float64 reference
+// computed from every rank's inputs (regenerated here from the shared seed).
+//
+//   collective_rank <rank> <world> <seed> <mode>
+//   mode: matrix | large | repeat | invalid | nan
+// Prints "OK <mode>" and exits 0, or prints each mismatch and exits 1.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "commd/commd.h"
+#include "kernels/float16.h"
+
+namespace {
+
+using commd::DataType;
+using commd::ReduceOp;
+namespace k = commd::kernels;
+
+int g_rank = 0, g_world = 0;
+uint64_t g_seed = 0;
+int g_failures = 0;
+
+void Fail(const std::string& what) {
+  if (++g_failures <= 20) std::printf("rank %d: FAIL %s\n", g_rank, what.c_str());
+}
+
+size_t Size(DataType t) {
+  return t == DataType::kFloat16 || t == DataType::kBFloat16 ? 2 : t == DataType::kInt64 ? 8 : 4;
+}
+
+// Input value i of rank r for test `tag`: nonzero; exactly representable in the type.
+double Input(int r, uint64_t tag, size_t i, DataType t) {
+  std::mt19937_64 g(g_seed ^ (tag * 0x9E3779B97F4A7C15ull) ^ (uint64_t(r) << 48) ^ i);
+  const uint64_t v = g();
+  const int64_t m = static_cast<int64_t>(v % 32) - 16;
+  const int64_t nz = m >= 0 ? m + 1 : m;  // -16..-1, 1..16
+  switch (t) {
+    case DataType::kFloat32:
+      return static_cast<float>((static_cast<double>(v >> 11) / 9007199254740992.0 + 0.01) *
+                                (nz > 0 ? 1 : -1));
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return nz / 4.0;
+    case DataType::kInt32:
+      return static_cast<double>(static_cast<int32_t>((v >> 8) % 2000001) - 1000000 | 1);
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<int64_t>((v >> 8) % 2000000001) - 1000000000 | 1);
+  }
+  return 0;
+}
+
+void Store(void* p, size_t i, DataType t, double v) {
+  switch (t) {
+    case DataType::kFloat32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat16:
+      static_cast<k::Half*>(p)[i] = k::FloatToHalf(static_cast<float>(v));
+      break;
+    case DataType::kBFloat16:
+      static_cast<k::BFloat16*>(p)[i] = k::FloatToBFloat16(static_cast<float>(v));
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
+  }
+}
+
+double Load(const void* p, size_t i, DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+      return static_cast<const float*>(p)[i];
+    case DataType::kFloat16:
+      return k::HalfToFloat(static_cast<const k::Half*>(p)[i]);
+    case DataType::kBFloat16:
+      return k::BFloat16ToFloat(static_cast<const k::BFloat16*>(p)[i]);
+    case DataType::kInt32:
+      return static_cast<const int32_t*>(p)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+  }
+  return 0;
+}
+
+// Reference of element i over every rank's input; `abs_sum` for the float error bound.
+double Reference(uint64_t tag, size_t i, DataType t, ReduceOp op, double* abs_sum) {
+  double acc = 0;
+  *abs_sum = 0;
+  for (int r = 0; r < g_world; ++r) {
+    const double x = Input(r, tag, i, t);
+    *abs_sum += std::fabs(x);
+    if (r == 0)
+      acc = x;
+    else if (op == ReduceOp::kMin)
+      acc = std::min(acc, x);
+    else if (op == ReduceOp::kMax)
+      acc = std::max(acc, x);
+    else
+      acc += x;
+  }
+  if (op == ReduceOp::kAvg) {
+    acc /= g_world;
+    if (t == DataType::kInt32 || t == DataType::kInt64) acc = std::trunc(acc);
+  }
+  return acc;
+}
+
+bool Close(double got, double want, double abs_sum, DataType t, ReduceOp op) {
+  if (t == DataType::kInt32 || t == DataType::kInt64) return got == want;
+  if (op == ReduceOp::kMin || op == ReduceOp::kMax) return got == want;
+  // Any summation order: |error| <= (n - 1) * u * sum|x| plus the final rounding.
+  const double u = t == DataType::kFloat32 ? 0x1p-24 : t == DataType::kFloat16 ? 0x1p-11 : 0x1p-8;
+  return std::fabs(got - want) <= (g_world + 1) * u * abs_sum + u * std::fabs(want) + 1e-30;
+}
+
+void Poison(void* p, size_t bytes) { std::memset(p, 0xA5, bytes); }
+
+void Check(const char* what, absl::Status s) {
+  if (!s.ok()) Fail(std::string(what) + ": " + s.ToString());
+}
+
+uint64_t g_tag = 0;
+
+void AllReduceOne(commd::Group& g, commd::SymmetricBuffer& buf, size_t n, DataType t, ReduceOp op) {
+  const uint64_t tag = ++g_tag;
+  Poison(buf.data(), buf.size());
+  for (size_t i = 0; i < n; ++i) Store(buf.data(), i, t, Input(g_rank, tag, i, t));
+  Check("all-reduce", g.AllReduce(buf, n, t, op));
+  for (size_t i = 0; i < n; ++i) {
+    double abs_sum;
+    const double want = Reference(tag, i, t, op, &abs_sum);
+    const double got = Load(buf.data(), i, t);
+    if (!Close(got, want, abs_sum, t, op)) {
+      Fail("all-reduce type " + std::to_string(int(t)) + " op " + std::to_string(int(op)) + " n " +
+           std::to_string(n) + " [" + std::to_string(i) + "] " + std::to_string(got) + " want " +
+           std::to_string(want));
+      return;
+    }
+  }
+}
+
+void AllGatherOne(commd::Group& g, commd::SymmetricBuffer& in, commd::SymmetricBuffer& out,
+                  size_t n, DataType t) {
+  const uint64_t tag = ++g_tag;
+  Poison(out.data(), out.size());
+  for (size_t i = 0; i < n; ++i) Store(in.data(), i, t, Input(g_rank, tag, i, t));
+  Check("all-gather", g.AllGather(in, out, n, t));
+  for (int r = 0; r < g_world; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      double want = Input(r, tag, i, t);
+      if (t == DataType::kFloat32) want = static_cast<float>(want);
+      if (Load(out.data(), r * n + i, t) != want) {
+        Fail("all-gather type " + std::to_string(int(t)) + " n " + std::to_string(n) + " rank " +
+             std::to_string(r) + " [" + std::to_string(i) + "]");
+        return;
+      }
+    }
+  }
+}
+
+void ReduceScatterOne(commd::Group& g, commd::SymmetricBuffer& in, commd::SymmetricBuffer& out,
+                      size_t n, DataType t, ReduceOp op) {
+  const uint64_t tag = ++g_tag;
+  Poison(out.data(), out.size());
+  for (size_t i = 0; i < n * g_world; ++i) Store(in.data(), i, t, Input(g_rank, tag, i, t));
+  Check("reduce-scatter", g.ReduceScatter(in, out, n, t, op));
+  for (size_t i = 0; i < n; ++i) {
+    double abs_sum;
+    const double want = Reference(tag, g_rank * n + i, t, op, &abs_sum);
+    const double got = Load(out.data(), i, t);
+    if (!Close(got, want, abs_sum, t, op)) {
+      Fail("reduce-scatter type " + std::to_string(int(t)) + " op " + std::to_string(int(op)) +
+           " n " + std::to_string(n) + " [" + std::to_string(i) + "] " + std::to_string(got) +
+           " want " + std::to_string(want));
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: collective_rank <rank> <world> <seed> <mode>\n");
+    return 2;
+  }
+  g_rank = std::atoi(argv[1]);
+  g_world = std::atoi(argv[2]);
+  g_seed = std::strtoull(argv[3], nullptr, 10);
+  const std::string mode = argv[4];
+  auto client = commd::Client::Connect({.job_id = "job"});
+  if (!client.ok()) {
+    std::printf("connect: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  auto group = (*client)->JoinGroup(
+      {.name = "c", .rank = g_rank, .world_size = g_world, .timeout = absl::Minutes(2)});
+  if (!group.ok()) {
+    std::printf("join: %s\n", group.status().ToString().c_str());
+    return 1;
+  }
+  commd::Group& g = **group;
+  const size_t max_count = mode == "large" ? (size_t{1} << 20) : 4099;
+  auto in = g.AllocateSymmetric(max_count * 8 * g_world);
+  auto out = g.AllocateSymmetric(max_count * 8 * g_world);
+  if (!in.ok() || !out.ok()) {
+    std::printf("allocate: %s %s\n", in.status().ToString().c_str(),
+                out.status().ToString().c_str());
+    return 1;
+  }
+  const DataType types[] = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
+                            DataType::kInt32, DataType::kInt64};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax};
+  if (mode == "matrix") {
+    // 1 element, odd, not divisible by the world size, 4 KiB of fp32.
+    for (size_t n : {size_t{1}, size_t{7}, size_t{4099}, size_t{1024}}) {
+      for (DataType t : types) {
+        for (ReduceOp op : ops) {
+          AllReduceOne(g, **in, n, t, op);
+          ReduceScatterOne(g, **in, **out, n, t, op);
+        }
+        AllGatherOne(g, **in, **out, n, t);
+      }
+    }
+    Check("barrier", g.Barrier());
+    // Coalesced: three tensors of different types, one collective.
+    const uint64_t tag = ++g_tag;
+    std::vector<commd::CoalescedTensor> ts = {
+        {0, 5, DataType::kFloat32}, {64, 3, DataType::kInt64}, {128, 9, DataType::kInt32}};
+    Poison((*in)->data(), (*in)->size());
+    for (const auto& t : ts) {
+      for (size_t i = 0; i < t.count; ++i)
+        Store(static_cast<char*>((*in)->data()) + t.offset, i, t.dtype,
+              Input(g_rank, tag + t.offset, i, t.dtype));
+    }
+    Check("coalesced", g.AllReduceCoalesced(**in, ts, ReduceOp::kSum));
+    for (const auto& t : ts) {
+      for (size_t i = 0; i < t.count; ++i) {
+        double abs_sum;
+        const double want = Reference(tag + t.offset, i, t.dtype, ReduceOp::kSum, &abs_sum);
+        const double got = Load(static_cast<char*>((*in)->data()) + t.offset, i, t.dtype);
+        if (!Close(got, want, abs_sum, t.dtype, ReduceOp::kSum)) Fail("coalesced");
+      }
+    }
+  } else if (mode == "large") {
+    for (DataType t : {DataType::kFloat32, DataType::kBFloat16}) {
+      AllReduceOne(g, **in, (size_t{1} << 20) / Size(t), t, ReduceOp::kSum);
+    }
+    ReduceScatterOne(g, **in, **out, (size_t{1} << 18) + 1, DataType::kFloat32, ReduceOp::kSum);
+    AllGatherOne(g, **in, **out, (size_t{1} << 18) + 1, DataType::kInt32);
+  } else if (mode == "repeat") {
+    for (int it = 0; it < 10000 && g_failures == 0; ++it) {
+      auto* p = static_cast<int32_t*>((*in)->data());
+      for (int i = 0; i < 4; ++i) p[i] = g_rank * 1000 + it + i;
+      Check("repeat", g.AllReduce(**in, 4, DataType::kInt32, ReduceOp::kSum));
+      for (int i = 0; i < 4; ++i) {
+        const int32_t want = 1000 * g_world * (g_world - 1) / 2 + g_world * (it + i);
+        if (p[i] != want) Fail("repeat " + std::to_string(it));
+      }
+    }
+  } else if (mode == "invalid") {
+    auto expect_invalid = [&](const char* what, absl::Status s, const char* needle) {
+      if (s.code() != absl::StatusCode::kInvalidArgument ||
+          s.message().find(needle) == absl::string_view::npos)
+        Fail(std::string(what) + ": " + s.ToString());
+      else
+        std::printf("rank %d: %s -> %s\n", g_rank, what, s.ToString().c_str());
+    };
+    std::memset((*in)->data(), 7, 16);
+    const size_t too_many = (*in)->size() / 4 + 1;
+    expect_invalid("count too large", g.AllReduce(**in, too_many, DataType::kInt32, ReduceOp::kSum),
+                   "at most");
+    expect_invalid("bad dtype", g.AllReduce(**in, 1, static_cast<DataType>(9), ReduceOp::kSum),
+                   "[0, 4]");
+    expect_invalid("bad op", g.AllReduce(**in, 1, DataType::kInt32, static_cast<ReduceOp>(7)),
+                   "[0, 3]");
+    expect_invalid("same buffer", g.AllGather(**in, **in, 1, DataType::kInt32), "same buffer");
+    expect_invalid("out too small",
+                   g.AllGather(**in, **out, (*out)->size() / 4 / g_world + 1, DataType::kInt32),
+                   "at most");
+    commd::CollectiveOptions o;
+    o.nan_check = commd::CollectiveOptions::NanCheck::kSampled;
+    o.nan_sample_period = 0;
+    expect_invalid("sample period", g.AllReduce(**in, 1, DataType::kInt32, ReduceOp::kSum, o),
+                   "[1, 1000000]");
+    if (static_cast<unsigned char*>((*in)->data())[0] != 7) Fail("invalid call touched the buffer");
+    // A buffer of another group.
+    auto other = (*client)->JoinGroup({.name = "other", .rank = g_rank, .world_size = g_world});
+    if (!other.ok()) {
+      Fail("join other: " + other.status().ToString());
+    } else {
+      auto ob = (*other)->AllocateSymmetric(64);
+      if (!ob.ok())
+        Fail("alloc other");
+      else
+        expect_invalid("foreign buffer", g.AllReduce(**ob, 1, DataType::kInt32, ReduceOp::kSum),
+                       "not allocated by this group");
+    }
+  } else if (mode == "nan") {
+    auto* p = static_cast<float*>((*in)->data());
+    auto run = [&](commd::CollectiveOptions o) {
+      for (int i = 0; i < 64; ++i) p[i] = 1.0f;
+      if (g_rank == 0) p[5] = NAN;
+      uint64_t found = 99;
+      o.nonfinite_count = &found;
+      Check("nan", g.AllReduce(**in, 64, DataType::kFloat32, ReduceOp::kSum, o));
+      return found;
+    };
+    commd::CollectiveOptions on, off, sampled;
+    on.nan_check = commd::CollectiveOptions::NanCheck::kOn;
+    sampled.nan_check = commd::CollectiveOptions::NanCheck::kSampled;
+    sampled.nan_sample_period = 4;
+    const uint64_t want = g_rank == 0 ? 1 : 0;
+    if (run(on) != want) Fail("nan on");
+    if (run(off) != 0) Fail("nan off");
+    int hits = 0;
+    for (int i = 0; i < 40; ++i) hits += run(sampled) != 0;
+    if (g_rank == 0 && hits != 10) Fail("sampled(4): " + std::to_string(hits) + " hits of 40");
+    if (g_rank != 0 && hits != 0) Fail("sampled on a clean rank");
+  } else {
+    std::printf("unknown mode %s\n", mode.c_str());
+    return 2;
+  }
+  if (g_failures > 0) return 1;
+  std::printf("OK %s\n", mode.c_str());
+  return 0;
+}
