@@ -29,7 +29,14 @@ struct ViewStorage {
   kernels::HostCommView view;
 };
 
-void MakeView(Group& group, SymmetricBuffer& buf, absl::Duration timeout, ViewStorage* s) {
+// How long this rank waits for its peers. The watchdog diagnoses (and under notify aborts) a
+// collective pending past the group's timeout; the SDK's own limit is a backstop for when the
+// daemon cannot act, so by default it comes later.
+absl::Duration WaitLimit(absl::Duration group_timeout, const CollectiveOptions& options) {
+  return options.timeout > absl::ZeroDuration() ? options.timeout : 2 * group_timeout;
+}
+
+void MakeView(Group& group, SymmetricBuffer& buf, absl::Duration wait, ViewStorage* s) {
   const int n = group.world_size();
   s->data.resize(n);
   s->pads.resize(n);
@@ -37,10 +44,13 @@ void MakeView(Group& group, SymmetricBuffer& buf, absl::Duration timeout, ViewSt
     s->data[p] = static_cast<std::byte*>(buf.peer(p));
     s->pads[p] = buf.signal_pad(p);
   }
+  auto* block = static_cast<std::byte*>(group.control_block());
   const uint32_t* abort_word = nullptr;
-  if (group.control_block_bytes() >= kAbortOffset + sizeof(uint32_t)) {
-    abort_word = reinterpret_cast<const uint32_t*>(
-        static_cast<const std::byte*>(group.control_block()) + kAbortOffset);
+  uint64_t* heartbeat = nullptr;
+  if (group.control_block_bytes() >= sizeof(ControlBlockFixed)) {
+    abort_word = reinterpret_cast<const uint32_t*>(block + kAbortOffset);
+    heartbeat = reinterpret_cast<uint64_t*>(block + kProgressOffset +
+                                            offsetof(ControlBlockProgress, heartbeat_ns));
   }
   s->view = kernels::HostCommView{.rank = group.rank(),
                                   .world_size = n,
@@ -49,7 +59,8 @@ void MakeView(Group& group, SymmetricBuffer& buf, absl::Duration timeout, ViewSt
                                   .data_bytes = buf.size(),
                                   .pad_slots = buf.signal_pad_bytes() / sizeof(uint32_t),
                                   .abort_word = abort_word,
-                                  .deadline = absl::Now() + timeout};
+                                  .deadline = absl::Now() + wait,
+                                  .heartbeat_ns = heartbeat};
 }
 
 absl::Status CheckOptions(const CollectiveOptions& o) {
@@ -58,6 +69,11 @@ absl::Status CheckOptions(const CollectiveOptions& o) {
       o.nan_check != CollectiveOptions::NanCheck::kSampled) {
     return absl::InvalidArgumentError(absl::StrCat("nan_check ", static_cast<int>(o.nan_check),
                                                    " is not one of off (0), on (1), sampled (2)"));
+  }
+  if (o.timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout ", absl::FormatDuration(o.timeout),
+                     " is negative (allowed: > 0, or 0 for twice the group's timeout)"));
   }
   if (o.nan_check == CollectiveOptions::NanCheck::kSampled &&
       (o.nan_sample_period < 1 || o.nan_sample_period > kMaxSamplePeriod)) {
@@ -171,7 +187,7 @@ absl::Status Group::Barrier() {
     barrier_buffer_ = std::move(*buf);
   }
   ViewStorage s;
-  MakeView(*this, *barrier_buffer_, collective_timeout(), &s);
+  MakeView(*this, *barrier_buffer_, WaitLimit(collective_timeout(), {}), &s);
   return Recorded(
       *this, CollectiveOp::kBarrier, {}, {}, collective_timeout(), CollectiveOptions{},
       [&](kernels::NanCheck, kernels::CollectiveResult*) { return kernels::Barrier(s.view); });
@@ -185,7 +201,7 @@ absl::Status Group::AllReduce(SymmetricBuffer& buf, size_t count, DataType dtype
   if (auto st = CheckBuffer("all-reduce", owns(buf), buf); !st.ok()) return st;
   if (auto st = CheckFits("all-reduce", buf, 0, count, dtype); !st.ok()) return st;
   ViewStorage s;
-  MakeView(*this, buf, collective_timeout(), &s);
+  MakeView(*this, buf, WaitLimit(collective_timeout(), options), &s);
   Descs d{{count, dtype}};
   const kernels::Algorithm algorithm = Choose(count, dtype, world_size());
   return Recorded(*this, CollectiveOp::kAllReduce, d.descs, d.descs, collective_timeout(), options,
@@ -219,7 +235,7 @@ absl::Status Group::AllReduceCoalesced(SymmetricBuffer& buf,
     total += t.count * kernels::DataTypeSize(static_cast<kernels::DataType>(t.dtype));
   }
   ViewStorage s;
-  MakeView(*this, buf, collective_timeout(), &s);
+  MakeView(*this, buf, WaitLimit(collective_timeout(), options), &s);
   const kernels::Algorithm algorithm = Choose(total, DataType::kInt32, world_size());
   return Recorded(*this, CollectiveOp::kAllReduce, descs, descs, collective_timeout(), options,
                   [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
@@ -242,7 +258,7 @@ absl::Status Group::AllGather(SymmetricBuffer& in, SymmetricBuffer& out, size_t 
     return absl::InvalidArgumentError(absl::StrCat("all-gather: count ", count, " too large"));
   if (auto st = CheckFits("all-gather output", out, 0, count * n, dtype); !st.ok()) return st;
   ViewStorage s;
-  MakeView(*this, in, collective_timeout(), &s);
+  MakeView(*this, in, WaitLimit(collective_timeout(), options), &s);
   Descs d{{count, dtype}, {count * n, dtype}};
   return Recorded(*this, CollectiveOp::kAllGather, {d.descs[0]}, {d.descs[1]}, collective_timeout(),
                   options, [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
@@ -266,7 +282,7 @@ absl::Status Group::ReduceScatter(SymmetricBuffer& in, SymmetricBuffer& out, siz
   if (auto st = CheckFits("reduce-scatter input", in, 0, count * n, dtype); !st.ok()) return st;
   if (auto st = CheckFits("reduce-scatter output", out, 0, count, dtype); !st.ok()) return st;
   ViewStorage s;
-  MakeView(*this, in, collective_timeout(), &s);
+  MakeView(*this, in, WaitLimit(collective_timeout(), options), &s);
   Descs d{{count * n, dtype}, {count, dtype}};
   return Recorded(*this, CollectiveOp::kReduceScatter, {d.descs[0]}, {d.descs[1]},
                   collective_timeout(), options,

@@ -84,6 +84,7 @@ class BarrierWait {
   absl::string_view collective_;
   uint32_t target_;
   bool sleeping_ = false;
+  absl::Time last_beat_ = absl::InfinitePast();
 };
 
 // Online CPUs, read once: spinning only pays while every rank can run at the same time.
@@ -124,6 +125,11 @@ absl::Status BarrierWait::WaitFor(int peer) {
     }
     const uint32_t seen = slot.load(std::memory_order_seq_cst);
     if (Reached(seen, target_)) return absl::OkStatus();
+    if (view_.heartbeat_ns != nullptr && now - last_beat_ >= kHeartbeatPeriod) {
+      __atomic_store_n(view_.heartbeat_ns, static_cast<uint64_t>(absl::ToUnixNanos(now)),
+                       __ATOMIC_RELAXED);
+      last_beat_ = now;
+    }
     FutexWait(&view_.pads[view_.rank][PadSlot(kHostBarrierChannel, peer, view_.world_size)], seen,
               std::min(kMaxSleep, view_.deadline - now));
     if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();

@@ -32,7 +32,13 @@ struct HostCommView {
   const uint32_t* abort_word = nullptr;
   // Every wait gives up with DEADLINE_EXCEEDED after this time.
   absl::Time deadline = absl::InfiniteFuture();
+  // A wait that sleeps stores the time (CLOCK_REALTIME ns, relaxed atomic store) here at
+  // least every kHeartbeatPeriod, so that the daemon's watchdog tells a rank waiting for a
+  // late peer from one that stopped (the control block's heartbeat word). May be null.
+  uint64_t* heartbeat_ns = nullptr;
 };
+
+inline constexpr absl::Duration kHeartbeatPeriod = absl::Milliseconds(100);
 
 // INVALID_ARGUMENT naming the offending value and the allowed range when the view cannot be
 // used: world size or rank out of range, null arrays or pointers, too few pad slots.

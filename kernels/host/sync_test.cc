@@ -193,6 +193,29 @@ TEST(DeadlineTest, MissingPeerIsNamed) {
   std::printf("rank 0: %s\n", outcomes[0].report.c_str());
 }
 
+// A rank waiting for a late peer keeps the heartbeat word fresh, so the daemon's watchdog
+// does not take the waiter for a rank that stopped.
+TEST(HeartbeatTest, SleepingWaitStoresTheHeartbeat) {
+  auto mem = SymmetricHostMemory::Create(2, 4096);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  const auto outcomes = RunRanks(2, [&](int rank) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(auto mv, MappedView::Map(*mem, rank, nullptr, absl::Now() + absl::Minutes(1)));
+    uint64_t beat = 0;
+    mv->view().heartbeat_ns = &beat;
+    const auto before = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+    if (rank == 1) absl::SleepFor(absl::Milliseconds(300));  // rank 0 sleeps in the barrier
+    float buf[4] = {1, 2, 3, 4};
+    RETURN_IF_ERROR(AllReduce(mv->view(), buf, buf, 4, DataType::kFloat32, ReduceOp::kSum,
+                              Algorithm::kOneShot, NanCheck::kOff, nullptr));
+    if (rank == 0 && beat < before) {
+      return absl::InternalError(absl::StrCat("rank 0 waited ~300 ms but its heartbeat is ", beat,
+                                              ", older than the wait's start ", before));
+    }
+    return std::string();
+  });
+  testing::ExpectAllOk(outcomes);
+}
+
 // Rank r's input holds r + 1 non-finite values; the count is per rank, fused into copy-in
 // (or a scan when the input is in place), and off means 0.
 TEST(NanCheckTest, CountsThisRanksNonFiniteInputs) {

@@ -34,7 +34,9 @@ struct GroupOptions {
   int global_rank = -1;  // -1: same as rank; names the flight-recorder file
   Device device = Device::Host();
   // Rendezvous and allocation deadline, and how long a collective may stay pending before
-  // the daemon's watchdog calls it hung (capped by watchdog.max_collective_timeout_ms).
+  // the daemon's watchdog calls it hung (capped by watchdog.max_collective_timeout_ms). A
+  // collective itself gives up with DEADLINE_EXCEEDED only after twice this, so that the
+  // watchdog's diagnosis, dump and policy come first.
   absl::Duration timeout = absl::Minutes(10);
   // What the daemon's watchdog does when this group hangs; the first rank to join decides.
   // kDefault: the daemon's config (watchdog.policy).
@@ -45,6 +47,10 @@ struct GroupOptions {
 // Per-call options of Group's collectives.
 struct CollectiveOptions {
   void* cuda_stream = nullptr;  // cudaStream_t for CUDA buffers; ignored for host buffers
+  // How long this rank waits for its peers before giving up with DEADLINE_EXCEEDED. Zero:
+  // twice the group's timeout (the watchdog acts on a collective pending past the group's
+  // timeout; this is the rank's own backstop). Negative: INVALID_ARGUMENT.
+  absl::Duration timeout = absl::ZeroDuration();
   // NaN/Inf check of this rank's input (floating-point types): off, on, or on every
   // nan_sample_period-th collective of the group (by its collective sequence number).
   enum class NanCheck { kOff, kOn, kSampled };
@@ -111,8 +117,9 @@ class COMMD_API Group {
   // count elements and writes world_size * count to `out` (rank-major); ReduceScatter reads
   // world_size * count from `in` and writes this rank's reduced chunk of count to `out`.
   // INVALID_ARGUMENT (nothing touched) for a size beyond a buffer, a buffer of another
-  // group, or `in` == `out`; ABORTED once the group is aborted; DEADLINE_EXCEEDED after the
-  // group's timeout. Each records one flight-recorder entry.
+  // group, or `in` == `out`; ABORTED once the group is aborted; DEADLINE_EXCEEDED after
+  // CollectiveOptions::timeout (default twice the group's timeout). Waits sleep (futex) and keep
+  // this rank's heartbeat fresh. Each records one flight-recorder entry.
   absl::Status Barrier();
   absl::Status AllReduce(SymmetricBuffer& buf, size_t count, DataType dtype, ReduceOp op,
                          const CollectiveOptions& options = {});
