@@ -12,26 +12,18 @@
 // --nan-at-step N    this rank puts a NaN into its input at step N; every rank sees it in the
 //                    result and says so.
 //
-// The all-reduce is written out here over the SDK's symmetric buffer (each rank reads every
-// peer's buffer through peer(r), two barriers on the signal pads) and recorded with
-// Group::recorder(), as a trainer records collectives that run outside commd (NCCL): the
-// daemon's watchdog, flight recorder and metrics see it like any other collective. When the
-// SDK's Group::AllReduce is available it replaces AllReduceSum below, and the NaN injection
-// then also reaches the daemon's fused NaN check (commd_nan_detected_total).
+// The all-reduce is the SDK's Group::AllReduce (in place, with the fused NaN/Inf check on),
+// so the daemon's watchdog, flight recorder and NaN counters (commd_nan_detected_total) see
+// every step.
 //
 // Exit status: 0 all steps done and correct, 1 a call failed, 2 bad flags, 3 aborted by the
 // daemon (ABORTED), 4 a wrong all-reduce result.
-#include <sched.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <string>
-#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
@@ -49,7 +41,7 @@ struct Flags {
   int hang_at_step = -1;
   int nan_at_step = -1;
   int timeout_ms = 60000;  // the group's timeout: the watchdog calls a collective hung after it
-  int wait_ms = 600000;    // how long a rank waits for its peers before giving up itself
+  int wait_ms = 0;         // how long a rank waits for its peers itself; 0: twice --timeout-ms
   bool quiet = false;
 };
 
@@ -94,7 +86,7 @@ bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
     } else if (arg == "--timeout-ms") {
       ok = absl::SimpleAtoi(v, &f.timeout_ms) && f.timeout_ms > 0;
     } else if (arg == "--wait-ms") {
-      ok = absl::SimpleAtoi(v, &f.wait_ms) && f.wait_ms > 0;
+      ok = absl::SimpleAtoi(v, &f.wait_ms) && f.wait_ms >= 0;
     } else {
       error = "unknown flag " + arg;
       return false;
@@ -109,60 +101,6 @@ bool ParseFlags(int argc, char** argv, Flags& f, std::string& error) {
     return false;
   }
   return true;
-}
-
-// Sets this rank's pad word to `seq` and waits until every peer's is at least `seq`,
-// heartbeating so that the watchdog tells a waiting rank from a dead one. ABORTED when the
-// daemon aborts the group, DEADLINE_EXCEEDED after `wait`.
-absl::Status Barrier(commd::Group& group, commd::SymmetricBuffer& buf, uint32_t seq,
-                     absl::Duration wait) {
-  std::atomic_ref<uint32_t>(buf.signal_pad(group.rank())[0]).store(seq, std::memory_order_release);
-  const absl::Time deadline = absl::Now() + wait;
-  for (int r = 0; r < group.world_size(); ++r) {
-    std::atomic_ref<uint32_t> flag(buf.signal_pad(r)[0]);
-    for (int spins = 0; flag.load(std::memory_order_acquire) < seq; ++spins) {
-      if (group.abort_requested()) return absl::AbortedError(group.abort_reason());
-      if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError("rank " + std::to_string(r) + " never arrived");
-      }
-      if (spins < 64) {
-        sched_yield();
-      } else {
-        if (spins % 256 == 0) group.recorder().Heartbeat();
-        absl::SleepFor(absl::Microseconds(200));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-// In-place sum of `count` floats over the group; this rank's input is in buf.data().
-absl::Status AllReduceSum(commd::Group& group, commd::SymmetricBuffer& buf, size_t count,
-                          std::vector<float>& scratch, absl::Duration wait) {
-  const int64_t dims[] = {static_cast<int64_t>(count)};
-  const commd::TensorDesc t{dims, 1, commd::DataType::kFloat32};
-  commd::Recorder& rec = group.recorder();
-  const commd::RecordId id = rec.Begin(commd::CollectiveOp::kAllReduce, {&t, 1}, {&t, 1});
-  rec.Started(id);
-  const auto seq = static_cast<uint32_t>(id.collective_seq_id);
-  // Every input is in place before anyone reads ...
-  if (auto s = Barrier(group, buf, 2 * seq + 1, wait); !s.ok()) {
-    rec.Abandoned(id);
-    return s;
-  }
-  scratch.assign(count, 0.0f);
-  for (int r = 0; r < group.world_size(); ++r) {
-    const float* in = static_cast<const float*>(buf.peer(r));
-    for (size_t i = 0; i < count; ++i) scratch[i] += in[i];
-  }
-  // ... and nobody overwrites its input while a peer may still read it.
-  if (auto s = Barrier(group, buf, 2 * seq + 2, wait); !s.ok()) {
-    rec.Abandoned(id);
-    return s;
-  }
-  std::copy(scratch.begin(), scratch.end(), static_cast<float*>(buf.data()));
-  rec.Completed(id);
-  return absl::OkStatus();
 }
 
 int Fail(const std::string& what, const absl::Status& status) {
@@ -193,7 +131,6 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   float* data = static_cast<float*>((*grads)->data());
-  std::vector<float> scratch;
   for (int step = 0; step < f.steps; ++step) {
     absl::SleepFor(absl::Milliseconds(f.step_ms));  // the forward and backward pass
     (*group)->recorder().Heartbeat();
@@ -209,7 +146,9 @@ int main(int argc, char** argv) {
       std::printf("rank %d puts a NaN into step %d (injected)\n", f.rank, step);
     }
     const absl::Status s =
-        AllReduceSum(**group, **grads, f.count, scratch, absl::Milliseconds(f.wait_ms));
+        (*group)->AllReduce(**grads, f.count, commd::DataType::kFloat32, commd::ReduceOp::kSum,
+                            {.timeout = absl::Milliseconds(f.wait_ms),
+                             .nan_check = commd::CollectiveOptions::NanCheck::kOn});
     if (!s.ok()) return Fail("all-reduce at step " + std::to_string(step), s);
     const float want = static_cast<float>(f.world * (step + 1) + f.world * (f.world - 1) / 2);
     for (size_t i = 0; i < f.count; ++i) {
