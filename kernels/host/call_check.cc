@@ -28,8 +28,7 @@ uint32_t Mix(uint32_t h, uint64_t v) {
 uint32_t Saturate32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v); }
 
 uint32_t Load(const HostCommView& view, int pad_rank, int channel) {
-  return std::atomic_ref<uint32_t>(
-             view.pads[pad_rank][PadSlot(channel, pad_rank, view.world_size)])
+  return std::atomic_ref<uint32_t>(view.pads[pad_rank][PadSlot(channel, pad_rank, view.world_size)])
       .load(std::memory_order_relaxed);
 }
 
@@ -81,17 +80,15 @@ absl::Status MismatchError(const HostCommView& view, CollectiveKind kind,
       absl::StrAppend(&d, " [call hash 0x", absl::Hex(distinct[i]), "]");
     }
     descriptions.push_back(d);
-    parts.push_back(absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
-                                 absl::StrJoin(ranks, ", "), ranks.size() == 1 ? " has " : " have ",
-                                 d));
+    parts.push_back(absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(ranks, ", "),
+                                 ranks.size() == 1 ? " has " : " have ", d));
   }
   if (distinct.size() > kMaxDescribedCalls) {
     parts.push_back(absl::StrCat(distinct.size() - kMaxDescribedCalls, " more distinct calls"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), " on rank ", view.rank,
-                                                 ": ranks disagree on the call: ",
-                                                 absl::StrJoin(parts, "; "),
-                                                 "; allowed: the same call on every rank"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(CollectiveName(kind), " on rank ", view.rank, ": ranks disagree on the call: ",
+                   absl::StrJoin(parts, "; "), "; allowed: the same call on every rank"));
 }
 
 }  // namespace

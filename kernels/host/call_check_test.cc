@@ -65,19 +65,18 @@ TEST_P(MismatchTest, EveryRankFailsAndTheAllocationStaysUsable) {
     const std::string even = world == 2 ? "rank 0 has 100 x float32" : "ranks 0, 1 have 100";
     std::vector<float> in(count * world, 1.0f), out(count * world);
     for (Algorithm a : {Algorithm::kOneShot, Algorithm::kTwoShot}) {
-      RETURN_IF_ERROR(
-          ExpectMismatch(AllReduce(v, in.data(), out.data(), count, DataType::kFloat32,
-                                   ReduceOp::kSum, a, NanCheck::kOn, nullptr),
-                         {"all_reduce", "disagree", even, odd, AlgorithmName(a)}));
+      RETURN_IF_ERROR(ExpectMismatch(AllReduce(v, in.data(), out.data(), count, DataType::kFloat32,
+                                               ReduceOp::kSum, a, NanCheck::kOn, nullptr),
+                                     {"all_reduce", "disagree", even, odd, AlgorithmName(a)}));
       RETURN_IF_ERROR(ExactAllReduce(*mv, SplitMix64(seed + static_cast<int>(a)), 37, a));
     }
     RETURN_IF_ERROR(ExpectMismatch(
         AllGather(v, in.data(), out.data(), count, DataType::kFloat32, NanCheck::kOff, nullptr),
         {"all_gather", even, odd}));
-    RETURN_IF_ERROR(ExpectMismatch(ReduceScatter(v, in.data(), out.data(), count,
-                                                 DataType::kFloat32, ReduceOp::kMax,
-                                                 NanCheck::kOff, nullptr),
-                                   {"reduce_scatter", even, odd, "(max)"}));
+    RETURN_IF_ERROR(
+        ExpectMismatch(ReduceScatter(v, in.data(), out.data(), count, DataType::kFloat32,
+                                     ReduceOp::kMax, NanCheck::kOff, nullptr),
+                       {"reduce_scatter", even, odd, "(max)"}));
     // Another type on one rank, same count.
     const DataType t = rank == 0 ? DataType::kInt32 : DataType::kFloat32;
     RETURN_IF_ERROR(ExpectMismatch(AllReduce(v, in.data(), out.data(), 100, t, ReduceOp::kSum,
@@ -101,10 +100,10 @@ TEST(MismatchTest, CoalescedLaterTensorDiffers) {
     std::vector<int32_t> a(16, 1), b(16, 2), oa(16), ob(16);
     const TensorArgs ts[] = {{a.data(), oa.data(), 16, DataType::kInt32},
                              {b.data(), ob.data(), rank == 1 ? 9u : 8u, DataType::kInt32}};
-    RETURN_IF_ERROR(ExpectMismatch(AllReduceCoalesced(mv->view(), ts, ReduceOp::kSum,
-                                                      Algorithm::kOneShot, NanCheck::kOff, nullptr),
-                                   {"rank 0 has 2 tensors, the first 16 x int32", "rank 1 has",
-                                    "call hash"}));
+    RETURN_IF_ERROR(
+        ExpectMismatch(AllReduceCoalesced(mv->view(), ts, ReduceOp::kSum, Algorithm::kOneShot,
+                                          NanCheck::kOff, nullptr),
+                       {"rank 0 has 2 tensors, the first 16 x int32", "rank 1 has", "call hash"}));
     RETURN_IF_ERROR(ExactAllReduce(*mv, 99, 5, Algorithm::kOneShot));
     return std::string("ok");
   });
@@ -135,10 +134,9 @@ TEST_P(NanFindingTest, EveryRankNamesTheRankWithNan) {
       const uint64_t here = rank == bad ? 3 : 0;
       if (r.nonfinite_count != here || r.nonfinite_ranks != 1 || r.first_nonfinite_rank != bad ||
           r.group_nonfinite_count != 3) {
-        return absl::InternalError(absl::StrCat(AlgorithmName(a), ": got count ",
-                                                r.nonfinite_count, " ranks ", r.nonfinite_ranks,
-                                                " first ", r.first_nonfinite_rank, " group ",
-                                                r.group_nonfinite_count));
+        return absl::InternalError(absl::StrCat(
+            AlgorithmName(a), ": got count ", r.nonfinite_count, " ranks ", r.nonfinite_ranks,
+            " first ", r.first_nonfinite_rank, " group ", r.group_nonfinite_count));
       }
       if (out[0] != static_cast<float>(world) || !std::isnan(out[3])) {
         return absl::InternalError(absl::StrCat("wrong sums ", out[0], " ", out[3]));
@@ -146,8 +144,8 @@ TEST_P(NanFindingTest, EveryRankNamesTheRankWithNan) {
       RETURN_IF_ERROR(AllReduce(mv->view(), in.data(), out.data(), 64, DataType::kFloat32,
                                 ReduceOp::kSum, a, NanCheck::kOff, &r));
       if (r.nonfinite_ranks != 0 || r.first_nonfinite_rank != -1) {
-        return absl::InternalError(absl::StrCat("unchecked call reported rank ",
-                                                r.first_nonfinite_rank));
+        return absl::InternalError(
+            absl::StrCat("unchecked call reported rank ", r.first_nonfinite_rank));
       }
     }
     return std::string("ok");

@@ -36,10 +36,10 @@
 // it). So back-to-back collectives on one allocation need no extra barrier.
 //
 // Errors: INVALID_ARGUMENT (naming the value and the allowed range) before anything is
-// touched, or after staging when the ranks disagree on the call (above); ABORTED when the view's abort word is or becomes nonzero; DEADLINE_EXCEEDED when
-// a peer does not arrive before the view's deadline (naming it and the collective). After
-// ABORTED or DEADLINE_EXCEEDED from a wait, outputs are unspecified and the allocation must
-// not be used for further collectives.
+// touched, or after staging when the ranks disagree on the call (above); ABORTED when the view's
+// abort word is or becomes nonzero; DEADLINE_EXCEEDED when a peer does not arrive before the view's
+// deadline (naming it and the collective). After ABORTED or DEADLINE_EXCEEDED from a wait, outputs
+// are unspecified and the allocation must not be used for further collectives.
 //
 // All calls block until done. One thread per rank and allocation at a time.
 #ifndef COMMD_KERNELS_HOST_COLLECTIVES_H_
