@@ -183,6 +183,11 @@ absl::Status Recorded(Group& group, const GroupCollectives& gc, CollectiveOp op,
   if (status.ok() && result.nonfinite_ranks > 0 && settings.nan_policy() == v1::NAN_POLICY_FAIL) {
     status = NanFailure(op, id, result);
   }
+  if (status.code() == absl::StatusCode::kAborted && group.abort_requested()) {
+    // The kernels know only the abort word's code; the daemon's text says why.
+    status = absl::AbortedError(absl::StrCat(
+        "group ", group.name(), " aborted: ", group.abort_reason(), " (", status.message(), ")"));
+  }
   if (status.ok()) {
     rec.Completed(id);
   } else {
