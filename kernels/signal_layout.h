@@ -50,11 +50,11 @@ namespace commd::kernels {
 
 inline constexpr int kHostBarrierChannel = 0;
 inline constexpr int kHostSleepChannel = 1;
-inline constexpr int kHostCallChannel = 2;       // call hash << 1 | NaN/Inf found
-inline constexpr int kHostNanCountChannel = 3;   // NaN/Inf count, saturated
-inline constexpr int kHostCountChannel = 4;      // first tensor's count, saturated
-inline constexpr int kHostShapeChannel = 5;      // kind, op, algorithm, dtype, tensors
-inline constexpr int kHostPadChannels = 6;       // channels the CPU path needs
+inline constexpr int kHostCallChannel = 2;      // call hash << 1 | NaN/Inf found
+inline constexpr int kHostNanCountChannel = 3;  // NaN/Inf count, saturated
+inline constexpr int kHostCountChannel = 4;     // first tensor's count, saturated
+inline constexpr int kHostShapeChannel = 5;     // kind, op, algorithm, dtype, tensors
+inline constexpr int kHostPadChannels = 6;      // channels the CPU path needs
 
 COMMD_HOST_DEVICE constexpr size_t PadSlot(int channel, int peer, int world_size) {
   return static_cast<size_t>(channel) * static_cast<size_t>(world_size) + static_cast<size_t>(peer);
