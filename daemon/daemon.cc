@@ -85,6 +85,11 @@ absl::Status Daemon::StartMemory() {
   options.release_grace = absl::Milliseconds(config_.session().release_grace_ms());
   options.max_groups = config_.limits().max_groups();
   options.ring_capacity = config_.recorder().ring_capacity();
+  const v1::CollectivesConfig& coll = config_.collectives();
+  options.collectives.set_one_shot_max_read_bytes(coll.one_shot_max_read_bytes());
+  options.collectives.set_nan_check(coll.nan_check());
+  options.collectives.set_nan_sample_period(coll.nan_sample_period());
+  options.collectives.set_nan_policy(coll.nan_policy());
   dumper_ = std::make_unique<recorder::Dumper>(
       recorder::DumperOptions{.dump_dir = config_.recorder().dump_dir().empty()
                                               ? recorder::DefaultDumpDir()

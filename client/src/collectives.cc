@@ -1,7 +1,10 @@
 // Group's collectives: a HostCommView over the group's symmetric buffers, the control block's
-// abort word and the group's timeout, run by kernels/host and recorded in the flight recorder.
+// abort word and the group's timeout, run by kernels/host and recorded in the flight recorder,
+// with the group's settings from the daemon (JoinGroupResponse.collectives): the one-shot
+// threshold, the NaN/Inf check and the NaN policy.
 #include "kernels/host/collectives.h"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/src/group_state.h"
 #include "commd/group.h"
 #include "common/control_block.h"
 #include "kernels/algorithm.h"
@@ -66,9 +70,11 @@ void MakeView(Group& group, SymmetricBuffer& buf, absl::Duration wait, ViewStora
 absl::Status CheckOptions(const CollectiveOptions& o) {
   if (o.nan_check != CollectiveOptions::NanCheck::kOff &&
       o.nan_check != CollectiveOptions::NanCheck::kOn &&
-      o.nan_check != CollectiveOptions::NanCheck::kSampled) {
-    return absl::InvalidArgumentError(absl::StrCat("nan_check ", static_cast<int>(o.nan_check),
-                                                   " is not one of off (0), on (1), sampled (2)"));
+      o.nan_check != CollectiveOptions::NanCheck::kSampled &&
+      o.nan_check != CollectiveOptions::NanCheck::kDefault) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nan_check ", static_cast<int>(o.nan_check),
+                     " is not one of off (0), on (1), sampled (2), default (3)"));
   }
   if (o.timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -129,29 +135,82 @@ absl::Status CheckBuffer(const char* what, bool owned, const SymmetricBuffer& bu
   return absl::OkStatus();
 }
 
-// Runs `body` between the recorder's transitions; failures of a wait retire the entry as
-// abandoned.
+// What the collectives need of the group's state (Group::State is private to Group).
+struct GroupCollectives {
+  const v1::CollectiveSettings& settings;
+  Recorder::Impl& recorder;
+};
+
+// Whether collective `seq` checks its input: the call's choice, else the group's.
+kernels::NanCheck ResolveNanCheck(const CollectiveOptions& o, const v1::CollectiveSettings& group,
+                                  uint64_t seq) {
+  using N = CollectiveOptions::NanCheck;
+  N mode = o.nan_check;
+  uint32_t period = o.nan_sample_period;
+  if (mode == N::kDefault) {
+    mode = group.nan_check() == v1::NAN_CHECK_ON        ? N::kOn
+           : group.nan_check() == v1::NAN_CHECK_SAMPLED ? N::kSampled
+                                                        : N::kOff;
+    period = group.nan_sample_period();
+  }
+  const bool on = mode == N::kOn || (mode == N::kSampled && period > 0 && seq % period == 0);
+  return on ? kernels::NanCheck::kOn : kernels::NanCheck::kOff;
+}
+
+const char* OpName(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+      return "all_reduce";
+    case CollectiveOp::kAllGather:
+      return "all_gather";
+    case CollectiveOp::kReduceScatter:
+      return "reduce_scatter";
+    default:
+      return "barrier";
+  }
+}
+
+// DATA_LOSS for a NaN/Inf finding under policy FAIL (the same on every rank but for the
+// local count).
+absl::Status NanFailure(CollectiveOp op, const RecordId& id, const kernels::CollectiveResult& r) {
+  return absl::DataLossError(absl::StrCat(
+      OpName(op), " seq ", id.collective_seq_id, ": NaN/Inf in the input of ", r.nonfinite_ranks,
+      " rank(s), the first rank ", r.first_nonfinite_rank, " (", r.group_nonfinite_count,
+      " value(s) over the group, ", r.nonfinite_count, " here); the group's nan policy is FAIL"));
+}
+
+// Runs `body` between the recorder's transitions and applies the group's NaN policy. Failures
+// (a wait, a call mismatch, NaN under policy FAIL) retire the entry as abandoned, not
+// completed: a mismatch stays visible to the watchdog at that seq.
 template <typename Body>
-absl::Status Recorded(Group& group, CollectiveOp op, const std::vector<TensorDesc>& in,
-                      const std::vector<TensorDesc>& out, absl::Duration timeout,
-                      const CollectiveOptions& options, Body body) {
+absl::Status Recorded(Group& group, const GroupCollectives& gc, CollectiveOp op,
+                      const std::vector<TensorDesc>& in, const std::vector<TensorDesc>& out,
+                      absl::Duration timeout, const CollectiveOptions& options, Body body) {
   Recorder& rec = group.recorder();
   const RecordId id = rec.Begin(op, in, out, -1, absl::ToInt64Milliseconds(timeout));
-  kernels::NanCheck nan = kernels::NanCheck::kOff;
-  if (options.nan_check == CollectiveOptions::NanCheck::kOn) nan = kernels::NanCheck::kOn;
-  if (options.nan_check == CollectiveOptions::NanCheck::kSampled &&
-      id.collective_seq_id % options.nan_sample_period == 0) {
-    nan = kernels::NanCheck::kOn;
-  }
+  const v1::CollectiveSettings& settings = gc.settings;
+  const kernels::NanCheck nan = ResolveNanCheck(options, settings, id.collective_seq_id);
   kernels::CollectiveResult result;
   rec.Started(id);
   absl::Status status = body(nan, &result);
+  if (status.ok() && nan == kernels::NanCheck::kOn) {
+    gc.recorder.NanChecked(id, result.nonfinite_count > 0);
+  }
+  if (status.ok() && result.nonfinite_ranks > 0 && settings.nan_policy() == v1::NAN_POLICY_FAIL) {
+    status = NanFailure(op, id, result);
+  }
+  if (status.code() == absl::StatusCode::kAborted && group.abort_requested()) {
+    // The kernels know only the abort word's code; the daemon's text says why.
+    status = absl::AbortedError(absl::StrCat(
+        "group ", group.name(), " aborted: ", group.abort_reason(), " (", status.message(), ")"));
+  }
   if (status.ok()) {
     rec.Completed(id);
   } else {
     rec.Abandoned(id);
   }
   if (options.nonfinite_count != nullptr) *options.nonfinite_count = result.nonfinite_count;
+  if (options.nonfinite_ranks != nullptr) *options.nonfinite_ranks = result.nonfinite_ranks;
   return status;
 }
 
@@ -168,10 +227,12 @@ struct Descs {
   }
 };
 
-kernels::Algorithm Choose(size_t count, DataType dtype, int world_size) {
-  const size_t bytes = count * kernels::DataTypeSize(static_cast<kernels::DataType>(dtype));
-  return kernels::ChooseAllReduceAlgorithm(bytes, count, world_size,
-                                           kernels::AllReduceThresholds{});
+// The group's one-shot threshold from the daemon's config (collectives.one_shot_max_read_bytes).
+kernels::Algorithm Choose(const v1::CollectiveSettings& settings, size_t bytes, size_t count,
+                          int world_size) {
+  const kernels::AllReduceThresholds thresholds{
+      .one_shot_max_read_bytes = static_cast<size_t>(settings.one_shot_max_read_bytes())};
+  return kernels::ChooseAllReduceAlgorithm(bytes, count, world_size, thresholds);
 }
 
 }  // namespace
@@ -188,8 +249,11 @@ absl::Status Group::Barrier() {
   }
   ViewStorage s;
   MakeView(*this, *barrier_buffer_, WaitLimit(collective_timeout(), {}), &s);
+  CollectiveOptions no_data;  // nothing to check
+  no_data.nan_check = CollectiveOptions::NanCheck::kOff;
   return Recorded(
-      *this, CollectiveOp::kBarrier, {}, {}, collective_timeout(), CollectiveOptions{},
+      *this, {state_->joined.collectives(), *state_->recorder_impl}, CollectiveOp::kBarrier, {}, {},
+      collective_timeout(), no_data,
       [&](kernels::NanCheck, kernels::CollectiveResult*) { return kernels::Barrier(s.view); });
 }
 
@@ -203,8 +267,11 @@ absl::Status Group::AllReduce(SymmetricBuffer& buf, size_t count, DataType dtype
   ViewStorage s;
   MakeView(*this, buf, WaitLimit(collective_timeout(), options), &s);
   Descs d{{count, dtype}};
-  const kernels::Algorithm algorithm = Choose(count, dtype, world_size());
-  return Recorded(*this, CollectiveOp::kAllReduce, d.descs, d.descs, collective_timeout(), options,
+  const kernels::Algorithm algorithm = Choose(
+      state_->joined.collectives(),
+      count * kernels::DataTypeSize(static_cast<kernels::DataType>(dtype)), count, world_size());
+  return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl},
+                  CollectiveOp::kAllReduce, d.descs, d.descs, collective_timeout(), options,
                   [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
                     return kernels::AllReduce(s.view, buf.data(), buf.data(), count,
                                               static_cast<kernels::DataType>(dtype),
@@ -223,6 +290,7 @@ absl::Status Group::AllReduceCoalesced(SymmetricBuffer& buf,
   std::vector<int64_t> dims(tensors.size());
   std::vector<TensorDesc> descs;
   size_t total = 0;
+  size_t min_count = tensors.empty() ? 0 : SIZE_MAX;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const CoalescedTensor& t = tensors[i];
     if (auto st = CheckType(t.dtype); !st.ok()) return st;
@@ -233,11 +301,16 @@ absl::Status Group::AllReduceCoalesced(SymmetricBuffer& buf,
     dims[i] = static_cast<int64_t>(t.count);
     descs.push_back(TensorDesc{&dims[i], 1, t.dtype});
     total += t.count * kernels::DataTypeSize(static_cast<kernels::DataType>(t.dtype));
+    if (t.count > 0) min_count = std::min(min_count, t.count);
   }
   ViewStorage s;
   MakeView(*this, buf, WaitLimit(collective_timeout(), options), &s);
-  const kernels::Algorithm algorithm = Choose(total, DataType::kInt32, world_size());
-  return Recorded(*this, CollectiveOp::kAllReduce, descs, descs, collective_timeout(), options,
+  // Every tensor is split into world-size chunks: the smallest decides whether two-shot has
+  // empty chunks.
+  const kernels::Algorithm algorithm =
+      Choose(state_->joined.collectives(), total, min_count, world_size());
+  return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl},
+                  CollectiveOp::kAllReduce, descs, descs, collective_timeout(), options,
                   [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
                     return kernels::AllReduceCoalesced(
                         s.view, args, static_cast<kernels::ReduceOp>(op), algorithm, nan, r);
@@ -260,7 +333,8 @@ absl::Status Group::AllGather(SymmetricBuffer& in, SymmetricBuffer& out, size_t 
   ViewStorage s;
   MakeView(*this, in, WaitLimit(collective_timeout(), options), &s);
   Descs d{{count, dtype}, {count * n, dtype}};
-  return Recorded(*this, CollectiveOp::kAllGather, {d.descs[0]}, {d.descs[1]}, collective_timeout(),
+  return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl},
+                  CollectiveOp::kAllGather, {d.descs[0]}, {d.descs[1]}, collective_timeout(),
                   options, [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
                     return kernels::AllGather(s.view, in.data(), out.data(), count,
                                               static_cast<kernels::DataType>(dtype), nan, r);
@@ -284,9 +358,9 @@ absl::Status Group::ReduceScatter(SymmetricBuffer& in, SymmetricBuffer& out, siz
   ViewStorage s;
   MakeView(*this, in, WaitLimit(collective_timeout(), options), &s);
   Descs d{{count * n, dtype}, {count, dtype}};
-  return Recorded(*this, CollectiveOp::kReduceScatter, {d.descs[0]}, {d.descs[1]},
-                  collective_timeout(), options,
-                  [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
+  return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl},
+                  CollectiveOp::kReduceScatter, {d.descs[0]}, {d.descs[1]}, collective_timeout(),
+                  options, [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
                     return kernels::ReduceScatter(s.view, in.data(), out.data(), count,
                                                   static_cast<kernels::DataType>(dtype),
                                                   static_cast<kernels::ReduceOp>(op), nan, r);

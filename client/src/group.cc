@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/src/client_impl.h"
+#include "client/src/group_state.h"
 #include "client/src/recorder_impl.h"
 #include "commd/commd.h"
 #include "common/control_block.h"
@@ -12,25 +13,6 @@
 #include "common/status_macros.h"
 
 namespace commd {
-
-struct Group::State {
-  std::shared_ptr<Client::Impl> client;
-  v1::JoinGroupResponse joined;
-  GroupOptions options;
-  std::vector<int64_t> pids;
-  std::unique_ptr<Mapping> control_block;
-  std::unique_ptr<Recorder> recorder;
-  // Abort callback: `hook` is registered with the client's event thread under the group's name.
-  std::function<void(const std::string&)> hook;
-  absl::Mutex callback_mu;
-  std::function<void(const absl::Status&)> callback ABSL_GUARDED_BY(callback_mu);
-  std::atomic<bool> callback_ran{false};
-  void RunCallbackOnce(const std::string& reason) {
-    absl::MutexLock lock(&callback_mu);
-    if (!callback || callback_ran.exchange(true)) return;
-    callback(absl::AbortedError(absl::StrCat("group ", joined.name(), " aborted: ", reason)));
-  }
-};
 
 struct SymmetricBuffer::State {
   std::shared_ptr<Client::Impl> client;
@@ -77,6 +59,11 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
   // kDefault, kReport, kNotify, kTerminate map onto the proto enum's values 0 to 3.
   request.set_watchdog_policy(static_cast<v1::WatchdogPolicy>(options.watchdog_policy));
+  // kDefault, kOff, kOn, kSampled and kDefault, kReport, kFail map onto the proto enums' values;
+  // the daemon checks them (and the sample period).
+  request.set_nan_check(static_cast<v1::NanCheck>(options.nan_check));
+  request.set_nan_sample_period(options.nan_sample_period);
+  request.set_nan_policy(static_cast<v1::NanPolicy>(options.nan_policy));
   auto state = std::make_unique<Group::State>();
   state->client = impl_;
   state->options = options;
@@ -86,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   ASSIGN_OR_RETURN(auto maps, impl_->MapBuffers({&state->joined.control_block()}, -1));
   state->control_block = std::move(maps[0]);
   auto recorder = std::make_unique<Recorder::Impl>();
+  state->recorder_impl = recorder.get();
   ASSIGN_OR_RETURN(
       recorder->writer,
       RingWriter::Attach(state->control_block->data(), state->joined.control_block().mapped_bytes(),

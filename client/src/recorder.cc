@@ -39,9 +39,7 @@ size_t Convert(std::span<const TensorDesc> in, std::array<RecordTensor, kRecordM
   return n;
 }
 
-RecordHandle ToHandle(const RecordId& id) {
-  return RecordHandle{id.record_id, id.collective_seq_id, id.bytes, static_cast<RecordOp>(id.op)};
-}
+RecordHandle ToHandle(const RecordId& id) { return Recorder::Impl::Handle(id); }
 
 }  // namespace
 

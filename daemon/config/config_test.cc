@@ -33,6 +33,26 @@ TEST(ConfigTest, EmbeddedDefaultsParseValidateAndSetEveryField) {
   EXPECT_EQ(parsed->limits().max_sessions(), 4096u);
 }
 
+// The collectives section's defaults: the measured one-shot/two-shot crossover of
+// kernels::AllReduceThresholds, no NaN check, report only.
+TEST(ConfigTest, CollectivesDefaultsAndOverrides) {
+  const v1::CollectivesConfig d = DefaultConfig().collectives();
+  EXPECT_EQ(d.one_shot_max_read_bytes(), 1048576u);
+  EXPECT_EQ(d.nan_check(), v1::NAN_CHECK_OFF);
+  EXPECT_EQ(d.nan_sample_period(), 100u);
+  EXPECT_EQ(d.nan_policy(), v1::NAN_POLICY_REPORT);
+  auto parsed = ParseConfig(
+      "collectives {\n  nan_check: NAN_CHECK_SAMPLED\n  nan_sample_period: 7\n"
+      "  nan_policy: NAN_POLICY_FAIL\n  one_shot_max_read_bytes: 0\n}\n",
+      "c.textproto");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->collectives().nan_check(), v1::NAN_CHECK_SAMPLED);
+  EXPECT_EQ(parsed->collectives().nan_sample_period(), 7u);
+  EXPECT_EQ(parsed->collectives().nan_policy(), v1::NAN_POLICY_FAIL);
+  EXPECT_TRUE(parsed->collectives().has_one_shot_max_read_bytes());
+  EXPECT_EQ(parsed->collectives().one_shot_max_read_bytes(), 0u);
+}
+
 TEST(ConfigTest, EmptyFileKeepsDefaults) {
   auto parsed = ParseConfig("", "empty.textproto");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -92,7 +112,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"metrics_address: \"localhost\"\n", {"c.textproto:1", "metrics_address"}},
         BadConfig{"recorder { ring_capacity: 1000 }\n",
                   {"c.textproto:1", "recorder.ring_capacity = 1000 is not a power of two"}},
-        BadConfig{"metrics_address: \"127.0.0.1:70000\"\n", {"metrics_address", "0 to 65535"}}));
+        BadConfig{"metrics_address: \"127.0.0.1:70000\"\n", {"metrics_address", "0 to 65535"}},
+        BadConfig{"collectives {\n  nan_sample_period: 0\n}\n",
+                  {"c.textproto:2", "collectives.nan_sample_period = 0", "allowed 1 to 1000000"}},
+        BadConfig{"collectives { nan_check: NAN_CHECK_UNSPECIFIED }\n",
+                  {"collectives.nan_check must be one of NAN_CHECK_OFF, NAN_CHECK_ON, "
+                   "NAN_CHECK_SAMPLED"}},
+        BadConfig{"collectives { nan_policy: FAIL }\n", {"c.textproto:1", "FAIL"}},
+        BadConfig{"collectives { one_shot_max_read_bytes: 2000000000000 }\n",
+                  {"collectives.one_shot_max_read_bytes = 2000000000000",
+                   "allowed 0 to 1099511627776"}}));
 
 TEST(ConfigTest, MissingFileNamesThePath) {
   auto parsed = LoadConfigFile("/nonexistent/commd.textproto");

@@ -54,6 +54,7 @@ struct GroupRegistry::Group {
   absl::Time created;
   absl::Duration timeout;
   v1::WatchdogPolicy policy = v1::WATCHDOG_POLICY_UNSPECIFIED;
+  v1::CollectiveSettings collectives;  // effective: the config's with the first rank's overrides
   server::TimerId timer = 0;
   std::vector<uint64_t> asks_made;  // AllocateSymmetric calls per rank = next round index
   std::map<uint64_t, Round> rounds;
@@ -70,6 +71,17 @@ constexpr absl::Duration kCancelSettleTime = absl::Milliseconds(300);
 
 std::string RankList(const std::vector<int>& ranks) {
   return absl::StrCat("[", absl::StrJoin(ranks, ", "), "]");
+}
+
+constexpr uint32_t kMaxNanSamplePeriod = 1000000;
+
+// The config's settings with the request's overrides.
+v1::CollectiveSettings EffectiveSettings(v1::CollectiveSettings settings,
+                                         const v1::JoinGroupRequest& r) {
+  if (r.nan_check() != v1::NAN_CHECK_UNSPECIFIED) settings.set_nan_check(r.nan_check());
+  if (r.nan_sample_period() != 0) settings.set_nan_sample_period(r.nan_sample_period());
+  if (r.nan_policy() != v1::NAN_POLICY_UNSPECIFIED) settings.set_nan_policy(r.nan_policy());
+  return settings;
 }
 
 absl::Status ValidateJoin(const v1::JoinGroupRequest& r) {
@@ -91,6 +103,19 @@ absl::Status ValidateJoin(const v1::JoinGroupRequest& r) {
     return absl::InvalidArgumentError(
         absl::StrCat("watchdog policy ", r.watchdog_policy(),
                      "; allowed 0 (the daemon's), 1 (report), 2 (notify), 3 (terminate)"));
+  }
+  if (r.nan_check() < v1::NAN_CHECK_UNSPECIFIED || r.nan_check() > v1::NAN_CHECK_SAMPLED) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nan check ", r.nan_check(), "; allowed 0 (the daemon's), 1 (off), 2 (on), 3 (sampled)"));
+  }
+  if (r.nan_sample_period() > kMaxNanSamplePeriod) {
+    return absl::InvalidArgumentError(absl::StrCat("nan sample period ", r.nan_sample_period(),
+                                                   "; allowed 0 (the daemon's) or 1 to ",
+                                                   kMaxNanSamplePeriod));
+  }
+  if (r.nan_policy() < v1::NAN_POLICY_UNSPECIFIED || r.nan_policy() > v1::NAN_POLICY_FAIL) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nan policy ", r.nan_policy(), "; allowed 0 (the daemon's), 1 (report), 2 (fail)"));
   }
   if (r.timeout_ms() < 0) {
     return absl::InvalidArgumentError(
@@ -144,6 +169,7 @@ absl::StatusOr<std::shared_ptr<GroupRegistry::Group>> GroupRegistry::FindOrCreat
   group->created = absl::Now();
   group->timeout = timeout;
   group->policy = request.watchdog_policy();
+  group->collectives = EffectiveSettings(options_.collectives, request);
   const uint64_t id = group->id;
   group->timer = timers_->Schedule(group->created + timeout, [this, id] { OnJoinTimeout(id); });
   groups_[id] = group;
@@ -255,6 +281,7 @@ void GroupRegistry::Form(Group& group, Deferred& deferred) {
     out->set_name(group.name());
     out->set_rank(r);
     out->set_world_size(group.world_size);
+    *out->mutable_collectives() = group.collectives;
     for (const Member& peer : group.members) {
       v1::Member* pm = out->add_members();
       pm->set_rank(static_cast<int>(&peer - group.members.data()));

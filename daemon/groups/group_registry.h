@@ -67,6 +67,9 @@ struct GroupsOptions {
   absl::Duration release_grace = absl::Seconds(30);
   uint32_t max_groups = 1024;
   uint32_t ring_capacity = 4096;  // flight-recorder entries per control block
+  // The config's collectives settings (every field set), which a group's first rank may
+  // override (nan check, sample period, policy).
+  v1::CollectiveSettings collectives;
   // Called (on the thread that noticed, with no lock held) with every rank of a group whose
   // member's process exited, so its flight recorder can be dumped while still mapped.
   std::function<void(std::vector<recorder::DumpSource>)> on_rank_death;

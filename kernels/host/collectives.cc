@@ -8,6 +8,7 @@
 #include "common/symmetric_layout.h"
 #include "kernels/algorithm.h"
 #include "kernels/host/barrier.h"
+#include "kernels/host/call_check.h"
 #include "kernels/host/element_loops.h"
 #include "kernels/host/plan.h"
 
@@ -34,13 +35,30 @@ uint64_t CopyInAll(const HostCommView& view, const StagingPlan& plan, NanCheck c
   return bad;
 }
 
-// Copy-in, then the barrier that says every rank's input is staged.
+// The call as every rank must make it: checked against the peers' after staging.
+struct Call {
+  CollectiveKind kind;
+  ReduceOp op;
+  Algorithm algorithm;
+  absl::Span<const TensorArgs> tensors;
+};
+
+// Copy-in and this rank's call words, then the barrier that says every rank's input is
+// staged, then the call check: on a mismatch every rank runs one closing barrier (so the
+// barrier counts stay equal) and fails.
 absl::Status Stage(const HostCommView& view, const StagingPlan& plan, NanCheck check,
-                   const char* name, CollectiveResult* result) {
+                   const Call& call, CollectiveResult* result) {
+  const char* name = CollectiveName(call.kind);
   RETURN_IF_ERROR(CheckNotAborted(view, name));
   const uint64_t bad = CopyInAll(view, plan, check);
   if (result != nullptr) result->nonfinite_count = bad;
-  return HostBarrier(view, name);
+  PublishCall(view, MakeCallWords(call.kind, call.op, call.algorithm, call.tensors, bad));
+  RETURN_IF_ERROR(HostBarrier(view, name));
+  if (absl::Status agreed = CheckCalls(view, call.kind, result); !agreed.ok()) {
+    RETURN_IF_ERROR(HostBarrier(view, name));
+    return agreed;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status OneShot(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
@@ -141,7 +159,7 @@ absl::Status AllReduceCoalesced(const HostCommView& view, absl::Span<const Tenso
   ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
   if (result != nullptr) *result = CollectiveResult{};
   if (plan.tensors.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(Stage(view, plan, nan_check, CollectiveName(kind), result));
+  RETURN_IF_ERROR(Stage(view, plan, nan_check, Call{kind, op, algorithm, tensors}, result));
   return algorithm == Algorithm::kOneShot ? OneShot(view, plan, op) : TwoShot(view, plan, op);
 }
 
@@ -151,7 +169,8 @@ absl::Status AllGatherCoalesced(const HostCommView& view, absl::Span<const Tenso
   ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
   if (result != nullptr) *result = CollectiveResult{};
   if (plan.tensors.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(Stage(view, plan, nan_check, CollectiveName(kind), result));
+  RETURN_IF_ERROR(Stage(view, plan, nan_check,
+                        Call{kind, ReduceOp::kSum, Algorithm::kOneShot, tensors}, result));
   return GatherAll(view, plan);
 }
 
@@ -162,7 +181,8 @@ absl::Status ReduceScatterCoalesced(const HostCommView& view, absl::Span<const T
   ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
   if (result != nullptr) *result = CollectiveResult{};
   if (plan.tensors.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(Stage(view, plan, nan_check, CollectiveName(kind), result));
+  RETURN_IF_ERROR(
+      Stage(view, plan, nan_check, Call{kind, op, Algorithm::kOneShot, tensors}, result));
   return ScatterReduced(view, plan, op);
 }
 

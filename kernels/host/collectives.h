@@ -7,10 +7,16 @@
 //   // In place on this rank's data region, the SDK's Group::AllReduce:
 //   RETURN_IF_ERROR(AllReduce(view, view.data[rank], view.data[rank], n, DataType::kBFloat16,
 //                             ReduceOp::kSum, Algorithm::kTwoShot, NanCheck::kOn, &result));
-//   if (result.nonfinite_count > 0) ...           // the caller applies its NaN policy
+//   if (result.nonfinite_ranks > 0) ...           // the caller applies its NaN policy
 //
 // Every rank of the view must make the same calls in the same order with the same counts,
 // types, ops, algorithms and (for in-place inputs) the same offsets into its data region.
+// The ranks check part of that: each publishes a 31-bit hash of its call (collective, op,
+// algorithm, number of tensors, each tensor's count and type) in its signal pad with its
+// input staged, and when the hashes differ every rank returns INVALID_ARGUMENT naming the
+// ranks and their calls, after one closing barrier and without reading a peer's data: the
+// allocation stays usable. Not detected: different offsets, a call that fails validation
+// on some ranks only, an empty call (count 0) against a non-empty one, hash collisions.
 //
 // Where the data goes. Each rank's data region is the staging area that peers read:
 //   - input: either inside this rank's own data region (in place: staged where it is, at
@@ -30,10 +36,10 @@
 // it). So back-to-back collectives on one allocation need no extra barrier.
 //
 // Errors: INVALID_ARGUMENT (naming the value and the allowed range) before anything is
-// touched; ABORTED when the view's abort word is or becomes nonzero; DEADLINE_EXCEEDED when
-// a peer does not arrive before the view's deadline (naming it and the collective). After
-// ABORTED or DEADLINE_EXCEEDED from a wait, outputs are unspecified and the allocation must
-// not be used for further collectives.
+// touched, or after staging when the ranks disagree on the call (above); ABORTED when the view's
+// abort word is or becomes nonzero; DEADLINE_EXCEEDED when a peer does not arrive before the view's
+// deadline (naming it and the collective). After ABORTED or DEADLINE_EXCEEDED from a wait, outputs
+// are unspecified and the allocation must not be used for further collectives.
 //
 // All calls block until done. One thread per rank and allocation at a time.
 #ifndef COMMD_KERNELS_HOST_COLLECTIVES_H_
@@ -52,6 +58,12 @@ namespace commd::kernels {
 struct CollectiveResult {
   // NaN and +-Inf values in this rank's input (floating-point types with NanCheck::kOn).
   uint64_t nonfinite_count = 0;
+  // The group-wide finding, identical on every rank: how many ranks found NaN/Inf in their
+  // input (ranks that did not check count as clean), the lowest of them (-1: none) and the
+  // sum of their counts (each saturated to 2^32 - 1).
+  int nonfinite_ranks = 0;
+  int first_nonfinite_rank = -1;
+  uint64_t group_nonfinite_count = 0;
 };
 
 // One tensor of a collective. `count` is elements per rank: all-reduce in = out = count;

@@ -3,8 +3,13 @@
 // computed from every rank's inputs (regenerated here from the shared seed).
 //
 //   collective_rank <rank> <world> <seed> <mode>
-//   mode: matrix | large | repeat | invalid | nan
-// Prints "OK <mode>" and exits 0, or prints each mismatch and exits 1.
+//   mode: matrix | large | repeat[:N] | invalid | nan | nan_group | nan_sampled3 | nan_fail |
+//         nan_off_fail | mismatch | abort
+// Prints "OK <mode>" and exits 0, or prints each mismatch and exits 1. With
+// $COLLECTIVE_RANK_HOLD set, a rank prints "HOLDING" once done and waits for that file to
+// exist before it leaves the group (so the daemon can still read its control block).
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -186,6 +191,137 @@ void ReduceScatterOne(commd::Group& g, commd::SymmetricBuffer& in, commd::Symmet
   }
 }
 
+// NaN at [7] and Inf at [8] of rank 1's 64 floats when `plant`; every other value 1.
+void PlantNan(commd::SymmetricBuffer& buf, bool plant) {
+  auto* p = static_cast<float*>(buf.data());
+  for (int i = 0; i < 64; ++i) p[i] = 1.0f;
+  if (plant && g_rank == 1) {
+    p[7] = NAN;
+    p[8] = INFINITY;
+  }
+}
+
+// One all-reduce of 64 floats with NaN/Inf on rank 1 when `plant`: the status, and what this
+// rank and the group found.
+struct NanRun {
+  absl::Status status;
+  uint64_t here = 99;
+  int ranks = 99;
+};
+NanRun RunNan(commd::Group& g, commd::SymmetricBuffer& buf, bool plant,
+              commd::CollectiveOptions o = {}) {
+  PlantNan(buf, plant);
+  NanRun r;
+  o.nonfinite_count = &r.here;
+  o.nonfinite_ranks = &r.ranks;
+  r.status = g.AllReduce(buf, 64, DataType::kFloat32, ReduceOp::kSum, o);
+  return r;
+}
+
+// The group's default check from the daemon's config (on): 5 collectives with NaN on rank 1,
+// then 3 clean ones; every rank sees rank 1's finding.
+void NanGroupDefault(commd::Group& g, commd::SymmetricBuffer& buf) {
+  for (int i = 0; i < 8; ++i) {
+    const NanRun r = RunNan(g, buf, i < 5);
+    Check("nan_group", r.status);
+    const uint64_t here = i < 5 && g_rank == 1 ? 2 : 0;
+    if (r.here != here || r.ranks != (i < 5 ? 1 : 0))
+      Fail("nan_group " + std::to_string(i) + ": here " + std::to_string(r.here) + " ranks " +
+           std::to_string(r.ranks));
+  }
+}
+
+// The group samples every 3rd collective (GroupOptions): 10 of 30 consecutive ones check, on
+// every rank alike.
+void NanSampled(commd::Group& g, commd::SymmetricBuffer& buf) {
+  int hits = 0;
+  for (int i = 0; i < 30; ++i) {
+    const NanRun r = RunNan(g, buf, true);
+    Check("nan_sampled3", r.status);
+    hits += r.ranks != 0;
+  }
+  if (hits != 10) Fail("sampled(3): " + std::to_string(hits) + " checks found NaN of 30");
+}
+
+// Policy FAIL (GroupOptions): DATA_LOSS on every rank naming rank 1; the buffer stays usable;
+// a call that opts out of the check is not failed.
+void NanFail(commd::Group& g, commd::SymmetricBuffer& buf) {
+  const NanRun r = RunNan(g, buf, true);
+  if (r.status.code() != absl::StatusCode::kDataLoss ||
+      r.status.message().find("first rank 1") == absl::string_view::npos ||
+      r.status.message().find("all_reduce seq 1") == absl::string_view::npos)
+    Fail("nan_fail: " + r.status.ToString());
+  else
+    std::printf("rank %d: %s\n", g_rank, r.status.ToString().c_str());
+  const NanRun clean = RunNan(g, buf, false);
+  Check("nan_fail clean", clean.status);
+  if (static_cast<float*>(buf.data())[7] != static_cast<float>(g_world)) Fail("nan_fail sum");
+  commd::CollectiveOptions off;
+  off.nan_check = commd::CollectiveOptions::NanCheck::kOff;
+  Check("nan_fail opted out", RunNan(g, buf, true, off).status);
+}
+
+// Check off and policy FAIL (GroupOptions): NaN goes through unnoticed.
+void NanOffFail(commd::Group& g, commd::SymmetricBuffer& buf) {
+  for (int i = 0; i < 5; ++i) {
+    const NanRun r = RunNan(g, buf, true);
+    Check("nan_off_fail", r.status);
+    if (r.here != 0 || r.ranks != 0) Fail("nan_off_fail found NaN with the check off");
+  }
+}
+
+// Seq 1 agrees; seq 2: rank 0 reduces 100 floats, rank 1 200. Both must fail, naming both.
+void Mismatch(commd::Group& g, commd::SymmetricBuffer& buf) {
+  Check("mismatch seq 1", RunNan(g, buf, false).status);
+  const absl::Status s =
+      g.AllReduce(buf, g_rank == 1 ? 200 : 100, DataType::kFloat32, ReduceOp::kSum);
+  if (s.code() != absl::StatusCode::kInvalidArgument ||
+      s.message().find("rank 0 has 100 x float32") == absl::string_view::npos ||
+      s.message().find("rank 1 has 200 x float32") == absl::string_view::npos)
+    Fail("mismatch: " + s.ToString());
+  else
+    std::printf("rank %d: MISMATCHED %s\n", g_rank, s.ToString().c_str());
+}
+
+// Rank 1 enters an all-reduce that rank 0 never joins; the test aborts the group.
+void AbortWhileWaiting(commd::Group& g, commd::SymmetricBuffer& buf) {
+  if (g_rank != 1) return;
+  std::printf("ENTERING\n");
+  std::fflush(stdout);
+  const absl::Status s = g.AllReduce(buf, 64, DataType::kFloat32, ReduceOp::kSum);
+  if (s.code() != absl::StatusCode::kAborted ||
+      s.message().find("stop the collective test") == absl::string_view::npos)
+    Fail("abort: " + s.ToString());
+  else
+    std::printf("rank %d: %s\n", g_rank, s.ToString().c_str());
+}
+
+// Waits (up to 3 minutes) for $COLLECTIVE_RANK_HOLD to exist, when set.
+void Hold() {
+  const char* path = std::getenv("COLLECTIVE_RANK_HOLD");
+  if (path == nullptr) return;
+  std::printf("rank %d: HOLDING\n", g_rank);
+  std::fflush(stdout);
+  for (int i = 0; i < 3600 && access(path, F_OK) != 0; ++i) usleep(50000);
+}
+
+commd::GroupOptions OptionsFor(const std::string& mode) {
+  commd::GroupOptions o{
+      .name = "c", .rank = g_rank, .world_size = g_world, .timeout = absl::Minutes(2)};
+  using G = commd::GroupOptions;
+  if (mode == "nan_sampled3") {
+    o.nan_check = G::NanCheck::kSampled;
+    o.nan_sample_period = 3;
+  } else if (mode == "nan_fail") {
+    o.nan_check = G::NanCheck::kOn;
+    o.nan_policy = G::NanPolicy::kFail;
+  } else if (mode == "nan_off_fail") {
+    o.nan_check = G::NanCheck::kOff;
+    o.nan_policy = G::NanPolicy::kFail;
+  }
+  return o;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,8 +338,7 @@ int main(int argc, char** argv) {
     std::printf("connect: %s\n", client.status().ToString().c_str());
     return 1;
   }
-  auto group = (*client)->JoinGroup(
-      {.name = "c", .rank = g_rank, .world_size = g_world, .timeout = absl::Minutes(2)});
+  auto group = (*client)->JoinGroup(OptionsFor(mode));
   if (!group.ok()) {
     std::printf("join: %s\n", group.status().ToString().c_str());
     return 1;
@@ -257,8 +392,9 @@ int main(int argc, char** argv) {
     }
     ReduceScatterOne(g, **in, **out, (size_t{1} << 18) + 1, DataType::kFloat32, ReduceOp::kSum);
     AllGatherOne(g, **in, **out, (size_t{1} << 18) + 1, DataType::kInt32);
-  } else if (mode == "repeat") {
-    for (int it = 0; it < 10000 && g_failures == 0; ++it) {
+  } else if (mode.rfind("repeat", 0) == 0) {
+    const int iterations = mode.size() > 7 ? std::atoi(mode.c_str() + 7) : 10000;
+    for (int it = 0; it < iterations && g_failures == 0; ++it) {
       auto* p = static_cast<int32_t*>((*in)->data());
       for (int i = 0; i < 4; ++i) p[i] = g_rank * 1000 + it + i;
       Check("repeat", g.AllReduce(**in, 4, DataType::kInt32, ReduceOp::kSum));
@@ -293,6 +429,16 @@ int main(int argc, char** argv) {
     expect_invalid("sample period", g.AllReduce(**in, 1, DataType::kInt32, ReduceOp::kSum, o),
                    "[1, 1000000]");
     if (static_cast<unsigned char*>((*in)->data())[0] != 7) Fail("invalid call touched the buffer");
+    // Group NaN settings the daemon rejects, naming the value and the allowed ones.
+    commd::GroupOptions bad{.name = "bad", .rank = g_rank, .world_size = g_world};
+    bad.nan_sample_period = 2000000;
+    expect_invalid("group sample period", (*client)->JoinGroup(bad).status(), "1 to 1000000");
+    bad.nan_sample_period = 0;
+    bad.nan_check = static_cast<commd::GroupOptions::NanCheck>(9);
+    expect_invalid("group nan check", (*client)->JoinGroup(bad).status(), "nan check 9");
+    bad.nan_check = commd::GroupOptions::NanCheck::kDefault;
+    bad.nan_policy = static_cast<commd::GroupOptions::NanPolicy>(5);
+    expect_invalid("group nan policy", (*client)->JoinGroup(bad).status(), "2 (fail)");
     // A buffer of another group.
     auto other = (*client)->JoinGroup({.name = "other", .rank = g_rank, .world_size = g_world});
     if (!other.ok()) {
@@ -326,10 +472,23 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 40; ++i) hits += run(sampled) != 0;
     if (g_rank == 0 && hits != 10) Fail("sampled(4): " + std::to_string(hits) + " hits of 40");
     if (g_rank != 0 && hits != 0) Fail("sampled on a clean rank");
+  } else if (mode == "nan_group") {
+    NanGroupDefault(g, **in);
+  } else if (mode == "nan_sampled3") {
+    NanSampled(g, **in);
+  } else if (mode == "nan_fail") {
+    NanFail(g, **in);
+  } else if (mode == "nan_off_fail") {
+    NanOffFail(g, **in);
+  } else if (mode == "mismatch") {
+    Mismatch(g, **in);
+  } else if (mode == "abort") {
+    AbortWhileWaiting(g, **in);
   } else {
     std::printf("unknown mode %s\n", mode.c_str());
     return 2;
   }
+  Hold();
   if (g_failures > 0) return 1;
   std::printf("OK %s\n", mode.c_str());
   return 0;

@@ -1,12 +1,17 @@
 // The SDK's collectives end to end: the real daemon, N real rank processes (collective_rank)
 // and every output checked against a float64 reference from fresh random inputs.
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <fstream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "commd/commd.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/daemon_process.h"
 
 namespace commd::testing {
@@ -20,17 +25,46 @@ class CollectiveTest : public ::testing::TestWithParam<int> {
     daemon_ = std::move(*d);
   }
 
-  // Runs `world` ranks in `mode`; every rank must print "OK <mode>" and exit 0.
-  void Run(int world, const std::string& mode) {
+  // Restarts the daemon with `config`.
+  void Restart(const std::string& config) {
+    daemon_.reset();
+    tmp_config_ = std::make_unique<TempDir>();
+    auto d = StartDaemonWithConfig(*tmp_config_, config);
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = std::move(*d);
+  }
+
+  // Starts `world` ranks in `mode`; with `hold`, each waits once done (printing "HOLDING")
+  // until Finish releases it.
+  std::vector<std::unique_ptr<ChildProcess>> Start(int world, const std::string& mode,
+                                                   bool hold = false) {
     const uint64_t seed = std::random_device{}();
+    seed_ = seed;
     std::vector<std::unique_ptr<ChildProcess>> ranks;
+    std::vector<std::string> env = {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(),
+                                    "COMMD_JOB_ID=job"};
+    if (hold) env.push_back("COLLECTIVE_RANK_HOLD=" + tmp_.Join("release"));
     for (int r = 0; r < world; ++r) {
       auto c = ChildProcess::Start(
           {COLLECTIVE_RANK, std::to_string(r), std::to_string(world), std::to_string(seed), mode},
-          {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job"});
-      ASSERT_TRUE(c.ok()) << c.status();
-      ranks.push_back(std::move(*c));
+          env);
+      EXPECT_TRUE(c.ok()) << c.status();
+      if (c.ok()) ranks.push_back(std::move(*c));
     }
+    return ranks;
+  }
+
+  void WaitForLog(const std::vector<std::unique_ptr<ChildProcess>>& ranks, int r,
+                  const std::string& text) {
+    EXPECT_TRUE(ranks[r]->WaitForLog(text, absl::Seconds(60))) << "rank " << r << ":\n"
+                                                               << ranks[r]->Log();
+  }
+
+  // Releases held ranks; every rank must print "OK <mode>" and exit 0.
+  void Finish(std::vector<std::unique_ptr<ChildProcess>>& ranks, const std::string& mode) {
+    std::ofstream(tmp_.Join("release")) << "go";
+    const uint64_t seed = seed_;
+    const int world = static_cast<int>(ranks.size());
     for (int r = 0; r < world; ++r) {
       auto result = ranks[r]->Wait(absl::Minutes(3));
       ASSERT_TRUE(result.ok()) << "rank " << r << ": " << result.status() << "\n"
@@ -41,7 +75,31 @@ class CollectiveTest : public ::testing::TestWithParam<int> {
     }
   }
 
+  // Runs `world` ranks in `mode`; every rank must print "OK <mode>" and exit 0.
+  void Run(int world, const std::string& mode) {
+    auto ranks = Start(world, mode);
+    Finish(ranks, mode);
+  }
+
+  // Polls the metric until it reaches `want` (the watchdog adds the control blocks' counters
+  // on each poll), then checks it is exactly that.
+  void ExpectMetric(const std::string& key, double want) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (MetricValue(*daemon_, key) < want && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    EXPECT_EQ(MetricValue(*daemon_, key), want) << key;
+  }
+
+  std::unique_ptr<Client> Connect() {
+    auto c = Client::Connect({.runtime_dir = daemon_->runtime_dir(), .job_id = "job"});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
   TempDir tmp_;
+  std::unique_ptr<TempDir> tmp_config_;
+  uint64_t seed_ = 0;
   std::unique_ptr<DaemonProcess> daemon_;
 };
 
@@ -73,6 +131,117 @@ TEST_F(CollectiveTest, InvalidCallsGiveClearErrors) { Run(2, "invalid"); }
 
 // NaN planted on rank 0: found with on, every 4th with sampled(4), ignored with off.
 TEST_F(CollectiveTest, NanCheckModes) { Run(2, "nan"); }
+
+// The group's default check from the config (collectives.nan_check ON): NaN/Inf planted on
+// rank 1 in 5 of 8 all-reduces. Every rank learns of it, the metrics count every rank's
+// checks and the hits, and the dump flags exactly rank 1's 5 entries.
+TEST_F(CollectiveTest, NanGroupDefaultOnCountsChecksAndFlagsTheDump) {
+  Restart("collectives { nan_check: NAN_CHECK_ON }\n");
+  auto ranks = Start(2, "nan_group", /*hold=*/true);
+  for (int r = 0; r < 2; ++r) WaitForLog(ranks, r, "HOLDING");
+  ExpectMetric("commd_nan_checks_total", 16);
+  ExpectMetric("commd_nan_detected_total", 5);
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto dump = client->Dump("c");
+  ASSERT_TRUE(dump.ok()) << dump.status();
+  ASSERT_EQ(dump->files_size(), 2);
+  for (const std::string& file : dump->files()) {
+    std::ifstream in(file);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << file;
+    const nlohmann::json& c = j["commd"];
+    const int rank = c["rank"].get<int>();
+    EXPECT_EQ(c["counters"]["nan_checks"], 8) << file;
+    EXPECT_EQ(c["counters"]["nans_found"], rank == 1 ? 5 : 0) << file;
+    std::vector<uint64_t> flagged;
+    for (const nlohmann::json& e : j["entries"]) {
+      if (e["commd"]["nan_found"].get<bool>()) flagged.push_back(e["collective_seq_id"]);
+    }
+    if (rank == 1) {
+      EXPECT_THAT(flagged, ::testing::ElementsAre(1, 2, 3, 4, 5)) << file;
+    } else {
+      EXPECT_TRUE(flagged.empty()) << file;
+    }
+  }
+  Finish(ranks, "nan_group");
+}
+
+// GroupOptions: sampled every 3rd collective checks 10 of 30 on each rank; the metrics agree.
+TEST_F(CollectiveTest, NanGroupSampledChecksEveryThirdCollective) {
+  auto ranks = Start(2, "nan_sampled3", /*hold=*/true);
+  for (int r = 0; r < 2; ++r) WaitForLog(ranks, r, "HOLDING");
+  ExpectMetric("commd_nan_checks_total", 20);
+  ExpectMetric("commd_nan_detected_total", 10);
+  Finish(ranks, "nan_sampled3");
+}
+
+// Policy FAIL: DATA_LOSS on every rank naming rank 1, the buffer stays usable.
+TEST_F(CollectiveTest, NanPolicyFailGivesDataLossOnEveryRank) { Run(2, "nan_fail"); }
+
+// Check off (even under policy FAIL): NaN goes through, nothing is counted.
+TEST_F(CollectiveTest, NanCheckOffIgnoresNan) {
+  auto ranks = Start(2, "nan_off_fail", /*hold=*/true);
+  for (int r = 0; r < 2; ++r) WaitForLog(ranks, r, "HOLDING");
+  absl::SleepFor(absl::Milliseconds(300));  // a few watchdog polls
+  EXPECT_EQ(MetricValue(*daemon_, "commd_nan_checks_total"), 0);
+  EXPECT_EQ(MetricValue(*daemon_, "commd_nan_detected_total"), 0);
+  Finish(ranks, "nan_off_fail");
+}
+
+// Ranks call all-reduce with 100 and 200 elements: INVALID_ARGUMENT on both, and the
+// watchdog reports a mismatch at that seq (the entries stay incomplete).
+TEST_F(CollectiveTest, MismatchedCountsFailEveryRankAndTheWatchdogSaysMismatch) {
+  auto ranks = Start(2, "mismatch", /*hold=*/true);
+  for (int r = 0; r < 2; ++r) WaitForLog(ranks, r, "MISMATCHED");
+  for (int r = 0; r < 2; ++r) WaitForLog(ranks, r, "HOLDING");
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  nlohmann::json parsed;
+  while (absl::Now() < deadline) {
+    ProcessResult json = RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(),
+                                     "--job", "job", "--json", "health", "--group", "c"});
+    parsed = nlohmann::json::parse(json.output, nullptr, false);
+    if (json.exit_code == 0 && !parsed.is_discarded() && parsed.contains("groups") &&
+        !parsed["groups"].empty() && parsed["groups"][0].contains("last_diagnosis")) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_FALSE(parsed.is_discarded());
+  const nlohmann::json& d = parsed["groups"][0]["last_diagnosis"];
+  EXPECT_EQ(d["kind"], "MISMATCH") << parsed.dump();
+  EXPECT_TRUE(d["seq"] == "2" || d["seq"] == 2) << parsed.dump();
+  Finish(ranks, "mismatch");
+}
+
+// Rank 1 waits in an all-reduce that rank 0 never enters; commctl abort ends the wait with
+// ABORTED and the reason.
+TEST_F(CollectiveTest, AbortEndsACollectiveWaitWithTheReason) {
+  auto ranks = Start(2, "abort", /*hold=*/true);
+  WaitForLog(ranks, 0, "HOLDING");
+  WaitForLog(ranks, 1, "ENTERING");
+  ProcessResult abort =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job", "job", "abort",
+                  "--group", "c", "--reason", "stop the collective test"});
+  EXPECT_EQ(abort.exit_code, 0) << abort.output;
+  WaitForLog(ranks, 1, "ABORTED: group c aborted: stop the collective test");
+  Finish(ranks, "abort");
+}
+
+// More ranks than cores: 8 ranks on this machine's cores, 2,000 exact int all-reduces.
+TEST_F(CollectiveTest, EightRanksRepeatAllReducesExact) {
+  rusage before{}, after{};
+  getrusage(RUSAGE_CHILDREN, &before);
+  const absl::Time start = absl::Now();
+  Run(8, "repeat:2000");
+  getrusage(RUSAGE_CHILDREN, &after);
+  const double cpu = (after.ru_utime.tv_sec - before.ru_utime.tv_sec) +
+                     (after.ru_utime.tv_usec - before.ru_utime.tv_usec) / 1e6 +
+                     (after.ru_stime.tv_sec - before.ru_stime.tv_sec) +
+                     (after.ru_stime.tv_usec - before.ru_stime.tv_usec) / 1e6;
+  std::printf("2,000 all-reduces, 8 ranks on %ld CPU(s): wall %.2f s, rank CPU %.2f s\n",
+              sysconf(_SC_NPROCESSORS_ONLN), absl::ToDoubleSeconds(absl::Now() - start), cpu);
+}
 
 }  // namespace
 }  // namespace commd::testing

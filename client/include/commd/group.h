@@ -42,6 +42,16 @@ struct GroupOptions {
   // kDefault: the daemon's config (watchdog.policy).
   enum class WatchdogPolicy { kDefault, kReport, kNotify, kTerminate };
   WatchdogPolicy watchdog_policy = WatchdogPolicy::kDefault;
+  // The group's NaN/Inf check of collective inputs (a call's CollectiveOptions may override
+  // it) and what a finding does; the first rank to join decides. kDefault / 0: the daemon's
+  // config (collectives.nan_check, .nan_sample_period, .nan_policy).
+  enum class NanCheck { kDefault, kOff, kOn, kSampled };
+  NanCheck nan_check = NanCheck::kDefault;
+  uint32_t nan_sample_period = 0;  // for kSampled: 1 to 1000000; 0: the daemon's
+  // kReport: count the finding (commd_nan_detected_total) and flag the flight-recorder entry.
+  // kFail: also fail the collective on every rank with DATA_LOSS naming the rank(s).
+  enum class NanPolicy { kDefault, kReport, kFail };
+  NanPolicy nan_policy = NanPolicy::kDefault;
 };
 
 // Per-call options of Group's collectives.
@@ -51,13 +61,18 @@ struct CollectiveOptions {
   // twice the group's timeout (the watchdog acts on a collective pending past the group's
   // timeout; this is the rank's own backstop). Negative: INVALID_ARGUMENT.
   absl::Duration timeout = absl::ZeroDuration();
-  // NaN/Inf check of this rank's input (floating-point types): off, on, or on every
-  // nan_sample_period-th collective of the group (by its collective sequence number).
-  enum class NanCheck { kOff, kOn, kSampled };
-  NanCheck nan_check = NanCheck::kOff;
+  // NaN/Inf check of this rank's input (floating-point types): the group's setting
+  // (GroupOptions::nan_check, else the daemon's config), off, on, or on every
+  // nan_sample_period-th collective of the group (by its collective sequence number). The
+  // group's policy decides what a finding on any rank does (GroupOptions::nan_policy).
+  enum class NanCheck { kOff, kOn, kSampled, kDefault };
+  NanCheck nan_check = NanCheck::kDefault;
   uint32_t nan_sample_period = 100;  // for kSampled; 1 to 1000000
   // When set, receives the NaN/Inf count found in this rank's input (0 when not checked).
   uint64_t* nonfinite_count = nullptr;
+  // When set, receives how many ranks found NaN/Inf in their input in this collective (the
+  // same on every rank; ranks that did not check count as clean).
+  int* nonfinite_ranks = nullptr;
 };
 
 // One tensor of a coalesced collective: `count` elements at byte `offset` of the buffers.
@@ -117,9 +132,13 @@ class COMMD_API Group {
   // count elements and writes world_size * count to `out` (rank-major); ReduceScatter reads
   // world_size * count from `in` and writes this rank's reduced chunk of count to `out`.
   // INVALID_ARGUMENT (nothing touched) for a size beyond a buffer, a buffer of another
-  // group, or `in` == `out`; ABORTED once the group is aborted; DEADLINE_EXCEEDED after
-  // CollectiveOptions::timeout (default twice the group's timeout). Waits sleep (futex) and keep
-  // this rank's heartbeat fresh. Each records one flight-recorder entry.
+  // group, or `in` == `out`; INVALID_ARGUMENT on every rank, naming the ranks and their
+  // calls, when ranks call with different counts, types, ops or collectives (the entry stays
+  // incomplete, so the watchdog reports a mismatch; the buffers stay usable); DATA_LOSS on
+  // every rank when the group's policy is kFail and a NaN/Inf check found one in some rank's
+  // input; ABORTED once the group is aborted; DEADLINE_EXCEEDED after
+  // CollectiveOptions::timeout (default twice the group's timeout). Waits sleep (futex) and
+  // keep this rank's heartbeat fresh. Each records one flight-recorder entry.
   absl::Status Barrier();
   absl::Status AllReduce(SymmetricBuffer& buf, size_t count, DataType dtype, ReduceOp op,
                          const CollectiveOptions& options = {});

@@ -1,0 +1,45 @@
+// Internal to the SDK: what a Group holds (group.cc manages it; collectives.cc reads the
+// group's collective settings and its recorder's ring writer).
+#ifndef COMMD_CLIENT_SRC_GROUP_STATE_H_
+#define COMMD_CLIENT_SRC_GROUP_STATE_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/src/client_impl.h"
+#include "client/src/recorder_impl.h"
+#include "commd/group.h"
+#include "commd/v1/groups.pb.h"
+
+namespace commd {
+
+struct Group::State {
+  std::shared_ptr<Client::Impl> client;
+  v1::JoinGroupResponse joined;
+  GroupOptions options;
+  std::vector<int64_t> pids;
+  std::unique_ptr<Mapping> control_block;
+  std::unique_ptr<Recorder> recorder;
+  Recorder::Impl* recorder_impl = nullptr;  // recorder's, for what the public API lacks
+  // Abort callback: `hook` is registered with the client's event thread under the group's name.
+  std::function<void(const std::string&)> hook;
+  absl::Mutex callback_mu;
+  std::function<void(const absl::Status&)> callback ABSL_GUARDED_BY(callback_mu);
+  std::atomic<bool> callback_ran{false};
+  void RunCallbackOnce(const std::string& reason) {
+    absl::MutexLock lock(&callback_mu);
+    if (!callback || callback_ran.exchange(true)) return;
+    callback(absl::AbortedError(absl::StrCat("group ", joined.name(), " aborted: ", reason)));
+  }
+};
+
+}  // namespace commd
+
+#endif  // COMMD_CLIENT_SRC_GROUP_STATE_H_

@@ -1,0 +1,150 @@
+#include "kernels/host/call_check.h"
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/signal_layout.h"
+
+namespace commd::kernels {
+namespace {
+
+constexpr uint32_t kFnvPrime = 16777619u;
+constexpr uint32_t kFnvBasis = 2166136261u;
+constexpr uint32_t kNanBit = 1;
+constexpr size_t kMaxDescribedCalls = 8;  // distinct calls named in a mismatch error
+
+uint32_t Mix(uint32_t h, uint64_t v) {
+  for (int i = 0; i < 8; ++i) {
+    h ^= static_cast<uint32_t>(v >> (8 * i)) & 0xFF;
+    h *= kFnvPrime;
+  }
+  return h;
+}
+
+uint32_t Saturate32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v); }
+
+uint32_t Load(const HostCommView& view, int pad_rank, int channel) {
+  return std::atomic_ref<uint32_t>(view.pads[pad_rank][PadSlot(channel, pad_rank, view.world_size)])
+      .load(std::memory_order_relaxed);
+}
+
+void StoreOwn(const HostCommView& view, int channel, uint32_t value) {
+  std::atomic_ref<uint32_t>(view.pads[view.rank][PadSlot(channel, view.rank, view.world_size)])
+      .store(value, std::memory_order_relaxed);
+}
+
+// "100 x float32 (one_shot, sum)", "3 tensors, the first 100 x float32 (sum)", with the
+// collective's name in front when it is not `kind`.
+std::string DescribeCall(CollectiveKind kind, uint32_t count, uint32_t shape) {
+  const auto other = static_cast<CollectiveKind>(shape & 0xF);
+  const auto op = static_cast<ReduceOp>((shape >> 4) & 0xF);
+  const auto algorithm = static_cast<Algorithm>((shape >> 8) & 0xF);
+  const auto dtype = static_cast<DataType>((shape >> 12) & 0xF);
+  const uint32_t tensors = shape >> 16;
+  std::string out;
+  if (other != kind) absl::StrAppend(&out, CollectiveName(other), " of ");
+  if (tensors != 1) absl::StrAppend(&out, tensors, " tensors, the first ");
+  absl::StrAppend(&out, count == UINT32_MAX ? ">= 4294967295" : absl::StrCat(count), " x ",
+                  DataTypeName(dtype));
+  if (other == CollectiveKind::kAllReduce) {
+    absl::StrAppend(&out, " (", AlgorithmName(algorithm), ", ", ReduceOpName(op), ")");
+  } else if (other == CollectiveKind::kReduceScatter) {
+    absl::StrAppend(&out, " (", ReduceOpName(op), ")");
+  }
+  return out;
+}
+
+// Cold path: names every distinct call and the ranks that made it.
+absl::Status MismatchError(const HostCommView& view, CollectiveKind kind,
+                           const std::vector<uint32_t>& hashes) {
+  std::vector<uint32_t> distinct;
+  for (uint32_t h : hashes) {
+    if (std::find(distinct.begin(), distinct.end(), h) == distinct.end()) distinct.push_back(h);
+  }
+  std::vector<std::string> parts;
+  std::vector<std::string> descriptions;
+  for (size_t i = 0; i < distinct.size() && i < kMaxDescribedCalls; ++i) {
+    std::vector<int> ranks;
+    for (int p = 0; p < view.world_size; ++p) {
+      if (hashes[p] == distinct[i]) ranks.push_back(p);
+    }
+    std::string d = DescribeCall(kind, Load(view, ranks[0], kHostCountChannel),
+                                 Load(view, ranks[0], kHostShapeChannel));
+    // Calls that differ only in later tensors look alike: tell them apart by their hash.
+    if (std::find(descriptions.begin(), descriptions.end(), d) != descriptions.end() ||
+        (Load(view, ranks[0], kHostShapeChannel) >> 16) > 1) {
+      absl::StrAppend(&d, " [call hash 0x", absl::Hex(distinct[i]), "]");
+    }
+    descriptions.push_back(d);
+    parts.push_back(absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(ranks, ", "),
+                                 ranks.size() == 1 ? " has " : " have ", d));
+  }
+  if (distinct.size() > kMaxDescribedCalls) {
+    parts.push_back(absl::StrCat(distinct.size() - kMaxDescribedCalls, " more distinct calls"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(CollectiveName(kind), " on rank ", view.rank, ": ranks disagree on the call: ",
+                   absl::StrJoin(parts, "; "), "; allowed: the same call on every rank"));
+}
+
+}  // namespace
+
+CallWords MakeCallWords(CollectiveKind kind, ReduceOp op, Algorithm algorithm,
+                        absl::Span<const TensorArgs> tensors, uint64_t nonfinite) {
+  uint32_t h = kFnvBasis;
+  h = Mix(h, static_cast<uint64_t>(kind));
+  h = Mix(h, static_cast<uint64_t>(op));
+  h = Mix(h, static_cast<uint64_t>(algorithm));
+  h = Mix(h, tensors.size());
+  for (const TensorArgs& t : tensors) {
+    h = Mix(h, t.count);
+    h = Mix(h, static_cast<uint64_t>(t.dtype));
+  }
+  CallWords w;
+  w.call = (h << 1) | (nonfinite > 0 ? kNanBit : 0);
+  w.nan_count = Saturate32(nonfinite);
+  w.count = tensors.empty() ? 0 : Saturate32(tensors[0].count);
+  const uint32_t dtype = tensors.empty() ? 0 : static_cast<uint32_t>(tensors[0].dtype) & 0xF;
+  w.shape = (static_cast<uint32_t>(kind) & 0xF) | (static_cast<uint32_t>(op) & 0xF) << 4 |
+            (static_cast<uint32_t>(algorithm) & 0xF) << 8 | dtype << 12 |
+            std::min<uint32_t>(Saturate32(tensors.size()), 0xFFFF) << 16;
+  return w;
+}
+
+void PublishCall(const HostCommView& view, const CallWords& words) {
+  StoreOwn(view, kHostCallChannel, words.call);
+  StoreOwn(view, kHostNanCountChannel, words.nan_count);
+  StoreOwn(view, kHostCountChannel, words.count);
+  StoreOwn(view, kHostShapeChannel, words.shape);
+}
+
+absl::Status CheckCalls(const HostCommView& view, CollectiveKind kind, CollectiveResult* result) {
+  // The hot path: one load per rank. The slots stay put until the closing barrier, so the
+  // cold paths below read them again.
+  const uint32_t first = Load(view, 0, kHostCallChannel) >> 1;
+  uint32_t differ = 0;
+  uint32_t nan = 0;
+  for (int p = 0; p < view.world_size; ++p) {
+    const uint32_t w = Load(view, p, kHostCallChannel);
+    differ |= (w >> 1) ^ first;
+    nan |= w & kNanBit;
+  }
+  if (differ != 0) {
+    std::vector<uint32_t> hashes(view.world_size);
+    for (int p = 0; p < view.world_size; ++p) hashes[p] = Load(view, p, kHostCallChannel) >> 1;
+    return MismatchError(view, kind, hashes);
+  }
+  if (result == nullptr || nan == 0) return absl::OkStatus();
+  for (int p = 0; p < view.world_size; ++p) {
+    if ((Load(view, p, kHostCallChannel) & kNanBit) == 0) continue;
+    if (result->nonfinite_ranks++ == 0) result->first_nonfinite_rank = p;
+    result->group_nonfinite_count += Load(view, p, kHostNanCountChannel);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace commd::kernels

@@ -1,0 +1,159 @@
+// The per-call check of the CPU collectives with real processes: ranks that disagree on the
+// call all fail with INVALID_ARGUMENT and the allocation stays usable; the NaN/Inf finding of
+// one rank reaches every rank.
+#include "kernels/host/call_check.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "gtest/gtest.h"
+#include "kernels/host/collectives.h"
+#include "kernels/host/test_support.h"
+
+namespace commd::kernels {
+namespace {
+
+using testing::CheckReduced;
+using testing::FillInputs;
+using testing::MappedView;
+using testing::RunRanks;
+using testing::SplitMix64;
+using testing::SymmetricHostMemory;
+
+// A correct all-reduce of `count` int32 (exact) on the allocation, checked.
+absl::Status ExactAllReduce(MappedView& mv, uint64_t seed, size_t count, Algorithm algorithm) {
+  std::vector<std::byte> in(count * 4), out(count * 4);
+  FillInputs(DataType::kInt32, seed, mv.view().rank, 0, count, in.data());
+  RETURN_IF_ERROR(AllReduce(mv.view(), in.data(), out.data(), count, DataType::kInt32,
+                            ReduceOp::kSum, algorithm, NanCheck::kOff, nullptr));
+  return CheckReduced(DataType::kInt32, ReduceOp::kSum, seed, mv.view().world_size, out.data(), 0,
+                      count, "all_reduce after the mismatch");
+}
+
+// The message must name the ranks and their counts.
+absl::Status ExpectMismatch(const absl::Status& s, const std::vector<std::string>& needles) {
+  if (s.code() != absl::StatusCode::kInvalidArgument) {
+    return absl::InternalError(absl::StrCat("want INVALID_ARGUMENT, got ", s.ToString()));
+  }
+  for (const std::string& n : needles) {
+    if (!absl::StrContains(s.message(), n)) {
+      return absl::InternalError(absl::StrCat("'", n, "' missing from: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+class MismatchTest : public ::testing::TestWithParam<int> {};
+
+// Rank r calls with 100 + 100 * (r == last) elements, in both algorithms and for every kind;
+// then a correct all-reduce on the same allocation must be exact.
+TEST_P(MismatchTest, EveryRankFailsAndTheAllocationStaysUsable) {
+  const int world = GetParam();
+  const uint64_t seed = SplitMix64(testing::RunSeed() ^ 0x5151);
+  auto mem = SymmetricHostMemory::Create(world, 1 << 16);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  const auto outcomes = RunRanks(world, [&](int rank) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(auto mv, MappedView::Map(*mem, rank, nullptr, absl::Now() + absl::Minutes(1)));
+    const HostCommView& v = mv->view();
+    const size_t count = rank == world - 1 ? 200 : 100;
+    const std::string odd = absl::StrCat("rank ", world - 1, " has 200 x float32");
+    const std::string even = world == 2 ? "rank 0 has 100 x float32" : "ranks 0, 1 have 100";
+    std::vector<float> in(count * world, 1.0f), out(count * world);
+    for (Algorithm a : {Algorithm::kOneShot, Algorithm::kTwoShot}) {
+      RETURN_IF_ERROR(ExpectMismatch(AllReduce(v, in.data(), out.data(), count, DataType::kFloat32,
+                                               ReduceOp::kSum, a, NanCheck::kOn, nullptr),
+                                     {"all_reduce", "disagree", even, odd, AlgorithmName(a)}));
+      RETURN_IF_ERROR(ExactAllReduce(*mv, SplitMix64(seed + static_cast<int>(a)), 37, a));
+    }
+    RETURN_IF_ERROR(ExpectMismatch(
+        AllGather(v, in.data(), out.data(), count, DataType::kFloat32, NanCheck::kOff, nullptr),
+        {"all_gather", even, odd}));
+    RETURN_IF_ERROR(
+        ExpectMismatch(ReduceScatter(v, in.data(), out.data(), count, DataType::kFloat32,
+                                     ReduceOp::kMax, NanCheck::kOff, nullptr),
+                       {"reduce_scatter", even, odd, "(max)"}));
+    // Another type on one rank, same count.
+    const DataType t = rank == 0 ? DataType::kInt32 : DataType::kFloat32;
+    RETURN_IF_ERROR(ExpectMismatch(AllReduce(v, in.data(), out.data(), 100, t, ReduceOp::kSum,
+                                             Algorithm::kOneShot, NanCheck::kOff, nullptr),
+                                   {"rank 0 has 100 x int32", "100 x float32"}));
+    RETURN_IF_ERROR(ExactAllReduce(*mv, SplitMix64(seed + 7), 1000, Algorithm::kTwoShot));
+    RETURN_IF_ERROR(ExactAllReduce(*mv, SplitMix64(seed + 8), 3, Algorithm::kOneShot));
+    return std::string("ok");
+  });
+  testing::ExpectAllOk(outcomes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, MismatchTest, ::testing::Values(2, 3));
+
+// Coalesced calls that differ only in a later tensor are told apart too.
+TEST(MismatchTest, CoalescedLaterTensorDiffers) {
+  auto mem = SymmetricHostMemory::Create(2, 1 << 16);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  const auto outcomes = RunRanks(2, [&](int rank) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(auto mv, MappedView::Map(*mem, rank, nullptr, absl::Now() + absl::Minutes(1)));
+    std::vector<int32_t> a(16, 1), b(16, 2), oa(16), ob(16);
+    const TensorArgs ts[] = {{a.data(), oa.data(), 16, DataType::kInt32},
+                             {b.data(), ob.data(), rank == 1 ? 9u : 8u, DataType::kInt32}};
+    RETURN_IF_ERROR(
+        ExpectMismatch(AllReduceCoalesced(mv->view(), ts, ReduceOp::kSum, Algorithm::kOneShot,
+                                          NanCheck::kOff, nullptr),
+                       {"rank 0 has 2 tensors, the first 16 x int32", "rank 1 has", "call hash"}));
+    RETURN_IF_ERROR(ExactAllReduce(*mv, 99, 5, Algorithm::kOneShot));
+    return std::string("ok");
+  });
+  testing::ExpectAllOk(outcomes);
+}
+
+class NanFindingTest : public ::testing::TestWithParam<int> {};
+
+// NaN and Inf planted on the last rank only: every rank's result names that rank, with the
+// count, for both algorithms; ranks that do not check (kOff) report a clean group.
+TEST_P(NanFindingTest, EveryRankNamesTheRankWithNan) {
+  const int world = GetParam();
+  auto mem = SymmetricHostMemory::Create(world, 1 << 16);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  const auto outcomes = RunRanks(world, [&](int rank) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(auto mv, MappedView::Map(*mem, rank, nullptr, absl::Now() + absl::Minutes(1)));
+    const int bad = world - 1;
+    for (Algorithm a : {Algorithm::kOneShot, Algorithm::kTwoShot}) {
+      std::vector<float> in(64, 1.0f), out(64);
+      if (rank == bad) {
+        in[3] = std::numeric_limits<float>::quiet_NaN();
+        in[9] = std::numeric_limits<float>::infinity();
+        in[10] = std::numeric_limits<float>::quiet_NaN();
+      }
+      CollectiveResult r;
+      RETURN_IF_ERROR(AllReduce(mv->view(), in.data(), out.data(), 64, DataType::kFloat32,
+                                ReduceOp::kSum, a, NanCheck::kOn, &r));
+      const uint64_t here = rank == bad ? 3 : 0;
+      if (r.nonfinite_count != here || r.nonfinite_ranks != 1 || r.first_nonfinite_rank != bad ||
+          r.group_nonfinite_count != 3) {
+        return absl::InternalError(absl::StrCat(
+            AlgorithmName(a), ": got count ", r.nonfinite_count, " ranks ", r.nonfinite_ranks,
+            " first ", r.first_nonfinite_rank, " group ", r.group_nonfinite_count));
+      }
+      if (out[0] != static_cast<float>(world) || !std::isnan(out[3])) {
+        return absl::InternalError(absl::StrCat("wrong sums ", out[0], " ", out[3]));
+      }
+      RETURN_IF_ERROR(AllReduce(mv->view(), in.data(), out.data(), 64, DataType::kFloat32,
+                                ReduceOp::kSum, a, NanCheck::kOff, &r));
+      if (r.nonfinite_ranks != 0 || r.first_nonfinite_rank != -1) {
+        return absl::InternalError(
+            absl::StrCat("unchecked call reported rank ", r.first_nonfinite_rank));
+      }
+    }
+    return std::string("ok");
+  });
+  testing::ExpectAllOk(outcomes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, NanFindingTest, ::testing::Values(1, 2, 3));
+
+}  // namespace
+}  // namespace commd::kernels
