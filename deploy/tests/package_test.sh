@@ -4,7 +4,7 @@
 # as a trainer uses it: a small program built against the unpacked tree with
 # find_package(commd) and with pkg-config, run against the unpacked commd daemon.
 # Usage: package_test.sh BUILD_DIR CPACK VERSION
-set -euo pipefail
+set -euo pipefail  # so pipelines end in a plain grep, never grep -q (SIGPIPE would fail them)
 build=$1
 cpack=$2
 version=$3
@@ -41,13 +41,13 @@ for f in usr/bin/commd usr/bin/commctl usr/$libdir/libcommd_client.so usr/$libdi
   [ -e "$root/$f" ] || fail "package lacks /$f"
 done
 [ "$(ls "$root"/usr/share/commd/dashboards/*.json | wc -l)" -ge 2 ] || fail "package lacks the dashboards"
-if find "$root" -name '*.grpc.pb.h' | grep -q .; then fail "package carries gRPC stub headers"; fi
-if find "$root" -path '*include*' -name '*.h' | xargs grep -l '"common/\|"daemon/' | grep -q .; then
+if find "$root" -name '*.grpc.pb.h' | grep . >/dev/null; then fail "package carries gRPC stub headers"; fi
+if find "$root" -path '*include*' -name '*.h' | xargs grep -l '"common/\|"daemon/' | grep . >/dev/null; then
   fail "an installed header includes a private one"
 fi
 cmp -s "$root/etc/commd/commd.textproto" "$(dirname "$0")/../commd.textproto" ||
   fail "/etc/commd/commd.textproto is not deploy/commd.textproto"
-file "$root/usr/bin/commd" | grep -q 'not stripped' && fail "commd is not stripped"
+file "$root/usr/bin/commd" | grep 'not stripped' >/dev/null && fail "commd is not stripped"
 
 # Control data and maintainer scripts: the config is a conffile, the group is created, and
 # nothing is enabled or started.
@@ -81,7 +81,7 @@ PATH="$tmp/fakebin:$PATH" sh "$tmp/control/postrm" remove || fail "postrm remove
 if grep -Eq 'systemctl.*(enable|start|restart)' "$tmp/calls"; then
   fail "a maintainer script enabled or started commd: $(cat "$tmp/calls")"
 fi
-"$root/usr/bin/commd" --version | grep -q "$version" || fail "commd --version does not say $version"
+"$root/usr/bin/commd" --version | grep "$version" >/dev/null || fail "commd --version does not say $version"
 
 # A trainer's build against the unpacked SDK.
 mkdir -p "$tmp/app"
@@ -106,9 +106,9 @@ int main() {
 CC
 cmake -S "$tmp/app" -B "$tmp/app/build" -G Ninja -DCMAKE_PREFIX_PATH="$root/usr" >"$tmp/app.log" 2>&1 &&
   cmake --build "$tmp/app/build" >>"$tmp/app.log" 2>&1 || { cat "$tmp/app.log"; fail "find_package(commd) build failed"; }
-ldd "$tmp/app/build/consumer" | grep -q "$root/usr/$libdir/libcommd_client.so.0" ||
+ldd "$tmp/app/build/consumer" | grep "$root/usr/$libdir/libcommd_client.so.0" >/dev/null ||
   { ldd "$tmp/app/build/consumer"; fail "consumer does not load the unpacked libcommd_client"; }
-PKG_CONFIG_PATH="$root/usr/$libdir/pkgconfig" pkg-config --modversion commd | grep -qx "$version" ||
+PKG_CONFIG_PATH="$root/usr/$libdir/pkgconfig" pkg-config --modversion commd | grep -x "$version" >/dev/null ||
   fail "pkg-config commd --modversion is not $version"
 # shellcheck disable=SC2046
 c++ -o "$tmp/app/consumer_pc" "$tmp/app/main.cc" $(PKG_CONFIG_PATH="$root/usr/$libdir/pkgconfig" pkg-config --cflags --libs commd) \
@@ -125,6 +125,6 @@ for app in consumer consumer_pc; do
   out=$(COMMD_RUNTIME_DIR="$tmp/run" "$bin" 2>&1) || fail "$app: $out"
   [ "$out" = "connected to commd $version" ] || fail "$app printed: $out"
 done
-"$root/usr/bin/commctl" --runtime-dir "$tmp/run" status | grep -q "$version" || fail "unpacked commctl status"
+"$root/usr/bin/commctl" --runtime-dir "$tmp/run" status | grep "$version" >/dev/null || fail "unpacked commctl status"
 kill "$daemon_pid"; wait "$daemon_pid" || fail "commd did not exit 0 on SIGTERM"; daemon_pid=""
 echo "package ok"
