@@ -17,8 +17,9 @@ namespace commd::kernels {
 
 struct AllReduceThresholds {
   // One-shot while each rank would read at most this much (bytes x world size); beyond it
-  // the read traffic of one-shot grows with the world and two-shot wins.
-  size_t one_shot_max_read_bytes = size_t{1} << 20;
+  // the read traffic of one-shot grows with the world and two-shot wins. The default is the
+  // daemon's (collectives.one_shot_max_read_bytes), from the crossover measured on the host.
+  size_t one_shot_max_read_bytes = size_t{4} << 10;
 };
 
 // One-shot for a world of one, for fewer elements than ranks (two-shot chunks would be

@@ -37,7 +37,7 @@ TEST(ConfigTest, EmbeddedDefaultsParseValidateAndSetEveryField) {
 // kernels::AllReduceThresholds, no NaN check, report only.
 TEST(ConfigTest, CollectivesDefaultsAndOverrides) {
   const v1::CollectivesConfig d = DefaultConfig().collectives();
-  EXPECT_EQ(d.one_shot_max_read_bytes(), 1048576u);
+  EXPECT_EQ(d.one_shot_max_read_bytes(), 4096u);
   EXPECT_EQ(d.nan_check(), v1::NAN_CHECK_OFF);
   EXPECT_EQ(d.nan_sample_period(), 100u);
   EXPECT_EQ(d.nan_policy(), v1::NAN_POLICY_REPORT);

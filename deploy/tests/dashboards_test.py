@@ -318,9 +318,9 @@ def run_with_servers(args, src, tmp, prom_bin, dashboards):
     print("alerts firing:", sorted(now))
 
 
-# CommdNaNDetected joins once the trainer runs Group::AllReduce, whose fused check feeds
-# commd_nan_detected_total; the trainer's own all-reduce cannot (examples/trainer.cc).
-EXPECTED_ALERTS = {"CommdHangDetected", "CommdGroupAborted"}
+# The trainer's Group::AllReduce runs the fused NaN check, so dp's injected NaN reaches
+# commd_nan_detected_total and CommdNaNDetected fires.
+EXPECTED_ALERTS = {"CommdHangDetected", "CommdGroupAborted", "CommdNaNDetected"}
 
 DAEMON_CONFIG = """
 # Defaults: policy REPORT, so the hung groups stay hung for the dashboards (pp is aborted by
