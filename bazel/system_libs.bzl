@@ -22,6 +22,9 @@ _LIBRARIES = {
     "gtest": ["gtest"],
     "gtest_main": ["gtest_main"],
     "hwloc": ["hwloc"],
+    # Open MPI's C API for bench/mpi_allreduce; its headers come through Debian's
+    # /usr/include/x86_64-linux-gnu/mpi alternative (see bench/BUILD.bazel).
+    "mpi": ["mpi"],
     "libsystemd": ["libsystemd"],
     "nlohmann_json": ["nlohmann_json"],
     "prometheus-cpp-core": ["prometheus-cpp-core"],

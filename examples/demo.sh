@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 commd=$build/daemon/commd
 commctl=$build/tools/commctl/commctl
-trainer=$build/examples/trainer
+trainer=${TRAINER:-$build/examples/trainer}
 for b in "$commd" "$commctl" "$trainer"; do
   [ -x "$b" ] || { echo "missing $b: build first (scripts/build)"; exit 1; }
 done

@@ -2,9 +2,9 @@
 # Runs examples/demo.sh on a build dir and checks that it shows what the README promises: the
 # watchdog's diagnosis naming the hung rank in `commctl health` and in the dump, and the hang
 # in the metrics.
-# Usage: demo_test.sh BUILD_DIR
+# Usage: demo_test.sh BUILD_DIR [TRAINER] (TRAINER: default BUILD_DIR/examples/trainer)
 set -euo pipefail
-out=$(BUILD_DIR=$1 "$(dirname "$0")/demo.sh" 2>&1) || { echo "$out"; echo "FAIL: demo.sh failed"; exit 1; }
+out=$(BUILD_DIR=$1 TRAINER=${2:-$1/examples/trainer} "$(dirname "$0")/demo.sh" 2>&1) || { echo "$out"; echo "FAIL: demo.sh failed"; exit 1; }
 fail() { echo "$out"; echo "FAIL: $*"; exit 1; }
 grep -Eq '^demo +dp +hung +report +lagging: group dp: rank\(s\) \[2\] never entered' <<<"$out" ||
   fail "commctl health does not show dp hung with rank 2 behind"
