@@ -226,15 +226,15 @@ void CountInvalid(InvalidReason reason, RingSnapshot* s) {
   ++s->invalid_by_reason[size_t(reason)];
 }
 
-// Validates and decodes one settled copy; valid entries at or after `from` are kept.
+// Validates and decodes one settled copy; valid entries in [from, end) are kept.
 void TakeEntry(const char* base, const RingEntry& copy, uint32_t slot, uint32_t mask, uint64_t next,
-               uint64_t from, int max_tries, RingSnapshot* s) {
+               uint64_t from, uint64_t end, int max_tries, RingSnapshot* s) {
   RecordedEntry e;
   if (auto bad = DecodeEntry(copy, slot, mask, next, s->world_size, &e)) {
     CountInvalid(*bad, s);
     return;
   }
-  if (e.record_id < from) return;
+  if (e.record_id < from || e.record_id >= end) return;
   ReadDiscovery(base, mask, max_tries, &e);
   s->entries.push_back(std::move(e));
 }
@@ -256,9 +256,11 @@ void ReadRing(const char* base, const RingReadOptions& options, RingSnapshot* s)
     first_slot = static_cast<uint32_t>((next - span) & mask);
   }
   s->entries.reserve(std::min<uint64_t>(span, next));
-  // Entries are decoded as they are copied, against the `next` read before the scan. Only a
-  // record id beyond that bound waits (the writer lapped us meanwhile) for the next_record_id
-  // read after the scan.
+  // The snapshot holds the records begun before the scan, [.., next): one begun while we
+  // read (the writer runs on) is left out, so that a dump is a prefix of the rank's history
+  // in which every entry but the newest had finished when the newest began. Entries are
+  // validated as they are copied, against `next`; only a record id beyond that bound waits
+  // for the next_record_id read after the scan (the writer may have lapped us).
   std::vector<std::pair<uint32_t, RingEntry>> late;
   RingEntry copy;
   for (uint64_t k = 0; k < span; ++k) {
@@ -280,22 +282,22 @@ void ReadRing(const char* base, const RingReadOptions& options, RingSnapshot* s)
       late.emplace_back(slot, copy);
       continue;
     }
-    TakeEntry(base, copy, slot, mask, next, from, options.max_tries, s);
+    TakeEntry(base, copy, slot, mask, next, from, next, options.max_tries, s);
   }
-  s->next_record_id = LoadRelaxed(
+  const uint64_t final_next = LoadRelaxed(
       &reinterpret_cast<const ControlBlockRingState*>(base + kRingStateOffset)->next_record_id);
   for (const auto& [slot, c] : late) {
-    TakeEntry(base, c, slot, mask, s->next_record_id, from, options.max_tries, s);
+    TakeEntry(base, c, slot, mask, final_next, from, next, options.max_tries, s);
   }
   // Only a block whose next_record_id went backwards (never an honest writer) can leave
   // entries beyond the final bound; they are dropped as record-id errors.
-  const uint64_t bound = s->next_record_id + capacity;
-  if (s->next_record_id < next || bound < s->next_record_id) {
+  const uint64_t bound = final_next + capacity;
+  if (final_next < next || bound < final_next) {
     const size_t before = s->entries.size();
     std::erase_if(s->entries, [&](const RecordedEntry& e) { return e.record_id >= bound; });
     for (size_t i = s->entries.size(); i < before; ++i) CountInvalid(InvalidReason::kRecordId, s);
   }
-  // Already in order unless the writer wrapped while we read.
+  // In order already, but for a block whose words changed under us.
   auto by_id = [](const RecordedEntry& a, const RecordedEntry& b) {
     return a.record_id < b.record_id;
   };
