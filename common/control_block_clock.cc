@@ -49,16 +49,31 @@ class TscClock final : public RecorderClock {
       Reanchor();
       delta = 0;
     }
-    return anchor_ns_ + uint64_t((unsigned __int128)delta * mult_ >> 32);
+    // Never behind an earlier reading: a re-anchor corrects the extrapolated time toward
+    // CLOCK_REALTIME, backwards when the rate was estimated high, and an entry's completed
+    // time must not precede its started time.
+    const uint64_t now = anchor_ns_ + uint64_t((unsigned __int128)delta * mult_ >> 32);
+    if (now > last_ns_) last_ns_ = now;
+    return last_ns_;
   }
 
  private:
-  // A (tsc, realtime) pair, the tsc taken as the midpoint around clock_gettime.
+  // A (tsc, realtime) pair, the tsc taken as the midpoint around clock_gettime: the
+  // tightest of a few tries, since a preemption inside one (common on a loaded machine)
+  // skews the rate calibrated over 5 ms by up to tens of percent.
   static void Sample(uint64_t* tsc, uint64_t* ns) {
-    uint64_t t0 = __rdtsc();
-    *ns = RealtimeNs();
-    uint64_t t1 = __rdtsc();
-    *tsc = t0 + (t1 - t0) / 2;
+    uint64_t best = ~uint64_t{0};
+    *tsc = *ns = 0;
+    for (int i = 0; i < 8; ++i) {
+      const uint64_t t0 = __rdtsc();
+      const uint64_t n = RealtimeNs();
+      const uint64_t t1 = __rdtsc();
+      if (t1 - t0 < best) {
+        best = t1 - t0;
+        *tsc = t0 + (t1 - t0) / 2;
+        *ns = n;
+      }
+    }
   }
 
   void SetRate(uint64_t cycles, uint64_t ns) {
@@ -80,6 +95,7 @@ class TscClock final : public RecorderClock {
   uint64_t anchor_tsc_ = 0, anchor_ns_ = 0;
   uint64_t mult_ = 0;  // ns per cycle, 32.32 fixed point
   uint64_t reanchor_cycles_ = 0;
+  uint64_t last_ns_ = 0;  // the latest value returned
 };
 #endif
 

@@ -212,7 +212,7 @@ RecordHandle RingWriter::Record(const RecordArgs& args, bool started) {
   return h;
 }
 
-void RingWriter::Started(const RecordHandle& h) {
+void RingWriter::MarkStarted(const RecordHandle& h, bool write_progress) {
   const uint64_t now = clock_->NowNs();
   if (RingEntry* e = Live(h.record_id)) {
     const uint64_t s = cb_atomic::SeqWriteBegin(&e->seq);
@@ -220,11 +220,13 @@ void RingWriter::Started(const RecordHandle& h) {
     StoreRelaxed(&e->time_started_ns, now);
     cb_atomic::SeqWriteEnd(&e->seq, s);
   }
-  if (h.collective_seq_id != 0) StoreRelaxed(&progress_->last_started_seq, h.collective_seq_id);
+  if (write_progress && h.collective_seq_id != 0) {
+    StoreRelaxed(&progress_->last_started_seq, h.collective_seq_id);
+  }
   StoreRelaxed(&progress_->heartbeat_ns, now);
 }
 
-void RingWriter::Completed(const RecordHandle& h) {
+void RingWriter::MarkCompleted(const RecordHandle& h, bool write_progress) {
   const uint64_t now = clock_->NowNs();
   if (RingEntry* e = Live(h.record_id)) {
     const uint64_t s = cb_atomic::SeqWriteBegin(&e->seq);
@@ -237,7 +239,9 @@ void RingWriter::Completed(const RecordHandle& h) {
   Bump(&counters_->bytes, h.bytes);
   const uint32_t op = static_cast<uint32_t>(h.op);
   if (op < kCounterOpSlots) Bump(&counters_->per_op[op]);
-  if (h.collective_seq_id != 0) StoreRelaxed(&progress_->last_completed_seq, h.collective_seq_id);
+  if (write_progress && h.collective_seq_id != 0) {
+    StoreRelaxed(&progress_->last_completed_seq, h.collective_seq_id);
+  }
   StoreRelaxed(&progress_->heartbeat_ns, now);
 }
 

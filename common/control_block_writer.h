@@ -93,8 +93,13 @@ class RingWriter {
   RecordHandle BeginStarted(const RecordArgs& args);
   // Marks the entry started / completed (completed also retires it). Calls on an entry the
   // ring has since overwritten still update progress words and counters.
-  void Started(const RecordHandle& h);
-  void Completed(const RecordHandle& h);
+  void Started(const RecordHandle& h) { MarkStarted(h, /*write_progress=*/true); }
+  void Completed(const RecordHandle& h) { MarkCompleted(h, /*write_progress=*/true); }
+  // The same for stream-ordered recording, leaving last_started_seq / last_completed_seq to
+  // a write the caller enqueued on its GPU stream (cuStreamWriteValue64): the entry, counters
+  // and heartbeat get the CPU's time of the call.
+  void StartedExceptProgress(const RecordHandle& h) { MarkStarted(h, false); }
+  void CompletedExceptProgress(const RecordHandle& h) { MarkCompleted(h, false); }
   // Retires the entry without completing it (timed out, aborted, failed).
   void Abandon(const RecordHandle& h);
   // Counts a NaN/Inf check on the entry's data; a hit also flags the entry.
@@ -125,6 +130,8 @@ class RingWriter {
 
   RingWriter(char* base, std::unique_ptr<RecorderClock> clock);
   RecordHandle Record(const RecordArgs& args, bool started);
+  void MarkStarted(const RecordHandle& h, bool write_progress);
+  void MarkCompleted(const RecordHandle& h, bool write_progress);
   RingEntry* Slot(uint64_t record_id) const { return ring_ + (record_id & mask_); }
   // The entry if it still holds `record_id`, else nullptr (overwritten by the wrap).
   RingEntry* Live(uint64_t record_id) const;

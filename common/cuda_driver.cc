@@ -1,6 +1,7 @@
 #include "common/cuda_driver.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 #ifdef COMMD_HAVE_CUDA
 #include "common/cuda_check.h"
@@ -70,6 +71,24 @@ absl::Status ResolveDriverFunctions(std::initializer_list<DriverFunction> table)
     if (!GetDriverEntryPoint(f.name, f.fn, &why)) return absl::UnavailableError(why);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<const CuStreamMemApi*> StreamMemApi() {
+  static const absl::StatusOr<CuStreamMemApi> api = []() -> absl::StatusOr<CuStreamMemApi> {
+    CuStreamMemApi a;
+    RETURN_IF_ERROR(ResolveDriverFunctions({
+        {"cuMemHostRegister", reinterpret_cast<void**>(&a.mem_host_register)},
+        {"cuMemHostUnregister", reinterpret_cast<void**>(&a.mem_host_unregister)},
+        {"cuMemHostGetDevicePointer", reinterpret_cast<void**>(&a.mem_host_get_device_pointer)},
+        {"cuStreamWriteValue64", reinterpret_cast<void**>(&a.stream_write_value64)},
+        {"cuStreamGetCtx", reinterpret_cast<void**>(&a.stream_get_ctx)},
+        {"cuCtxPushCurrent", reinterpret_cast<void**>(&a.ctx_push_current)},
+        {"cuCtxPopCurrent", reinterpret_cast<void**>(&a.ctx_pop_current)},
+    }));
+    return a;
+  }();
+  if (!api.ok()) return api.status();
+  return &*api;
 }
 
 std::string CuErrorText(CUresult result) {

@@ -14,6 +14,12 @@
 
 #include "absl/status/status.h"
 
+#ifdef COMMD_HAVE_CUDA
+#include <cuda.h>
+
+#include "absl/status/statusor.h"
+#endif
+
 namespace commd {
 
 struct CudaDriverInfo {
@@ -39,6 +45,26 @@ struct DriverFunction {
   void** fn;
 };
 absl::Status ResolveDriverFunctions(std::initializer_list<DriverFunction> table);
+
+#ifdef COMMD_HAVE_CUDA
+
+// Driver functions for stream-ordered writes into registered host memory (the recorder's
+// progress words), resolved once at the CUDA 12.0 ABI. The names are the driver's own
+// (cuStreamWriteValue64 resolves to its _v2 ABI at 12.0, as cuda.h's macros expect).
+struct CuStreamMemApi {
+  decltype(&cuMemHostRegister) mem_host_register = nullptr;
+  decltype(&cuMemHostUnregister) mem_host_unregister = nullptr;
+  decltype(&cuMemHostGetDevicePointer) mem_host_get_device_pointer = nullptr;
+  decltype(&cuStreamWriteValue64) stream_write_value64 = nullptr;
+  decltype(&cuStreamGetCtx) stream_get_ctx = nullptr;
+  decltype(&cuCtxPushCurrent) ctx_push_current = nullptr;
+  decltype(&cuCtxPopCurrent) ctx_pop_current = nullptr;
+};
+
+// The table, or UNAVAILABLE naming the first function the driver lacks (or that there is no
+// driver). Thread-safe; resolved once per process.
+absl::StatusOr<const CuStreamMemApi*> StreamMemApi();
+#endif  // COMMD_HAVE_CUDA
 
 }  // namespace commd
 

@@ -80,6 +80,8 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
                          {.pg_id = state->joined.group_id(),
                           .pg_name = state->joined.name(),
                           .pg_desc = "commd"}));
+  recorder->block = state->control_block->data();
+  recorder->block_bytes = state->joined.control_block().mapped_bytes();
   state->recorder = std::make_unique<Recorder>(std::move(recorder));
   Group::State* raw = state.get();
   state->hook = [raw](const std::string& reason) { raw->RunCallbackOnce(reason); };

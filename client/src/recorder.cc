@@ -1,9 +1,19 @@
 #include "commd/recorder.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <cstddef>
 
+#include "absl/strings/str_cat.h"
 #include "client/src/recorder_impl.h"
+#include "common/cuda_driver.h"
+#include "common/status_macros.h"
+
+#ifdef COMMD_HAVE_CUDA
+#include "common/cuda_check.h"
+#endif
 
 namespace commd {
 namespace {
@@ -41,6 +51,21 @@ size_t Convert(std::span<const TensorDesc> in, std::array<RecordTensor, kRecordM
 
 RecordHandle ToHandle(const RecordId& id) { return Recorder::Impl::Handle(id); }
 
+constexpr uint64_t kStartedWord =
+    kProgressOffset + offsetof(ControlBlockProgress, last_started_seq);
+constexpr uint64_t kCompletedWord =
+    kProgressOffset + offsetof(ControlBlockProgress, last_completed_seq);
+
+// Whether a stream-ordered call with this stream takes the CPU path instead.
+bool CpuPath(void* cuda_stream) { return cuda_stream == nullptr && !ProbeCudaDriver().available; }
+
+absl::Status NoCuda(void* cuda_stream) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("stream-ordered recording on stream ", absl::Hex(cuda_stream),
+                   " needs a CUDA build and driver (", ProbeCudaDriver().summary,
+                   "); a null stream without CUDA records on the CPU"));
+}
+
 }  // namespace
 
 Recorder::Recorder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -58,6 +83,90 @@ RecordId Recorder::Begin(CollectiveOp op, std::span<const TensorDesc> inputs,
                                                .peer = peer,
                                                .timeout_ms = timeout_ms});
   return RecordId{h.record_id, h.collective_seq_id, h.bytes, static_cast<int>(h.op)};
+}
+
+#ifdef COMMD_HAVE_CUDA
+Recorder::Impl::~Impl() {
+  if (!registered_) return;
+  if (auto api = StreamMemApi(); api.ok()) (*api)->mem_host_unregister(block);
+}
+
+absl::StatusOr<uint64_t> Recorder::Impl::DeviceAddress(void* cuda_stream, uint64_t offset) {
+  if (!ProbeCudaDriver().available) return NoCuda(cuda_stream);
+  if (!registered_ && registration_.ok()) {
+    registration_ = [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(const CuStreamMemApi* api, StreamMemApi());
+      CUcontext ctx = nullptr;
+      CU_RETURN_IF_ERROR(api->stream_get_ctx(static_cast<CUstream>(cuda_stream), &ctx));
+      CU_RETURN_IF_ERROR(api->ctx_push_current(ctx));
+      // Only the first page: it holds the progress words, and pinning the whole ring would
+      // lock up to ~54 MiB per group.
+      const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+      CUresult r =
+          api->mem_host_register(block, std::min(page, block_bytes),
+                                 CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
+      CUdeviceptr base = 0;
+      if (r == CUDA_SUCCESS) {
+        registered_ = true;
+        r = api->mem_host_get_device_pointer(&base, block, 0);
+      }
+      api->ctx_pop_current(&ctx);
+      CU_RETURN_IF_ERROR(r);
+      device_base_ = base;
+      return absl::OkStatus();
+    }();
+  }
+  RETURN_IF_ERROR(registration_);
+  return device_base_ + offset;
+}
+
+absl::Status Recorder::Impl::WriteOnStream(void* cuda_stream, uint64_t offset, uint64_t value) {
+  ASSIGN_OR_RETURN(const uint64_t address, DeviceAddress(cuda_stream, offset));
+  ASSIGN_OR_RETURN(const CuStreamMemApi* api, StreamMemApi());
+  // Default flags: the write is ordered after the stream's earlier work and its writes.
+  CU_RETURN_IF_ERROR(api->stream_write_value64(static_cast<CUstream>(cuda_stream), address, value,
+                                               CU_STREAM_WRITE_VALUE_DEFAULT));
+  return absl::OkStatus();
+}
+#else
+Recorder::Impl::~Impl() = default;
+
+absl::StatusOr<uint64_t> Recorder::Impl::DeviceAddress(void* cuda_stream, uint64_t) {
+  return NoCuda(cuda_stream);
+}
+
+absl::Status Recorder::Impl::WriteOnStream(void* cuda_stream, uint64_t, uint64_t) {
+  return NoCuda(cuda_stream);
+}
+#endif
+
+absl::Status Recorder::Started(const RecordId& id, void* cuda_stream) {
+  if (CpuPath(cuda_stream)) {
+    Started(id);
+    return absl::OkStatus();
+  }
+  // p2p entries have no collective sequence id and move no progress word.
+  if (id.collective_seq_id != 0) {
+    RETURN_IF_ERROR(impl_->WriteOnStream(cuda_stream, kStartedWord, id.collective_seq_id));
+  } else {
+    RETURN_IF_ERROR(impl_->DeviceAddress(cuda_stream, kStartedWord).status());
+  }
+  impl_->writer->StartedExceptProgress(ToHandle(id));
+  return absl::OkStatus();
+}
+
+absl::Status Recorder::Completed(const RecordId& id, void* cuda_stream) {
+  if (CpuPath(cuda_stream)) {
+    Completed(id);
+    return absl::OkStatus();
+  }
+  if (id.collective_seq_id != 0) {
+    RETURN_IF_ERROR(impl_->WriteOnStream(cuda_stream, kCompletedWord, id.collective_seq_id));
+  } else {
+    RETURN_IF_ERROR(impl_->DeviceAddress(cuda_stream, kCompletedWord).status());
+  }
+  impl_->writer->CompletedExceptProgress(ToHandle(id));
+  return absl::OkStatus();
 }
 
 void Recorder::Started(const RecordId& id) { impl_->writer->Started(ToHandle(id)); }

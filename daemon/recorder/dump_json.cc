@@ -1,5 +1,10 @@
 #include "daemon/recorder/dump_json.h"
 
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstring>
 #include <set>
 #include <string_view>
 
@@ -180,118 +185,211 @@ std::map<int32_t, nlohmann::json> EncodeRankDumps(std::span<const RankDumpInput>
 
 namespace {
 
-void AppendJsonString(std::string* out, std::string_view s) {
+// Entries are written through a raw cursor into room reserved up front (one bound check per
+// entry, not per byte): std::to_chars for integers, nlohmann's own shortest-double routine
+// for the float, literal keys copied with their compile-time length.
+template <size_t N>
+char* Put(char* p, const char (&literal)[N]) {
+  std::memcpy(p, literal, N - 1);
+  return p + N - 1;
+}
+char* Put(char* p, std::string_view s) {
+  std::memcpy(p, s.data(), s.size());
+  return p + s.size();
+}
+template <typename Int>
+char* PutInt(char* p, Int v) {
+  return std::to_chars(p, p + 24, v).ptr;
+}
+char* PutBool(char* p, bool b) { return b ? Put(p, "true") : Put(p, "false"); }
+
+// Bytes PutJsonString may write for `s`: every byte may become "\u00XX".
+size_t JsonStringBound(std::string_view s) { return 6 * s.size() + 2; }
+
+char* PutJsonString(char* p, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
-  out->push_back('"');
+  *p++ = '"';
   for (char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c != '"' && c != '\\') {
+      *p++ = ch;
+      continue;
+    }
+    *p++ = '\\';
     switch (c) {
       case '"':
-        out->append("\\\"");
-        break;
       case '\\':
-        out->append("\\\\");
+        *p++ = ch;
         break;
       case '\b':
-        out->append("\\b");
+        *p++ = 'b';
         break;
       case '\f':
-        out->append("\\f");
+        *p++ = 'f';
         break;
       case '\n':
-        out->append("\\n");
+        *p++ = 'n';
         break;
       case '\r':
-        out->append("\\r");
+        *p++ = 'r';
         break;
       case '\t':
-        out->append("\\t");
+        *p++ = 't';
         break;
       default:
-        if (c < 0x20) {
-          out->append("\\u00");
-          out->push_back(kHex[c >> 4]);
-          out->push_back(kHex[c & 0xf]);
-        } else {
-          out->push_back(ch);
-        }
+        p = Put(p, "u00");
+        *p++ = kHex[c >> 4];
+        *p++ = kHex[c & 0xf];
     }
   }
-  out->push_back('"');
+  *p++ = '"';
+  return p;
 }
 
-void AppendSizes(std::string* out, const std::vector<std::vector<int64_t>>& sizes) {
-  out->push_back('[');
+void AppendJsonString(std::string* out, std::string_view s) {
+  const size_t at = out->size();
+  out->resize(at + JsonStringBound(s));
+  out->resize(PutJsonString(out->data() + at, s) - out->data());
+}
+
+char* PutSizes(char* p, const std::vector<std::vector<int64_t>>& sizes) {
+  *p++ = '[';
   for (size_t i = 0; i < sizes.size(); ++i) {
-    if (i) out->push_back(',');
-    out->push_back('[');
+    if (i) *p++ = ',';
+    *p++ = '[';
     for (size_t k = 0; k < sizes[i].size(); ++k) {
-      if (k) out->push_back(',');
-      absl::StrAppend(out, sizes[i][k]);
+      if (k) *p++ = ',';
+      p = PutInt(p, sizes[i][k]);
     }
-    out->push_back(']');
+    *p++ = ']';
   }
-  out->push_back(']');
+  *p++ = ']';
+  return p;
 }
 
-void AppendDtypes(std::string* out, const std::vector<RecordDtype>& dtypes) {
-  out->push_back('[');
+size_t SizesBound(const std::vector<std::vector<int64_t>>& sizes) {
+  size_t n = 2;
+  for (const auto& dims : sizes) n += 3 + 21 * dims.size();
+  return n;
+}
+
+char* PutDtypes(char* p, const std::vector<RecordDtype>& dtypes) {
+  *p++ = '[';
   for (size_t i = 0; i < dtypes.size(); ++i) {
-    if (i) out->push_back(',');
-    AppendJsonString(out, RecordDtypeTorchName(static_cast<uint32_t>(dtypes[i])));
+    if (i) *p++ = ',';
+    *p++ = '"';
+    p = Put(p, std::string_view(RecordDtypeTorchName(static_cast<uint32_t>(dtypes[i]))));
+    *p++ = '"';
   }
-  out->push_back(']');
+  *p++ = ']';
+  return p;
 }
 
-void AppendOptional(std::string* out, const std::optional<uint64_t>& v) {
-  if (v.has_value()) {
-    absl::StrAppend(out, *v);
-  } else {
-    out->append("null");
-  }
+char* PutOptional(char* p, const std::optional<uint64_t>& v) {
+  return v.has_value() ? PutInt(p, *v) : Put(p, "null");
 }
 
-const char* Bool(bool b) { return b ? "true" : "false"; }
+// nlohmann's float format (dump_float): null when not finite, else its Grisu2 to_chars.
+char* PutDouble(char* p, double v) {
+  if (!std::isfinite(v)) return Put(p, "null");
+  return nlohmann::detail::to_chars(p, p + 64, v);
+}
+
+// Upper bound of AppendEntry's bytes: keys and punctuation (< 700), 17 numbers of at most
+// 24 characters, the double (< 64), dtype names (< 16 each) and the variable parts.
+size_t EntryBound(const RecordedEntry& e, const std::string& profiling_name) {
+  return 1200 + SizesBound(e.input_sizes) + SizesBound(e.output_sizes) +
+         20 * (e.input_dtypes.size() + e.output_dtypes.size()) + JsonStringBound(e.pg_name) +
+         JsonStringBound(e.pg_desc) + JsonStringBound(profiling_name);
+}
 
 // Keys in nlohmann's (sorted) order.
-void AppendEntry(std::string* out, const RecordedEntry& e, const DumpOptions& options,
-                 int32_t rank) {
-  absl::StrAppend(out, "{\"collective_seq_id\":", e.collective_seq_id,
-                  ",\"commd\":{\"bytes\":", e.bytes, ",\"nan_found\":", Bool(e.nan_found),
-                  ",\"peer\":", e.peer, ",\"time_completed_ns\":", e.time_completed_ns,
-                  ",\"time_started_ns\":", e.time_started_ns, ",\"total_inputs\":", e.total_inputs,
-                  ",\"total_outputs\":", e.total_outputs, ",\"truncated\":", Bool(e.truncated),
-                  "},\"duration_ms\":");
-  if (e.duration_ms.has_value()) {
-    out->append(json(*e.duration_ms).dump());  // nlohmann's own float format
-  } else {
-    out->append("null");
+char* PutEntry(char* p, const RecordedEntry& e, const std::string& profiling_name) {
+  p = Put(p, "{\"collective_seq_id\":");
+  p = PutInt(p, e.collective_seq_id);
+  p = Put(p, ",\"commd\":{\"bytes\":");
+  p = PutInt(p, e.bytes);
+  p = Put(p, ",\"nan_found\":");
+  p = PutBool(p, e.nan_found);
+  p = Put(p, ",\"peer\":");
+  p = PutInt(p, e.peer);
+  p = Put(p, ",\"time_completed_ns\":");
+  p = PutInt(p, e.time_completed_ns);
+  p = Put(p, ",\"time_started_ns\":");
+  p = PutInt(p, e.time_started_ns);
+  p = Put(p, ",\"total_inputs\":");
+  p = PutInt(p, e.total_inputs);
+  p = Put(p, ",\"total_outputs\":");
+  p = PutInt(p, e.total_outputs);
+  p = Put(p, ",\"truncated\":");
+  p = PutBool(p, e.truncated);
+  p = Put(p, "},\"duration_ms\":");
+  p = e.duration_ms.has_value() ? PutDouble(p, *e.duration_ms) : Put(p, "null");
+  p = Put(p, ",\"frames\":[],\"input_dtypes\":");
+  p = PutDtypes(p, e.input_dtypes);
+  p = Put(p, ",\"input_sizes\":");
+  p = PutSizes(p, e.input_sizes);
+  p = Put(p, ",\"is_p2p\":");
+  p = PutBool(p, e.is_p2p);
+  p = Put(p, ",\"op_id\":");
+  p = PutInt(p, e.op_id);
+  p = Put(p, ",\"output_dtypes\":");
+  p = PutDtypes(p, e.output_dtypes);
+  p = Put(p, ",\"output_sizes\":");
+  p = PutSizes(p, e.output_sizes);
+  p = Put(p, ",\"p2p_seq_id\":");
+  p = PutInt(p, e.p2p_seq_id);
+  p = Put(p, ",\"pg_id\":");
+  p = PutInt(p, e.pg_id);
+  p = Put(p, ",\"process_group\":[");
+  p = PutJsonString(p, e.pg_name);
+  *p++ = ',';
+  p = PutJsonString(p, e.pg_desc);
+  p = Put(p, "],\"profiling_name\":");
+  p = PutJsonString(p, profiling_name);
+  p = Put(p, ",\"record_id\":");
+  p = PutInt(p, e.record_id);
+  p = Put(p, ",\"retired\":");
+  p = PutBool(p, e.retired);
+  p = Put(p, ",\"state\":\"");
+  p = Put(p, std::string_view(RecordStateName(static_cast<uint32_t>(e.state))));
+  p = Put(p, "\",\"time_created_ns\":");
+  p = PutInt(p, e.time_created_ns);
+  p = Put(p, ",\"time_discovered_completed_ns\":");
+  p = PutOptional(p, e.time_discovered_completed_ns);
+  p = Put(p, ",\"time_discovered_started_ns\":");
+  p = PutOptional(p, e.time_discovered_started_ns);
+  p = Put(p, ",\"timeout_ms\":");
+  p = PutInt(p, e.timeout_ms);
+  *p++ = '}';
+  return p;
+}
+
+// Appends the entries, comma-separated. The string grows geometrically; each entry is
+// written into room already there and the size is trimmed once at the end.
+void AppendEntries(std::string* out, const RingSnapshot& s, const DumpOptions& options) {
+  size_t len = out->size();
+  // Only send / recv names depend on more than the op.
+  std::array<std::string, kRecordOpCount> op_names;
+  std::string p2p_name;
+  for (size_t i = 0; i < s.entries.size(); ++i) {
+    const RecordedEntry& e = s.entries[i];
+    std::string* name = &op_names[static_cast<size_t>(e.op)];
+    if (e.op == RecordOp::kSend || e.op == RecordOp::kRecv) {
+      p2p_name = ProfilingName(options.profiling_lib, e, s.rank);
+      name = &p2p_name;
+    } else if (name->empty()) {
+      *name = ProfilingName(options.profiling_lib, e, s.rank);
+    }
+    const std::string& profiling_name = *name;
+    const size_t need = len + 1 + EntryBound(e, profiling_name);
+    // Growing to the reserved capacity first never reallocates.
+    if (need > out->size()) out->resize(std::max({need, out->size() * 2, out->capacity()}));
+    char* p = out->data() + len;
+    if (i) *p++ = ',';
+    len = PutEntry(p, e, profiling_name) - out->data();
   }
-  out->append(",\"frames\":[],\"input_dtypes\":");
-  AppendDtypes(out, e.input_dtypes);
-  out->append(",\"input_sizes\":");
-  AppendSizes(out, e.input_sizes);
-  absl::StrAppend(out, ",\"is_p2p\":", Bool(e.is_p2p), ",\"op_id\":", e.op_id,
-                  ",\"output_dtypes\":");
-  AppendDtypes(out, e.output_dtypes);
-  out->append(",\"output_sizes\":");
-  AppendSizes(out, e.output_sizes);
-  absl::StrAppend(out, ",\"p2p_seq_id\":", e.p2p_seq_id, ",\"pg_id\":", e.pg_id,
-                  ",\"process_group\":[");
-  AppendJsonString(out, e.pg_name);
-  out->push_back(',');
-  AppendJsonString(out, e.pg_desc);
-  out->append("],\"profiling_name\":");
-  AppendJsonString(out, ProfilingName(options.profiling_lib, e, rank));
-  absl::StrAppend(out, ",\"record_id\":", e.record_id, ",\"retired\":", Bool(e.retired),
-                  ",\"state\":");
-  AppendJsonString(out, RecordStateName(static_cast<uint32_t>(e.state)));
-  absl::StrAppend(out, ",\"time_created_ns\":", e.time_created_ns,
-                  ",\"time_discovered_completed_ns\":");
-  AppendOptional(out, e.time_discovered_completed_ns);
-  out->append(",\"time_discovered_started_ns\":");
-  AppendOptional(out, e.time_discovered_started_ns);
-  absl::StrAppend(out, ",\"timeout_ms\":", e.timeout_ms, "}");
+  out->resize(len);
 }
 
 }  // namespace
@@ -305,10 +403,7 @@ std::string EncodeRankDumpJson(const RankDumpInput& in, const DumpOptions& optio
   out.append(",\"commd\":");
   out.append(CommdSection(in, options).dump());
   out.append(",\"entries\":[");
-  for (size_t i = 0; i < s.entries.size(); ++i) {
-    if (i) out.push_back(',');
-    AppendEntry(&out, s.entries[i], options, s.rank);
-  }
+  AppendEntries(&out, s, options);
   out.append("],\"pg_config\":");
   out.append(PgConfig(s, options).dump());
   out.append(",\"pg_status\":");

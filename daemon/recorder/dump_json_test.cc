@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -160,10 +161,19 @@ TEST(DumpJson, StreamingEncoderMatchesTheTree) {
   odd.entries[1].duration_ms = 2.0;
   odd.entries[2].duration_ms = std::nullopt;
   odd.entries[3].time_discovered_started_ns = std::nullopt;
+  // Doubles in every shape nlohmann's to_chars takes, and names at the escaping worst case
+  // (the encoder writes into room sized by an upper bound).
+  const double durations[] = {1e-7, 123456789.125, 1.5e300, 0.0, 5e-324, 1e21, 1e-5, 42.0};
+  for (size_t i = 0; i < std::size(durations); ++i) odd.entries[4 + i].duration_ms = durations[i];
+  odd.entries[12].pg_name = std::string(63, '\x01');
+  odd.entries[12].pg_desc = std::string(63, '"');
   RankDumpInput in = r.input();
   in.snapshot = &odd;
   in.host = "h\"ost";
   EXPECT_EQ(EncodeRankDumpJson(in, opts), EncodeRankDump(in, opts).dump());
+  DumpOptions long_lib = opts;
+  long_lib.profiling_lib = std::string(500, '\x02');
+  EXPECT_EQ(EncodeRankDumpJson(in, long_lib), EncodeRankDump(in, long_lib).dump());
   int seeds = 0;
   for (const auto& f : std::filesystem::directory_iterator(COMMD_RING_CORPUS)) {
     std::ifstream file(f.path(), std::ios::binary);

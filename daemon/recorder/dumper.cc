@@ -125,71 +125,88 @@ absl::StatusOr<std::string> Dumper::NewDumpDirectory(const std::string& job,
   return absl::ResourceExhaustedError(absl::StrCat("too many dumps named ", base));
 }
 
+absl::StatusOr<std::string> Dumper::JobDirectory(const std::string& job, const std::string& trigger,
+                                                 JobDirs* dirs) {
+  absl::MutexLock lock(&dirs->mu);
+  std::string& dir = dirs->by_job[job];
+  if (dir.empty()) {
+    ASSIGN_OR_RETURN(dir, NewDumpDirectory(job, trigger));
+  }
+  return dir;
+}
+
+absl::Status Dumper::DumpRank(const std::string& trigger, const DumpSource& src,
+                              const std::optional<nlohmann::json>& diagnosis, JobDirs* dirs,
+                              RankOutcome* out) {
+  absl::StatusOr<RingSnapshot> snapshot = ReadControlBlock(src.block->data(), src.block->size());
+  if (!snapshot.ok()) {
+    COMMD_LOG(WARNING, "recorder") << "skipping rank " << src.rank << " of " << src.job_id << "/"
+                                   << src.group << ": " << snapshot.status();
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const std::string dir, JobDirectory(src.job_id, trigger, dirs));
+  const std::string group_dir = absl::StrCat(dir, "/", FileSafe(src.group));
+  if (::mkdir(group_dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    return ErrnoStatus(errno, absl::StrCat("mkdir ", group_dir));
+  }
+  DumpOptions options;
+  options.comm_lib_version = absl::StrCat("commd ", options_.version);
+  options.trigger = trigger;
+  options.diagnosis = diagnosis;
+  options.process_groups.push_back(
+      {.pg_id = src.group_id, .name = src.group, .desc = "commd", .ranks = src.group_global_ranks});
+  const RankDumpInput input{
+      .snapshot = &*snapshot, .host = options_.host, .pid = src.pid, .device = src.device};
+  const std::string name = absl::StrCat("rank", src.global_rank, ".json");
+  // Streamed, not through an nlohmann tree: the tree cost most of a big dump's time.
+  RETURN_IF_ERROR(WriteAtomically(group_dir, name, EncodeRankDumpJson(input, options)));
+  out->files.push_back(absl::StrCat(group_dir, "/", name));
+  if (options_.write_torch_pickle) {
+    ASSIGN_OR_RETURN(std::string pickle, EncodePickle(EncodeRankDump(input, options)));
+    const std::string pname = absl::StrCat(kTorchTracePrefix, src.global_rank);
+    RETURN_IF_ERROR(WriteAtomically(group_dir, pname, pickle));
+    out->files.push_back(absl::StrCat(group_dir, "/", pname));
+  }
+  out->job_dir = dir;
+  out->entries = snapshot->entries.size();
+  out->invalid_entries = snapshot->invalid_entries;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DumpResult> Dumper::Dump(const std::string& trigger,
                                         const std::vector<DumpSource>& sources,
                                         const std::optional<nlohmann::json>& diagnosis) {
   absl::MutexLock lock(&mu_);
-  DumpResult result;
-  std::map<std::string, std::string> job_dirs;
-  // Reading a ring is most of a big dump's time and reads are independent (shared memory
-  // only, thread-safe), so up to 4 threads read the ranks; files are written in order after.
-  std::vector<absl::StatusOr<RingSnapshot>> snapshots(sources.size(),
-                                                      absl::UnknownError("not read"));
+  // Ranks are independent (shared memory in, one file each out), so each worker reads,
+  // encodes and writes whole ranks: at most one rank's text per worker is held at a time.
+  std::vector<RankOutcome> outcomes(sources.size());
+  std::vector<absl::Status> statuses(sources.size());
+  JobDirs dirs;
   {
     const size_t workers =
         std::min<size_t>({sources.size(), 4, std::max(1u, std::thread::hardware_concurrency())});
     std::atomic<size_t> next{0};
-    auto read = [&] {
+    auto work = [&] {
       for (size_t i = next++; i < sources.size(); i = next++) {
-        snapshots[i] = ReadControlBlock(sources[i].block->data(), sources[i].block->size());
+        statuses[i] = DumpRank(trigger, sources[i], diagnosis, &dirs, &outcomes[i]);
       }
     };
     std::vector<std::thread> threads;
-    for (size_t t = 1; t < workers; ++t) threads.emplace_back(read);
-    read();
+    for (size_t t = 1; t < workers; ++t) threads.emplace_back(work);
+    work();
     for (std::thread& t : threads) t.join();
   }
+  DumpResult result;
   for (size_t i = 0; i < sources.size(); ++i) {
-    const DumpSource& src = sources[i];
-    absl::StatusOr<RingSnapshot>& snapshot = snapshots[i];
-    if (!snapshot.ok()) {
-      COMMD_LOG(WARNING, "recorder") << "skipping rank " << src.rank << " of " << src.job_id << "/"
-                                     << src.group << ": " << snapshot.status();
-      continue;
+    RETURN_IF_ERROR(statuses[i]);
+    const RankOutcome& o = outcomes[i];
+    if (!o.job_dir.empty() && std::find(result.directories.begin(), result.directories.end(),
+                                        o.job_dir) == result.directories.end()) {
+      result.directories.push_back(o.job_dir);
     }
-    std::string& dir = job_dirs[src.job_id];
-    if (dir.empty()) {
-      ASSIGN_OR_RETURN(dir, NewDumpDirectory(src.job_id, trigger));
-      result.directories.push_back(dir);
-    }
-    const std::string group_dir = absl::StrCat(dir, "/", FileSafe(src.group));
-    if (::mkdir(group_dir.c_str(), 0750) != 0 && errno != EEXIST) {
-      return ErrnoStatus(errno, absl::StrCat("mkdir ", group_dir));
-    }
-    DumpOptions options;
-    options.comm_lib_version = absl::StrCat("commd ", options_.version);
-    options.trigger = trigger;
-    options.diagnosis = diagnosis;
-    ProcessGroupConfig pg;
-    pg.pg_id = src.group_id;
-    pg.name = src.group;
-    pg.desc = "commd";
-    pg.ranks = src.group_global_ranks;
-    options.process_groups.push_back(pg);
-    const RankDumpInput input{
-        .snapshot = &*snapshot, .host = options_.host, .pid = src.pid, .device = src.device};
-    const std::string name = absl::StrCat("rank", src.global_rank, ".json");
-    // Streamed, not through an nlohmann tree: the tree cost most of a big dump's time.
-    RETURN_IF_ERROR(WriteAtomically(group_dir, name, EncodeRankDumpJson(input, options)));
-    result.files.push_back(absl::StrCat(group_dir, "/", name));
-    if (options_.write_torch_pickle) {
-      ASSIGN_OR_RETURN(std::string pickle, EncodePickle(EncodeRankDump(input, options)));
-      const std::string pname = absl::StrCat(kTorchTracePrefix, src.global_rank);
-      RETURN_IF_ERROR(WriteAtomically(group_dir, pname, pickle));
-      result.files.push_back(absl::StrCat(group_dir, "/", pname));
-    }
-    result.entries += snapshot->entries.size();
-    result.invalid_entries += snapshot->invalid_entries;
+    result.files.insert(result.files.end(), o.files.begin(), o.files.end());
+    result.entries += o.entries;
+    result.invalid_entries += o.invalid_entries;
   }
   dumps_->Add({{"trigger", trigger}}).Increment();
   invalid_->Increment(static_cast<double>(result.invalid_entries));

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +85,24 @@ class Dumper {
 
  private:
   absl::StatusOr<std::string> NewDumpDirectory(const std::string& job, const std::string& trigger);
+
+  // The directory of each job in one dump, made by the first rank of the job that needs it.
+  struct JobDirs {
+    absl::Mutex mu;
+    std::map<std::string, std::string> by_job ABSL_GUARDED_BY(mu);
+  };
+  struct RankOutcome {
+    std::string job_dir;  // empty when the rank's block did not read (skipped)
+    std::vector<std::string> files;
+    uint64_t entries = 0;
+    uint64_t invalid_entries = 0;
+  };
+  absl::StatusOr<std::string> JobDirectory(const std::string& job, const std::string& trigger,
+                                           JobDirs* dirs);
+  // Reads, encodes and writes one rank. A block that does not read is logged and skipped.
+  absl::Status DumpRank(const std::string& trigger, const DumpSource& src,
+                        const std::optional<nlohmann::json>& diagnosis, JobDirs* dirs,
+                        RankOutcome* out);
 
   const DumperOptions options_;
   prometheus::Family<prometheus::Counter>* dumps_;

@@ -221,59 +221,89 @@ void ReadDiscovery(const char* base, uint32_t mask, int max_tries, RecordedEntry
   if (d.discovered_completed_ns != 0) e->time_discovered_completed_ns = d.discovered_completed_ns;
 }
 
+void CountInvalid(InvalidReason reason, RingSnapshot* s) {
+  ++s->invalid_entries;
+  ++s->invalid_by_reason[size_t(reason)];
+}
+
+// Validates and decodes one settled copy; valid entries in [from, end) are kept.
+void TakeEntry(const char* base, const RingEntry& copy, uint32_t slot, uint32_t mask, uint64_t next,
+               uint64_t from, uint64_t end, int max_tries, RingSnapshot* s) {
+  RecordedEntry e;
+  if (auto bad = DecodeEntry(copy, slot, mask, next, s->world_size, &e)) {
+    CountInvalid(*bad, s);
+    return;
+  }
+  if (e.record_id < from || e.record_id >= end) return;
+  ReadDiscovery(base, mask, max_tries, &e);
+  s->entries.push_back(std::move(e));
+}
+
 void ReadRing(const char* base, const RingReadOptions& options, RingSnapshot* s) {
   const uint32_t mask = s->ring_capacity - 1;
+  const uint64_t capacity = uint64_t{mask} + 1;
   const auto* ring = reinterpret_cast<const RingEntry*>(base + kRingOffset);
-  std::vector<uint32_t> settled_slots;
-  std::vector<RingEntry> copies;
   uint32_t budget = options.retry_budget;
   const uint32_t per_record = static_cast<uint32_t>(std::clamp(options.max_tries, 1, 1 << 20));
-  RingEntry copy;
-  // Slots of the records in [from, next): all slots when that spans the ring.
+  // Slots of the records in [from, next): all slots, oldest first, when that spans the ring.
   const uint64_t next = s->next_record_id;
   const uint64_t from = options.from_record_id.value_or(0);
-  uint64_t span = !options.from_record_id || next < from || next - from > mask ? uint64_t{mask} + 1
-                                                                               : next - from;
-  uint32_t first_slot = span > mask ? 0 : static_cast<uint32_t>(from & mask);
+  uint64_t span =
+      !options.from_record_id || next < from || next - from > mask ? capacity : next - from;
+  uint32_t first_slot = static_cast<uint32_t>((span > mask ? next : from) & mask);
   if (options.max_entries != 0 && span > options.max_entries) {
     span = options.max_entries;
     first_slot = static_cast<uint32_t>((next - span) & mask);
   }
+  s->entries.reserve(std::min<uint64_t>(span, next));
+  // The snapshot holds the records begun before the scan, [.., next): one begun while we
+  // read (the writer runs on) is left out, so that a dump is a prefix of the rank's history
+  // in which every entry but the newest had finished when the newest began. Entries are
+  // validated as they are copied, against `next`; only a record id beyond that bound waits
+  // for the next_record_id read after the scan (the writer may have lapped us).
+  std::vector<std::pair<uint32_t, RingEntry>> late;
+  RingEntry copy;
   for (uint64_t k = 0; k < span; ++k) {
     const uint32_t slot = static_cast<uint32_t>((first_slot + k) & mask);
+    // A slot never written has seq 0 for good: one load instead of copying 832 bytes (a
+    // ring not yet full is mostly such slots).
+    if (LoadRelaxed(&ring[slot].seq) == 0) continue;
     const int tries =
         static_cast<int>(std::max<uint32_t>(1, std::min<uint32_t>(budget, per_record)));
     int used = 0;
     const bool settled = SeqReadCopy(&ring[slot], &copy, sizeof(copy), tries, &used);
     budget -= std::min<uint32_t>(budget, used - 1);
     if (!settled) {
-      ++s->invalid_entries;
-      ++s->invalid_by_reason[size_t(InvalidReason::kUnsettled)];
+      CountInvalid(InvalidReason::kUnsettled, s);
       continue;
     }
     if (copy.seq == 0) continue;  // never written
-    settled_slots.push_back(slot);
-    copies.push_back(copy);
-  }
-  // Read after the scan: a writer that lapped us meanwhile has moved it past what we saw.
-  s->next_record_id = LoadRelaxed(
-      &reinterpret_cast<const ControlBlockRingState*>(base + kRingStateOffset)->next_record_id);
-  s->entries.reserve(copies.size());
-  for (size_t i = 0; i < copies.size(); ++i) {
-    RecordedEntry e;
-    if (auto bad =
-            DecodeEntry(copies[i], settled_slots[i], mask, s->next_record_id, s->world_size, &e)) {
-      ++s->invalid_entries;
-      ++s->invalid_by_reason[size_t(*bad)];
+    if ((copy.record_id & mask) == slot && copy.record_id >= next + capacity) {
+      late.emplace_back(slot, copy);
       continue;
     }
-    if (e.record_id < from) continue;
-    ReadDiscovery(base, mask, options.max_tries, &e);
-    s->entries.push_back(std::move(e));
+    TakeEntry(base, copy, slot, mask, next, from, next, options.max_tries, s);
   }
-  std::sort(
-      s->entries.begin(), s->entries.end(),
-      [](const RecordedEntry& a, const RecordedEntry& b) { return a.record_id < b.record_id; });
+  const uint64_t final_next = LoadRelaxed(
+      &reinterpret_cast<const ControlBlockRingState*>(base + kRingStateOffset)->next_record_id);
+  for (const auto& [slot, c] : late) {
+    TakeEntry(base, c, slot, mask, final_next, from, next, options.max_tries, s);
+  }
+  // Only a block whose next_record_id went backwards (never an honest writer) can leave
+  // entries beyond the final bound; they are dropped as record-id errors.
+  const uint64_t bound = final_next + capacity;
+  if (final_next < next || bound < final_next) {
+    const size_t before = s->entries.size();
+    std::erase_if(s->entries, [&](const RecordedEntry& e) { return e.record_id >= bound; });
+    for (size_t i = s->entries.size(); i < before; ++i) CountInvalid(InvalidReason::kRecordId, s);
+  }
+  // In order already, but for a block whose words changed under us.
+  auto by_id = [](const RecordedEntry& a, const RecordedEntry& b) {
+    return a.record_id < b.record_id;
+  };
+  if (!std::is_sorted(s->entries.begin(), s->entries.end(), by_id)) {
+    std::sort(s->entries.begin(), s->entries.end(), by_id);
+  }
 }
 
 }  // namespace

@@ -103,9 +103,11 @@ struct RingSnapshot {
   uint64_t abort_time_ns = 0;
   std::string abort_text;
 
-  uint64_t next_record_id = 0;
-  uint64_t dropped = 0;                // as the writer counted it
-  std::vector<RecordedEntry> entries;  // ascending record_id
+  uint64_t next_record_id = 0;  // as read before the ring
+  uint64_t dropped = 0;         // as the writer counted it
+  // Ascending record_id, all below next_record_id: records begun while the ring was read are
+  // left for the next read, so every entry but the newest had finished when it began.
+  std::vector<RecordedEntry> entries;
   uint64_t invalid_entries = 0;
   std::array<uint64_t, kInvalidReasonCount> invalid_by_reason{};
 };

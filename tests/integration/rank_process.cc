@@ -9,7 +9,9 @@
 //            | hang-before-join (connect, then sleep until killed)
 //            | record:N (record N all-reduces in the flight recorder, print "RECORDED N",
 //              then sleep until killed) | record-forever (print "RECORDING", record until
-//              killed)
+//              killed) | allreduce:N (print "RUNNING", run N int32 sum all-reduces through
+//              Group::AllReduce on a symmetric host buffer checking each result, print
+//              "ALLREDUCED N", then sleep until killed)
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "commd/commd.h"
@@ -92,6 +95,34 @@ int Record(commd::Group& group, const std::string& mode) {
   for (;;) ::pause();
 }
 
+// N real all-reduces; the flight recorder gets one entry per call from the SDK itself.
+int AllReduceMany(commd::Group& group, const std::string& mode) {
+  int n = 0;
+  if (!absl::SimpleAtoi(mode.substr(mode.find(':') + 1), &n)) return 2;
+  constexpr size_t kCount = 16;
+  auto buf = group.AllocateSymmetric(kCount * sizeof(int32_t));
+  if (!buf.ok()) return Fail(buf.status());
+  auto* v = static_cast<int32_t*>((*buf)->data());
+  const int rank = group.rank(), world = group.world_size();
+  std::printf("RUNNING\n");
+  std::fflush(stdout);
+  for (int i = 0; i < n; ++i) {
+    for (size_t k = 0; k < kCount; ++k) v[k] = rank * 1000 + static_cast<int32_t>(k) + i;
+    absl::Status s = group.AllReduce(**buf, kCount, commd::DataType::kInt32, commd::ReduceOp::kSum);
+    if (!s.ok()) return Fail(s);
+    for (size_t k = 0; k < kCount; ++k) {
+      const int32_t want = 1000 * world * (world - 1) / 2 + world * (static_cast<int32_t>(k) + i);
+      if (v[k] != want) {
+        return Fail(absl::DataLossError(
+            absl::StrCat("all-reduce ", i, " element ", k, " is ", v[k], ", expected ", want)));
+      }
+    }
+  }
+  std::printf("ALLREDUCED %d\n", n);
+  std::fflush(stdout);
+  for (;;) ::pause();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -122,6 +153,7 @@ int main(int argc, char** argv) {
     for (;;) ::pause();
   }
   if (mode.rfind("record", 0) == 0) return Record(**group, mode);
+  if (mode.rfind("allreduce:", 0) == 0) return AllReduceMany(**group, mode);
   uint32_t round = 1;
   for (absl::string_view size : absl::StrSplit(argv[4], ',')) {
     size_t bytes = 0;
