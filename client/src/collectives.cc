@@ -284,17 +284,16 @@ absl::Status Group::AllReduce(SymmetricBuffer& buf, size_t count, DataType dtype
       count * kernels::DataTypeSize(static_cast<kernels::DataType>(dtype)), count, world_size());
 #ifdef COMMD_HAVE_CUDA
   if (!buf.device().is_host()) {
-    return RunCudaCollective(
-        state_->Cuda(*this, WaitLimit(collective_timeout(), options)),
-        {.kind = CudaKind::kAllReduce,
-         .record_op = CollectiveOp::kAllReduce,
-         .view_buffer = &buf,
-         .launches = {{buf.data(), buf.data(), count, static_cast<kernels::DataType>(dtype),
-                       algorithm}},
-         .op = static_cast<kernels::ReduceOp>(op),
-         .inputs = d.descs,
-         .outputs = d.descs},
-        options);
+    return RunCudaCollective(state_->Cuda(*this, WaitLimit(collective_timeout(), options)),
+                             {.kind = CudaKind::kAllReduce,
+                              .record_op = CollectiveOp::kAllReduce,
+                              .view_buffer = &buf,
+                              .launches = {{buf.data(), buf.data(), count,
+                                            static_cast<kernels::DataType>(dtype), algorithm}},
+                              .op = static_cast<kernels::ReduceOp>(op),
+                              .inputs = d.descs,
+                              .outputs = d.descs},
+                             options);
   }
 #endif
   ViewStorage s;

@@ -91,9 +91,9 @@ bool RetireFront(CudaGroupState& s, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.m
   const CUresult r = wait ? s.api->event_synchronize(p.done) : s.api->event_query(p.done);
   if (r == CUDA_ERROR_NOT_READY) return false;
   if (r != CUDA_SUCCESS && s.failed.ok()) {
-    s.failed = absl::InternalError(absl::StrCat("an earlier CUDA collective (seq ",
-                                                p.id.collective_seq_id,
-                                                ") failed on the device: ", CuErrorText(r)));
+    s.failed =
+        absl::InternalError(absl::StrCat("an earlier CUDA collective (seq ", p.id.collective_seq_id,
+                                         ") failed on the device: ", CuErrorText(r)));
   }
   Retire(s, p);
   s.pending.pop_front();
@@ -166,9 +166,9 @@ absl::StatusOr<kernels::CudaCommView> MakeView(const CudaGroupContext& g, Symmet
   // The control block's first page is registered device-mapped by the recorder; the abort
   // word lies in it.
   static_assert(kAbortOffset + offsetof(ControlBlockAbort, reason) + sizeof(uint32_t) <= 4096);
-  ASSIGN_OR_RETURN(const uint64_t abort_word,
-                   g.recorder.DeviceAddress(stream, kAbortOffset + offsetof(ControlBlockAbort,
-                                                                            reason)));
+  ASSIGN_OR_RETURN(
+      const uint64_t abort_word,
+      g.recorder.DeviceAddress(stream, kAbortOffset + offsetof(ControlBlockAbort, reason)));
   v.abort_word = reinterpret_cast<const uint32_t*>(abort_word);
   v.timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(g.wait));
   return v;
@@ -205,10 +205,11 @@ absl::Status CheckSupported(const CudaGroupContext& g, const CollectiveOptions& 
   }
   if (g.settings.nan_policy() == v1::NAN_POLICY_FAIL &&
       ResolveNanCheck(o, g.settings, 0) == kernels::NanCheck::kOn) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "group ", g.group.name(), ": nan_policy fail needs host buffers (a collective on CUDA "
-        "buffers returns before its NaN/Inf count exists); use nan_policy report or "
-        "CollectiveOptions::nan_check kOff"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", g.group.name(),
+                     ": nan_policy fail needs host buffers (a collective on CUDA "
+                     "buffers returns before its NaN/Inf count exists); use nan_policy report or "
+                     "CollectiveOptions::nan_check kOff"));
   }
   if (g.group.abort_requested()) {
     return absl::AbortedError(
@@ -228,8 +229,8 @@ absl::Status Enqueue(const CudaGroupContext& g, CudaGroupState& s, const CudaCol
   CUevent done = nullptr;
   CU_RETURN_IF_ERROR(s.api->event_create(&done, CU_EVENT_DISABLE_TIMING));
   Recorder& rec = g.group.recorder();
-  const RecordId id = rec.Begin(c.record_op, c.inputs, c.outputs, -1,
-                                absl::ToInt64Milliseconds(g.group_timeout));
+  const RecordId id =
+      rec.Begin(c.record_op, c.inputs, c.outputs, -1, absl::ToInt64Milliseconds(g.group_timeout));
   const kernels::NanCheck nan = ResolveNanCheck(o, g.settings, id.collective_seq_id);
   auto* stream = static_cast<cudaStream_t>(o.cuda_stream);
   absl::Status st = rec.Started(id, o.cuda_stream);
@@ -291,7 +292,8 @@ absl::StatusOr<CudaGroupStatePtr> CreateCudaGroupState(int device, Recorder::Imp
 
 absl::Status DeviceWaitError(uint32_t word, const std::string& group) {
   const uint32_t code = word >> 16, peer = word & 0xffff;
-  const std::string after = "; the group's CUDA buffers are unusable from then on (leave the group)";
+  const std::string after =
+      "; the group's CUDA buffers are unusable from then on (leave the group)";
   switch (code) {
     case 0:
       return absl::OkStatus();
