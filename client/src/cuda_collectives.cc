@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <deque>
+#include <new>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
