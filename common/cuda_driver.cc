@@ -91,6 +91,33 @@ absl::StatusOr<const CuStreamMemApi*> StreamMemApi() {
   return &*api;
 }
 
+absl::StatusOr<const CuCollectiveApi*> CollectiveApi() {
+  static const absl::StatusOr<CuCollectiveApi> api = []() -> absl::StatusOr<CuCollectiveApi> {
+    CuCollectiveApi a;
+    auto at = [](auto* fn) { return reinterpret_cast<void**>(fn); };
+    RETURN_IF_ERROR(ResolveDriverFunctions({
+        {"cuDeviceGet", at(&a.device_get)},
+        {"cuDevicePrimaryCtxRetain", at(&a.primary_ctx_retain)},
+        {"cuDevicePrimaryCtxRelease", at(&a.primary_ctx_release)},
+        {"cuMemHostAlloc", at(&a.mem_host_alloc)},
+        {"cuMemFreeHost", at(&a.mem_free_host)},
+        {"cuMemHostGetDevicePointer", at(&a.mem_host_get_device_pointer)},
+        {"cuMemAlloc", at(&a.mem_alloc)},
+        {"cuMemFree", at(&a.mem_free)},
+        {"cuEventCreate", at(&a.event_create)},
+        {"cuEventRecord", at(&a.event_record)},
+        {"cuEventQuery", at(&a.event_query)},
+        {"cuEventSynchronize", at(&a.event_synchronize)},
+        {"cuEventDestroy", at(&a.event_destroy)},
+        {"cuCtxPushCurrent", at(&a.ctx_push_current)},
+        {"cuCtxPopCurrent", at(&a.ctx_pop_current)},
+    }));
+    return a;
+  }();
+  if (!api.ok()) return api.status();
+  return &*api;
+}
+
 std::string CuErrorText(CUresult result) {
   static const auto get_name = [] {
     decltype(&cuGetErrorName) fn = nullptr;

@@ -64,6 +64,31 @@ struct CuStreamMemApi {
 // The table, or UNAVAILABLE naming the first function the driver lacks (or that there is no
 // driver). Thread-safe; resolved once per process.
 absl::StatusOr<const CuStreamMemApi*> StreamMemApi();
+
+// Driver functions for the SDK's CUDA collectives (client/src/cuda_collectives.cc): the
+// group device's primary context, device-mapped pinned host words, device scratch and events
+// that tell when enqueued work has finished. Resolved once, at the CUDA 12.0 ABI.
+struct CuCollectiveApi {
+  decltype(&cuDeviceGet) device_get = nullptr;
+  decltype(&cuDevicePrimaryCtxRetain) primary_ctx_retain = nullptr;
+  decltype(&cuDevicePrimaryCtxRelease) primary_ctx_release = nullptr;
+  decltype(&cuMemHostAlloc) mem_host_alloc = nullptr;
+  decltype(&cuMemFreeHost) mem_free_host = nullptr;
+  decltype(&cuMemHostGetDevicePointer) mem_host_get_device_pointer = nullptr;
+  decltype(&cuMemAlloc) mem_alloc = nullptr;
+  decltype(&cuMemFree) mem_free = nullptr;
+  decltype(&cuEventCreate) event_create = nullptr;
+  decltype(&cuEventRecord) event_record = nullptr;
+  decltype(&cuEventQuery) event_query = nullptr;
+  decltype(&cuEventSynchronize) event_synchronize = nullptr;
+  decltype(&cuEventDestroy) event_destroy = nullptr;
+  decltype(&cuCtxPushCurrent) ctx_push_current = nullptr;
+  decltype(&cuCtxPopCurrent) ctx_pop_current = nullptr;
+};
+
+// The table, or UNAVAILABLE naming the first function the driver lacks (or that there is no
+// driver). Thread-safe; resolved once per process.
+absl::StatusOr<const CuCollectiveApi*> CollectiveApi();
 #endif  // COMMD_HAVE_CUDA
 
 }  // namespace commd

@@ -1,7 +1,8 @@
 // Group's collectives: a HostCommView over the group's symmetric buffers, the control block's
 // abort word and the group's timeout, run by kernels/host and recorded in the flight recorder,
 // with the group's settings from the daemon (JoinGroupResponse.collectives): the one-shot
-// threshold, the NaN/Inf check and the NaN policy.
+// threshold, the NaN/Inf check and the NaN policy. CUDA buffers take the same argument
+// checks here and are enqueued by cuda_collectives.cc (only in builds with CUDA).
 #include "kernels/host/collectives.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/src/cuda_collectives.h"
 #include "client/src/group_state.h"
 #include "commd/group.h"
 #include "common/control_block.h"
@@ -128,10 +130,14 @@ absl::Status CheckBuffer(const char* what, bool owned, const SymmetricBuffer& bu
     return absl::InvalidArgumentError(
         absl::StrCat(what, " buffer ", buf.id(), " was not allocated by this group for this rank"));
   }
+#ifndef COMMD_HAVE_CUDA
   if (!buf.device().is_host()) {
-    return absl::UnimplementedError(absl::StrCat(
-        what, " buffer ", buf.id(), " is on a CUDA device; this build runs host collectives only"));
+    return absl::UnimplementedError(
+        absl::StrCat(what, " buffer ", buf.id(), " is on ", buf.device().ToString(),
+                     "; this SDK was built without CUDA (COMMD_CUDA=OFF or no nvcc), so it runs "
+                     "collectives on host buffers only"));
   }
+#endif
   return absl::OkStatus();
 }
 
@@ -140,22 +146,6 @@ struct GroupCollectives {
   const v1::CollectiveSettings& settings;
   Recorder::Impl& recorder;
 };
-
-// Whether collective `seq` checks its input: the call's choice, else the group's.
-kernels::NanCheck ResolveNanCheck(const CollectiveOptions& o, const v1::CollectiveSettings& group,
-                                  uint64_t seq) {
-  using N = CollectiveOptions::NanCheck;
-  N mode = o.nan_check;
-  uint32_t period = o.nan_sample_period;
-  if (mode == N::kDefault) {
-    mode = group.nan_check() == v1::NAN_CHECK_ON        ? N::kOn
-           : group.nan_check() == v1::NAN_CHECK_SAMPLED ? N::kSampled
-                                                        : N::kOff;
-    period = group.nan_sample_period();
-  }
-  const bool on = mode == N::kOn || (mode == N::kSampled && period > 0 && seq % period == 0);
-  return on ? kernels::NanCheck::kOn : kernels::NanCheck::kOff;
-}
 
 const char* OpName(CollectiveOp op) {
   switch (op) {
@@ -237,6 +227,23 @@ kernels::Algorithm Choose(const v1::CollectiveSettings& settings, size_t bytes, 
 
 }  // namespace
 
+// Whether collective `seq` checks its input: the call's choice, else the group's (declared in
+// cuda_collectives.h, which uses it too).
+kernels::NanCheck ResolveNanCheck(const CollectiveOptions& o, const v1::CollectiveSettings& group,
+                                  uint64_t seq) {
+  using N = CollectiveOptions::NanCheck;
+  N mode = o.nan_check;
+  uint32_t period = o.nan_sample_period;
+  if (mode == N::kDefault) {
+    mode = group.nan_check() == v1::NAN_CHECK_ON        ? N::kOn
+           : group.nan_check() == v1::NAN_CHECK_SAMPLED ? N::kSampled
+                                                        : N::kOff;
+    period = group.nan_sample_period();
+  }
+  const bool on = mode == N::kOn || (mode == N::kSampled && period > 0 && seq % period == 0);
+  return on ? kernels::NanCheck::kOn : kernels::NanCheck::kOff;
+}
+
 absl::Status Group::Barrier() {
   if (abort_requested())
     return absl::AbortedError(absl::StrCat("group ", name(), " aborted: ", abort_reason()));
@@ -247,6 +254,13 @@ absl::Status Group::Barrier() {
     if (!buf.ok()) return buf.status();
     barrier_buffer_ = std::move(*buf);
   }
+#ifdef COMMD_HAVE_CUDA
+  if (!barrier_buffer_->device().is_host()) {
+    const CollectiveOptions no_data;  // the legacy default stream
+    return RunCudaCollective(state_->Cuda(*this, WaitLimit(collective_timeout(), no_data)),
+                             {.view_buffer = barrier_buffer_.get()}, no_data);
+  }
+#endif
   ViewStorage s;
   MakeView(*this, *barrier_buffer_, WaitLimit(collective_timeout(), {}), &s);
   CollectiveOptions no_data;  // nothing to check
@@ -264,12 +278,26 @@ absl::Status Group::AllReduce(SymmetricBuffer& buf, size_t count, DataType dtype
   if (auto st = CheckOp(op); !st.ok()) return st;
   if (auto st = CheckBuffer("all-reduce", owns(buf), buf); !st.ok()) return st;
   if (auto st = CheckFits("all-reduce", buf, 0, count, dtype); !st.ok()) return st;
-  ViewStorage s;
-  MakeView(*this, buf, WaitLimit(collective_timeout(), options), &s);
   Descs d{{count, dtype}};
   const kernels::Algorithm algorithm = Choose(
       state_->joined.collectives(),
       count * kernels::DataTypeSize(static_cast<kernels::DataType>(dtype)), count, world_size());
+#ifdef COMMD_HAVE_CUDA
+  if (!buf.device().is_host()) {
+    return RunCudaCollective(state_->Cuda(*this, WaitLimit(collective_timeout(), options)),
+                             {.kind = CudaKind::kAllReduce,
+                              .record_op = CollectiveOp::kAllReduce,
+                              .view_buffer = &buf,
+                              .launches = {{buf.data(), buf.data(), count,
+                                            static_cast<kernels::DataType>(dtype), algorithm}},
+                              .op = static_cast<kernels::ReduceOp>(op),
+                              .inputs = d.descs,
+                              .outputs = d.descs},
+                             options);
+  }
+#endif
+  ViewStorage s;
+  MakeView(*this, buf, WaitLimit(collective_timeout(), options), &s);
   return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl},
                   CollectiveOp::kAllReduce, d.descs, d.descs, collective_timeout(), options,
                   [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
@@ -303,12 +331,28 @@ absl::Status Group::AllReduceCoalesced(SymmetricBuffer& buf,
     total += t.count * kernels::DataTypeSize(static_cast<kernels::DataType>(t.dtype));
     if (t.count > 0) min_count = std::min(min_count, t.count);
   }
-  ViewStorage s;
-  MakeView(*this, buf, WaitLimit(collective_timeout(), options), &s);
   // Every tensor is split into world-size chunks: the smallest decides whether two-shot has
   // empty chunks.
   const kernels::Algorithm algorithm =
       Choose(state_->joined.collectives(), total, min_count, world_size());
+#ifdef COMMD_HAVE_CUDA
+  if (!buf.device().is_host()) {
+    // The device kernels take one tensor a launch: one launch per tensor, one entry.
+    CudaCollective c{.kind = CudaKind::kAllReduce,
+                     .record_op = CollectiveOp::kAllReduce,
+                     .view_buffer = &buf,
+                     .op = static_cast<kernels::ReduceOp>(op),
+                     .inputs = descs,
+                     .outputs = descs};
+    for (const kernels::TensorArgs& a : args) {
+      c.launches.push_back({a.input, a.output, a.count, a.dtype, algorithm});
+    }
+    return RunCudaCollective(state_->Cuda(*this, WaitLimit(collective_timeout(), options)), c,
+                             options);
+  }
+#endif
+  ViewStorage s;
+  MakeView(*this, buf, WaitLimit(collective_timeout(), options), &s);
   return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl},
                   CollectiveOp::kAllReduce, descs, descs, collective_timeout(), options,
                   [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
@@ -330,9 +374,22 @@ absl::Status Group::AllGather(SymmetricBuffer& in, SymmetricBuffer& out, size_t 
   if (count > SIZE_MAX / n)
     return absl::InvalidArgumentError(absl::StrCat("all-gather: count ", count, " too large"));
   if (auto st = CheckFits("all-gather output", out, 0, count * n, dtype); !st.ok()) return st;
+  Descs d{{count, dtype}, {count * n, dtype}};
+#ifdef COMMD_HAVE_CUDA
+  if (!in.device().is_host()) {
+    return RunCudaCollective(
+        state_->Cuda(*this, WaitLimit(collective_timeout(), options)),
+        {.kind = CudaKind::kAllGather,
+         .record_op = CollectiveOp::kAllGather,
+         .view_buffer = &in,
+         .launches = {{in.data(), out.data(), count, static_cast<kernels::DataType>(dtype)}},
+         .inputs = {d.descs.data(), 1},
+         .outputs = {d.descs.data() + 1, 1}},
+        options);
+  }
+#endif
   ViewStorage s;
   MakeView(*this, in, WaitLimit(collective_timeout(), options), &s);
-  Descs d{{count, dtype}, {count * n, dtype}};
   return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl},
                   CollectiveOp::kAllGather, {d.descs[0]}, {d.descs[1]}, collective_timeout(),
                   options, [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
@@ -355,9 +412,23 @@ absl::Status Group::ReduceScatter(SymmetricBuffer& in, SymmetricBuffer& out, siz
     return absl::InvalidArgumentError(absl::StrCat("reduce-scatter: count ", count, " too large"));
   if (auto st = CheckFits("reduce-scatter input", in, 0, count * n, dtype); !st.ok()) return st;
   if (auto st = CheckFits("reduce-scatter output", out, 0, count, dtype); !st.ok()) return st;
+  Descs d{{count * n, dtype}, {count, dtype}};
+#ifdef COMMD_HAVE_CUDA
+  if (!in.device().is_host()) {
+    return RunCudaCollective(
+        state_->Cuda(*this, WaitLimit(collective_timeout(), options)),
+        {.kind = CudaKind::kReduceScatter,
+         .record_op = CollectiveOp::kReduceScatter,
+         .view_buffer = &in,
+         .launches = {{in.data(), out.data(), count, static_cast<kernels::DataType>(dtype)}},
+         .op = static_cast<kernels::ReduceOp>(op),
+         .inputs = {d.descs.data(), 1},
+         .outputs = {d.descs.data() + 1, 1}},
+        options);
+  }
+#endif
   ViewStorage s;
   MakeView(*this, in, WaitLimit(collective_timeout(), options), &s);
-  Descs d{{count * n, dtype}, {count, dtype}};
   return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl},
                   CollectiveOp::kReduceScatter, {d.descs[0]}, {d.descs[1]}, collective_timeout(),
                   options, [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {

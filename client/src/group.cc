@@ -94,6 +94,9 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
 
 Group::Group(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Group::~Group() {
+#ifdef COMMD_HAVE_CUDA
+  state_->cuda.reset();  // waits for enqueued kernels before barrier_buffer_ is unmapped
+#endif
   Client::Impl& client = *state_->client;
   absl::MutexLock lock(&client.abort_mu);
   auto [begin, end] = client.abort_hooks.equal_range(state_->joined.name());

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/src/client_impl.h"
+#include "client/src/cuda_collectives.h"
 #include "client/src/recorder_impl.h"
 #include "commd/group.h"
 #include "commd/v1/groups.pb.h"
@@ -38,6 +39,14 @@ struct Group::State {
     if (!callback || callback_ran.exchange(true)) return;
     callback(absl::AbortedError(absl::StrCat("group ", joined.name(), " aborted: ", reason)));
   }
+#ifdef COMMD_HAVE_CUDA
+  // CUDA collectives' state (made on the first one). Last, so destroyed first: it waits for
+  // enqueued kernels, which read the control block's abort word.
+  CudaGroupStatePtr cuda;
+  CudaGroupContext Cuda(Group& group, absl::Duration wait) {
+    return {group, *recorder_impl, cuda, joined.collectives(), options.timeout, wait};
+  }
+#endif
 };
 
 }  // namespace commd

@@ -4,12 +4,15 @@
 //
 //   collective_rank <rank> <world> <seed> <mode>
 //   mode: matrix | large | repeat[:N] | invalid | nan | nan_group | nan_sampled3 | nan_fail |
-//         nan_off_fail | mismatch | abort
+//         nan_off_fail | mismatch | abort | cuda
+// (cuda: rank r on Device::Cuda(r), stream-ordered collectives; needs a CUDA build and a GPU
+// per rank.)
 // Prints "OK <mode>" and exits 0, or prints each mismatch and exits 1. With
 // $COLLECTIVE_RANK_HOLD set, a rank prints "HOLDING" once done and waits for that file to
 // exist before it leaves the group (so the daemon can still read its control block).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -19,7 +22,12 @@
 #include <vector>
 
 #include "commd/commd.h"
+#include "common/control_block.h"
 #include "kernels/float16.h"
+
+#ifdef COMMD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace {
 
@@ -296,6 +304,101 @@ void AbortWhileWaiting(commd::Group& g, commd::SymmetricBuffer& buf) {
     std::printf("rank %d: %s\n", g_rank, s.ToString().c_str());
 }
 
+#ifdef COMMD_HAVE_CUDA
+void CudaCheck(const char* what, cudaError_t e) {
+  if (e != cudaSuccess) Fail(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Fills `n` inputs of `tag` into device buffer `dev`, runs `call` on `stream`, waits and
+// copies `out_n` elements of `out` back.
+template <typename Call>
+std::vector<unsigned char> OnDevice(cudaStream_t stream, uint64_t tag, void* dev, size_t n,
+                                    DataType t, void* out, size_t out_n, Call call) {
+  std::vector<unsigned char> host(std::max(n, out_n) * Size(t));
+  for (size_t i = 0; i < n; ++i) Store(host.data(), i, t, Input(g_rank, tag, i, t));
+  CudaCheck("copy in",
+            cudaMemcpyAsync(dev, host.data(), n * Size(t), cudaMemcpyHostToDevice, stream));
+  Check("cuda collective", call());
+  CudaCheck("copy out",
+            cudaMemcpyAsync(host.data(), out, out_n * Size(t), cudaMemcpyDeviceToHost, stream));
+  CudaCheck("sync", cudaStreamSynchronize(stream));
+  return host;
+}
+
+void ExpectReduced(const char* what, const std::vector<unsigned char>& got, uint64_t tag,
+                   size_t first, size_t n, DataType t, ReduceOp op) {
+  for (size_t i = 0; i < n; ++i) {
+    double abs_sum;
+    const double want = Reference(tag, first + i, t, op, &abs_sum);
+    if (!Close(Load(got.data(), i, t), want, abs_sum, t, op)) {
+      Fail(std::string(what) + " [" + std::to_string(i) + "] " +
+           std::to_string(Load(got.data(), i, t)) + " want " + std::to_string(want));
+      return;
+    }
+  }
+}
+
+// All-reduce one-shot (7) and two-shot (4099), all-gather, reduce-scatter and barrier on
+// this rank's GPU, on a stream of its own; then NaN counted on the device reaches the
+// control block once the next call finds the first complete.
+void CudaMode(commd::Group& g, commd::SymmetricBuffer& in, commd::SymmetricBuffer& out) {
+  CudaCheck("set device", cudaSetDevice(g_rank));
+  cudaStream_t stream;
+  CudaCheck("stream", cudaStreamCreate(&stream));
+  commd::CollectiveOptions o;
+  o.cuda_stream = stream;
+  for (size_t n : {size_t{7}, size_t{4099}}) {
+    for (DataType t : {DataType::kFloat32, DataType::kBFloat16}) {
+      const uint64_t tag = ++g_tag;
+      auto got = OnDevice(stream, tag, in.data(), n, t, in.data(), n,
+                          [&] { return g.AllReduce(in, n, t, ReduceOp::kSum, o); });
+      ExpectReduced("cuda all-reduce", got, tag, 0, n, t, ReduceOp::kSum);
+    }
+  }
+  const size_t n = 1025;
+  uint64_t tag = ++g_tag;
+  auto got = OnDevice(stream, tag, in.data(), n * g_world, DataType::kFloat32, out.data(), n, [&] {
+    return g.ReduceScatter(in, out, n, DataType::kFloat32, ReduceOp::kMax, o);
+  });
+  ExpectReduced("cuda reduce-scatter", got, tag, g_rank * n, n, DataType::kFloat32, ReduceOp::kMax);
+  tag = ++g_tag;
+  got = OnDevice(stream, tag, in.data(), n, DataType::kInt32, out.data(), n * g_world,
+                 [&] { return g.AllGather(in, out, n, DataType::kInt32, o); });
+  for (int r = 0; r < g_world; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      if (Load(got.data(), r * n + i, DataType::kInt32) != Input(r, tag, i, DataType::kInt32)) {
+        Fail("cuda all-gather rank " + std::to_string(r) + " [" + std::to_string(i) + "]");
+        r = g_world;
+        break;
+      }
+    }
+  }
+  Check("cuda barrier", g.Barrier());
+  CudaCheck("barrier sync", cudaDeviceSynchronize());
+  // NaN on rank 1, counted on the device: the next call retires it into the nan counters.
+  uint64_t count = 0;
+  o.nonfinite_count = &count;
+  if (g.AllReduce(in, 1, DataType::kFloat32, ReduceOp::kSum, o).code() !=
+      absl::StatusCode::kInvalidArgument)
+    Fail("nonfinite_count on CUDA buffers was accepted");
+  o.nonfinite_count = nullptr;
+  o.nan_check = commd::CollectiveOptions::NanCheck::kOn;
+  std::vector<float> nan(64, 1.0f);
+  if (g_rank == 1) nan[3] = NAN;
+  CudaCheck("nan in", cudaMemcpy(in.data(), nan.data(), 64 * 4, cudaMemcpyHostToDevice));
+  Check("cuda nan all-reduce", g.AllReduce(in, 64, DataType::kFloat32, ReduceOp::kSum, o));
+  CudaCheck("nan sync", cudaStreamSynchronize(stream));
+  Check("cuda barrier after nan", g.Barrier());
+  const auto* counters = reinterpret_cast<const commd::ControlBlockCounters*>(
+      static_cast<const char*>(g.control_block()) + commd::kCountersOffset);
+  if (counters->nan_checks != 1 || counters->nans_found != (g_rank == 1 ? 1u : 0u))
+    Fail("cuda nan counters: checks " + std::to_string(counters->nan_checks) + " found " +
+         std::to_string(counters->nans_found));
+  CudaCheck("final sync", cudaDeviceSynchronize());
+  cudaStreamDestroy(stream);
+}
+#endif
+
 // Waits (up to 3 minutes) for $COLLECTIVE_RANK_HOLD to exist, when set.
 void Hold() {
   const char* path = std::getenv("COLLECTIVE_RANK_HOLD");
@@ -318,6 +421,8 @@ commd::GroupOptions OptionsFor(const std::string& mode) {
   } else if (mode == "nan_off_fail") {
     o.nan_check = G::NanCheck::kOff;
     o.nan_policy = G::NanPolicy::kFail;
+  } else if (mode == "cuda") {
+    o.device = commd::Device::Cuda(g_rank);
   }
   return o;
 }
@@ -484,6 +589,12 @@ int main(int argc, char** argv) {
     Mismatch(g, **in);
   } else if (mode == "abort") {
     AbortWhileWaiting(g, **in);
+  } else if (mode == "cuda") {
+#ifdef COMMD_HAVE_CUDA
+    CudaMode(g, **in, **out);
+#else
+    Fail("mode cuda needs a build with CUDA");
+#endif
   } else {
     std::printf("unknown mode %s\n", mode.c_str());
     return 2;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "commd/commd.h"
+#include "common/cuda_driver.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -226,6 +227,35 @@ TEST_F(CollectiveTest, AbortEndsACollectiveWaitWithTheReason) {
   EXPECT_EQ(abort.exit_code, 0) << abort.output;
   WaitForLog(ranks, 1, "ABORTED: group c aborted: stop the collective test");
   Finish(ranks, "abort");
+}
+
+// Collectives on CUDA buffers need a group on a CUDA device, which the daemon refuses at join
+// when it has no CUDA memory backend (no driver or no device): the SDK's CUDA path is never
+// reached there, and the error says what to use instead.
+TEST_F(CollectiveTest, CudaGroupWithoutADeviceIsRefusedAtJoin) {
+  if (ProbeCudaDriver().available) GTEST_SKIP() << "a CUDA device is present";
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto group = client->JoinGroup({.name = "gpu",
+                                  .rank = 0,
+                                  .world_size = 1,
+                                  .device = Device::Cuda(0),
+                                  .timeout = absl::Seconds(20)});
+  ASSERT_FALSE(group.ok());
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(group.status().message(),
+              ::testing::HasSubstr("device cuda:0 is not available on this node; use 'host'"));
+}
+
+// Two ranks on GPUs 0 and 1 through the real daemon: stream-ordered all-reduce (one-shot and
+// two-shot, fp32 and bf16), reduce-scatter, all-gather and barrier against the reference, and
+// NaN counted on the device reaching the control block's counters.
+TEST_F(CollectiveTest, CudaCollectivesOnTwoGpus) {
+  const CudaDriverInfo& cuda = ProbeCudaDriver();
+  if (!cuda.available || cuda.device_count < 2) {
+    GTEST_SKIP() << "needs a CUDA build and 2 GPUs (" << cuda.summary << ")";
+  }
+  Run(2, "cuda");
 }
 
 // More ranks than cores: 8 ranks on this machine's cores, 2,000 exact int all-reduces.

@@ -126,8 +126,8 @@ class COMMD_API Group {
   // (DEADLINE_EXCEEDED naming the ranks that never asked).
   absl::StatusOr<std::unique_ptr<SymmetricBuffer>> AllocateSymmetric(size_t bytes);
 
-  // Collectives over symmetric host buffers of this group (CUDA buffers: UNIMPLEMENTED for
-  // now). Every rank calls them in the same order with the same arguments.
+  // Collectives over symmetric buffers of this group (host, or CUDA: see "On CUDA buffers"
+  // below). Every rank calls them in the same order with the same arguments.
   // AllReduce works in place on `buf`'s first count elements; AllGather reads `in`'s first
   // count elements and writes world_size * count to `out` (rank-major); ReduceScatter reads
   // world_size * count from `in` and writes this rank's reduced chunk of count to `out`.
@@ -139,6 +139,27 @@ class COMMD_API Group {
   // input; ABORTED once the group is aborted; DEADLINE_EXCEEDED after
   // CollectiveOptions::timeout (default twice the group's timeout). Waits sleep (futex) and
   // keep this rank's heartbeat fresh. Each records one flight-recorder entry.
+  //
+  // On CUDA buffers (a group on Device::Cuda; SDKs built with CUDA, else UNIMPLEMENTED) the
+  // call enqueues kernels on CollectiveOptions::cuda_stream (null: the legacy default
+  // stream; Barrier always uses it) and returns without waiting, as NCCL does; the
+  // flight-recorder entry's started/completed progress is written in stream order, so the
+  // watchdog sees the device's progress. Argument errors are INVALID_ARGUMENT with nothing
+  // enqueued. What differs from host buffers:
+  //  - Deferred errors: a device-side wait that fails (the group aborted, or a peer not
+  //    arriving within CollectiveOptions::timeout) ends its kernels early and is reported by
+  //    the group's next collective call: ABORTED or DEADLINE_EXCEEDED naming the peer, then
+  //    on every later call too (the group's CUDA buffers are unusable after a failed wait;
+  //    leave the group). The failed call's entry still reads as completed.
+  //  - NaN/Inf: the check counts on the device; the count reaches this rank's control block
+  //    (nan counters, the entry's NaN flag, hence the daemon's metrics) when a later call on
+  //    the group finds that work complete. nonfinite_count / nonfinite_ranks, and a check
+  //    under the group's NaN policy kFail, are INVALID_ARGUMENT (they need host buffers).
+  //  - The check that ranks call with the same arguments is host-only: mismatched calls on
+  //    CUDA buffers are not detected by the SDK (the watchdog still sees the entries).
+  //  - World sizes up to 16. The kernels run in the group device's primary context (the
+  //    CUDA runtime's), so cuda_stream must belong to it. Destroying the Group waits for its
+  //    enqueued collectives; keep buffers alive until their stream has finished with them.
   absl::Status Barrier();
   absl::Status AllReduce(SymmetricBuffer& buf, size_t count, DataType dtype, ReduceOp op,
                          const CollectiveOptions& options = {});

@@ -1,0 +1,333 @@
+// Group's collectives on CUDA buffers: kernels/cuda launches on the caller's stream, recorded
+// stream-ordered, with failures of the device-side waits reported by the group's next call.
+#include "client/src/cuda_collectives.h"
+
+#include <cuda.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <deque>
+#include <new>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/control_block.h"
+#include "common/cuda_check.h"
+#include "common/cuda_driver.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/collectives.h"
+
+namespace commd {
+namespace {
+
+// NaN/Inf counters, one per enqueued call: a call waits for the oldest to finish when all
+// are taken.
+constexpr int kCountSlots = 64;
+constexpr size_t kScratchGranule = size_t{1} << 20;
+
+// The pinned host block the kernels write into (through its device address).
+struct DeviceWords {
+  uint32_t error;  // code << 16 | peer of the first failed wait
+  uint32_t unused;
+  unsigned long long nonfinite[kCountSlots];
+};
+
+struct Pending {
+  CUevent done;
+  RecordId id;
+  int slot;
+  bool checked;  // whether the call counted NaN/Inf
+};
+
+}  // namespace
+
+struct CudaGroupState {
+  const CuCollectiveApi* api = nullptr;
+  Recorder::Impl* recorder = nullptr;
+  CUdevice device = 0;
+  CUcontext context = nullptr;  // the device's primary context, retained
+  absl::Mutex mu;
+  DeviceWords* words ABSL_GUARDED_BY(mu) = nullptr;
+  CUdeviceptr words_device ABSL_GUARDED_BY(mu) = 0;
+  CUdeviceptr scratch ABSL_GUARDED_BY(mu) = 0;
+  size_t scratch_bytes ABSL_GUARDED_BY(mu) = 0;
+  std::deque<Pending> pending ABSL_GUARDED_BY(mu);
+  int next_slot ABSL_GUARDED_BY(mu) = 0;
+  absl::Status failed ABSL_GUARDED_BY(mu);  // sticky: the group's CUDA buffers are unusable
+};
+
+namespace {
+
+// The state's context is current on this thread for the scope's life.
+class ContextScope {
+ public:
+  explicit ContextScope(const CudaGroupState& s) : api_(s.api) {
+    pushed_ = api_->ctx_push_current(s.context) == CUDA_SUCCESS;
+  }
+  ~ContextScope() {
+    CUcontext ignored;
+    if (pushed_) api_->ctx_pop_current(&ignored);
+  }
+  bool ok() const { return pushed_; }
+
+ private:
+  const CuCollectiveApi* api_;
+  bool pushed_;
+};
+
+// A finished call: its NaN/Inf count reaches the control block (the entry is flagged on a hit).
+void Retire(CudaGroupState& s, const Pending& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  if (p.checked) {
+    const auto count = std::atomic_ref(s.words->nonfinite[p.slot]).load(std::memory_order_acquire);
+    s.recorder->NanChecked(p.id, count > 0);
+  }
+  s.api->event_destroy(p.done);
+}
+
+// Retires the oldest call, waiting for it when `wait`; false when it is still running.
+bool RetireFront(CudaGroupState& s, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  const Pending& p = s.pending.front();
+  const CUresult r = wait ? s.api->event_synchronize(p.done) : s.api->event_query(p.done);
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  if (r != CUDA_SUCCESS && s.failed.ok()) {
+    s.failed =
+        absl::InternalError(absl::StrCat("an earlier CUDA collective (seq ", p.id.collective_seq_id,
+                                         ") failed on the device: ", CuErrorText(r)));
+  }
+  Retire(s, p);
+  s.pending.pop_front();
+  return true;
+}
+
+// Retires what has finished, then fails (for good) if a wait failed on the device.
+absl::Status Poll(CudaGroupState& s, const std::string& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  while (!s.pending.empty() && RetireFront(s, /*wait=*/false)) {
+  }
+  const uint32_t word = std::atomic_ref(s.words->error).load(std::memory_order_acquire);
+  if (s.failed.ok() && word != 0) s.failed = DeviceWaitError(word, group);
+  return s.failed;
+}
+
+// A NaN/Inf counter for the next call, zeroed (no running call uses it).
+int TakeSlot(CudaGroupState& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  if (s.pending.size() >= kCountSlots) RetireFront(s, /*wait=*/true);
+  const int slot = s.next_slot;
+  s.next_slot = (s.next_slot + 1) % kCountSlots;
+  std::atomic_ref(s.words->nonfinite[slot]).store(0, std::memory_order_release);
+  return slot;
+}
+
+// Scratch of at least `bytes`; a larger one replaces the old once no call uses it.
+absl::StatusOr<void*> Scratch(CudaGroupState& s, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  if (bytes == 0) return nullptr;
+  if (bytes > s.scratch_bytes) {
+    while (!s.pending.empty()) RetireFront(s, /*wait=*/true);
+    if (s.scratch != 0) s.api->mem_free(s.scratch);
+    s.scratch = 0;
+    s.scratch_bytes = 0;
+    const size_t rounded = (bytes + kScratchGranule - 1) / kScratchGranule * kScratchGranule;
+    CU_RETURN_IF_ERROR(s.api->mem_alloc(&s.scratch, rounded));
+    s.scratch_bytes = rounded;
+  }
+  return reinterpret_cast<void*>(s.scratch);
+}
+
+// Bytes of scratch `c` needs: the largest one-shot all-reduce (in place, as the SDK's are).
+size_t ScratchBytes(const CudaCollective& c) {
+  size_t bytes = 0;
+  if (c.kind != CudaKind::kAllReduce) return 0;
+  for (const CudaLaunch& l : c.launches) {
+    if (l.algorithm == kernels::Algorithm::kOneShot) {
+      bytes = std::max(bytes, l.count * kernels::DataTypeSize(l.dtype));
+    }
+  }
+  return bytes;
+}
+
+absl::StatusOr<kernels::CudaCommView> MakeView(const CudaGroupContext& g, SymmetricBuffer& buf,
+                                               void* stream) {
+  const int n = g.group.world_size();
+  if (n > kernels::kCudaMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("world size ", n, " is out of range [1, ",
+                                                   kernels::kCudaMaxWorldSize,
+                                                   "] for collectives on CUDA buffers"));
+  }
+  kernels::CudaCommView v;
+  v.rank = g.group.rank();
+  v.world_size = n;
+  for (int p = 0; p < n; ++p) {
+    v.data[p] = static_cast<std::byte*>(buf.peer(p));
+    v.pads[p] = buf.signal_pad(p);
+  }
+  v.data_bytes = buf.size();
+  v.pad_slots = buf.signal_pad_bytes() / sizeof(uint32_t);
+  RETURN_IF_ERROR(kernels::ValidateCudaCommView(v));
+  // The control block's first page is registered device-mapped by the recorder; the abort
+  // word lies in it.
+  static_assert(kAbortOffset + offsetof(ControlBlockAbort, reason) + sizeof(uint32_t) <= 4096);
+  ASSIGN_OR_RETURN(
+      const uint64_t abort_word,
+      g.recorder.DeviceAddress(stream, kAbortOffset + offsetof(ControlBlockAbort, reason)));
+  v.abort_word = reinterpret_cast<const uint32_t*>(abort_word);
+  v.timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(g.wait));
+  return v;
+}
+
+absl::Status Launch(const kernels::CudaCommView& v, const CudaCollective& c, kernels::NanCheck nan,
+                    void* scratch, cudaStream_t stream) {
+  if (c.kind == CudaKind::kBarrier) return kernels::LaunchBarrier(v, stream);
+  for (const CudaLaunch& l : c.launches) {
+    switch (c.kind) {
+      case CudaKind::kAllReduce:
+        RETURN_IF_ERROR(kernels::LaunchAllReduce(v, l.input, l.output, l.count, l.dtype, c.op,
+                                                 l.algorithm, nan, scratch, stream));
+        break;
+      case CudaKind::kAllGather:
+        RETURN_IF_ERROR(
+            kernels::LaunchAllGather(v, l.input, l.output, l.count, l.dtype, nan, stream));
+        break;
+      default:
+        RETURN_IF_ERROR(kernels::LaunchReduceScatter(v, l.input, l.output, l.count, l.dtype, c.op,
+                                                     nan, stream));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// What the device path refuses up front.
+absl::Status CheckSupported(const CudaGroupContext& g, const CollectiveOptions& o) {
+  if (o.nonfinite_count != nullptr || o.nonfinite_ranks != nullptr) {
+    return absl::InvalidArgumentError(
+        "nonfinite_count and nonfinite_ranks need host buffers: a collective on CUDA buffers "
+        "returns before the device has counted (the counts reach the control block's nan "
+        "counters instead)");
+  }
+  if (g.settings.nan_policy() == v1::NAN_POLICY_FAIL &&
+      ResolveNanCheck(o, g.settings, 0) == kernels::NanCheck::kOn) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", g.group.name(),
+                     ": nan_policy fail needs host buffers (a collective on CUDA "
+                     "buffers returns before its NaN/Inf count exists); use nan_policy report or "
+                     "CollectiveOptions::nan_check kOff"));
+  }
+  if (g.group.abort_requested()) {
+    return absl::AbortedError(
+        absl::StrCat("group ", g.group.name(), " aborted: ", g.group.abort_reason()));
+  }
+  return absl::OkStatus();
+}
+
+// Records the entry around the launch, stream-ordered, and keeps an event for its end.
+absl::Status Enqueue(const CudaGroupContext& g, CudaGroupState& s, const CudaCollective& c,
+                     kernels::CudaCommView v, void* scratch, const CollectiveOptions& o)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  const int slot = TakeSlot(s);
+  v.error_word = reinterpret_cast<uint32_t*>(s.words_device + offsetof(DeviceWords, error));
+  v.nonfinite_count = reinterpret_cast<unsigned long long*>(
+      s.words_device + offsetof(DeviceWords, nonfinite) + slot * sizeof(unsigned long long));
+  CUevent done = nullptr;
+  CU_RETURN_IF_ERROR(s.api->event_create(&done, CU_EVENT_DISABLE_TIMING));
+  Recorder& rec = g.group.recorder();
+  const RecordId id =
+      rec.Begin(c.record_op, c.inputs, c.outputs, -1, absl::ToInt64Milliseconds(g.group_timeout));
+  const kernels::NanCheck nan = ResolveNanCheck(o, g.settings, id.collective_seq_id);
+  auto* stream = static_cast<cudaStream_t>(o.cuda_stream);
+  absl::Status st = rec.Started(id, o.cuda_stream);
+  if (st.ok()) st = Launch(v, c, nan, scratch, stream);
+  if (st.ok()) st = rec.Completed(id, o.cuda_stream);
+  if (st.ok()) {
+    if (CUresult r = s.api->event_record(done, static_cast<CUstream>(o.cuda_stream));
+        r != CUDA_SUCCESS) {
+      st = absl::InternalError(absl::StrCat("cuEventRecord: ", CuErrorText(r)));
+    }
+  }
+  if (!st.ok()) {
+    rec.Abandoned(id);
+    s.api->event_destroy(done);
+    return st;
+  }
+  s.pending.push_back({done, id, slot, nan == kernels::NanCheck::kOn});
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void CudaGroupStateDeleter::operator()(CudaGroupState* s) const {
+  {
+    absl::MutexLock lock(&s->mu);
+    ContextScope scope(*s);
+    while (!s->pending.empty()) RetireFront(*s, /*wait=*/true);
+    if (s->scratch != 0) s->api->mem_free(s->scratch);
+    if (s->words != nullptr) s->api->mem_free_host(s->words);
+  }
+  s->api->primary_ctx_release(s->device);
+  delete s;
+}
+
+absl::StatusOr<CudaGroupStatePtr> CreateCudaGroupState(int device, Recorder::Impl* recorder) {
+  const CudaDriverInfo& cuda = ProbeCudaDriver();
+  if (!cuda.available || device < 0 || device >= cuda.device_count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("collectives on CUDA buffers of device cuda:", device,
+                     " need a CUDA driver and that device (", cuda.summary, ")"));
+  }
+  ASSIGN_OR_RETURN(const CuCollectiveApi* api, CollectiveApi());
+  auto s = std::make_unique<CudaGroupState>();
+  s->api = api;
+  s->recorder = recorder;
+  CU_RETURN_IF_ERROR(api->device_get(&s->device, device));
+  CU_RETURN_IF_ERROR(api->primary_ctx_retain(&s->context, s->device));
+  CudaGroupStatePtr state(s.release());  // from here the deleter releases the context
+  absl::MutexLock lock(&state->mu);
+  ContextScope scope(*state);
+  if (!scope.ok()) return absl::InternalError("cuCtxPushCurrent of the primary context failed");
+  void* words = nullptr;
+  CU_RETURN_IF_ERROR(api->mem_host_alloc(&words, sizeof(DeviceWords),
+                                         CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+  state->words = new (words) DeviceWords{};
+  CU_RETURN_IF_ERROR(api->mem_host_get_device_pointer(&state->words_device, words, 0));
+  return state;
+}
+
+absl::Status DeviceWaitError(uint32_t word, const std::string& group) {
+  const uint32_t code = word >> 16, peer = word & 0xffff;
+  const std::string after =
+      "; the group's CUDA buffers are unusable from then on (leave the group)";
+  switch (code) {
+    case 0:
+      return absl::OkStatus();
+    case 1:
+      return absl::AbortedError(absl::StrCat("group ", group,
+                                             ": an earlier collective on CUDA buffers was aborted "
+                                             "while waiting for rank ",
+                                             peer, after));
+    case 2:
+      return absl::DeadlineExceededError(absl::StrCat(
+          "group ", group, ": an earlier collective on CUDA buffers timed out waiting for rank ",
+          peer, after));
+    default:
+      return absl::InternalError(absl::StrCat("group ", group, ": device error word 0x",
+                                              absl::Hex(word), " has unknown code ", code,
+                                              " (allowed: 1 aborted, 2 timed out)"));
+  }
+}
+
+absl::Status RunCudaCollective(const CudaGroupContext& g, const CudaCollective& c,
+                               const CollectiveOptions& options) {
+  RETURN_IF_ERROR(CheckSupported(g, options));
+  if (g.state == nullptr) {
+    ASSIGN_OR_RETURN(g.state, CreateCudaGroupState(g.group.device().cuda_index(), &g.recorder));
+  }
+  CudaGroupState& s = *g.state;
+  absl::MutexLock lock(&s.mu);
+  ContextScope scope(s);
+  if (!scope.ok()) return absl::InternalError("cuCtxPushCurrent of the primary context failed");
+  RETURN_IF_ERROR(Poll(s, g.group.name()));
+  ASSIGN_OR_RETURN(kernels::CudaCommView view, MakeView(g, *c.view_buffer, options.cuda_stream));
+  ASSIGN_OR_RETURN(void* scratch, Scratch(s, ScratchBytes(c)));
+  return Enqueue(g, s, c, view, scratch, options);
+}
+
+}  // namespace commd
