@@ -19,6 +19,7 @@
 #include "client/src/group_state.h"
 #include "commd/group.h"
 #include "common/control_block.h"
+#include "common/status_macros.h"
 #include "kernels/algorithm.h"
 #include "kernels/host/comm_view.h"
 #include "kernels/types.h"
@@ -167,6 +168,28 @@ absl::Status NanFailure(CollectiveOp op, const RecordId& id, const kernels::Coll
       OpName(op), " seq ", id.collective_seq_id, ": NaN/Inf in the input of ", r.nonfinite_ranks,
       " rank(s), the first rank ", r.first_nonfinite_rank, " (", r.group_nonfinite_count,
       " value(s) over the group, ", r.nonfinite_count, " here); the group's nan policy is FAIL"));
+}
+
+// A collective with distinct input and output buffers: both this group's, not the same one,
+// the input holding count x in_factor elements and the output count x out_factor
+// (all-gather: 1 and the world size; reduce-scatter: the world size and 1).
+absl::Status CheckInOut(const char* name, bool owns_in, const SymmetricBuffer& in, bool owns_out,
+                        const SymmetricBuffer& out, size_t count, size_t in_factor,
+                        size_t out_factor, DataType dtype) {
+  const std::string what_in = absl::StrCat(name, " input");
+  const std::string what_out = absl::StrCat(name, " output");
+  RETURN_IF_ERROR(CheckBuffer(what_in.c_str(), owns_in, in));
+  RETURN_IF_ERROR(CheckBuffer(what_out.c_str(), owns_out, out));
+  if (&in == &out) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": input and output are the same buffer"));
+  }
+  const size_t factor = std::max(in_factor, out_factor);
+  if (count > SIZE_MAX / factor) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": count ", count, " too large (allowed: at most ", SIZE_MAX / factor, ")"));
+  }
+  RETURN_IF_ERROR(CheckFits(what_in.c_str(), in, 0, count * in_factor, dtype));
+  return CheckFits(what_out.c_str(), out, 0, count * out_factor, dtype);
 }
 
 // Runs `body` between the recorder's transitions and applies the group's NaN policy. Failures
@@ -365,15 +388,10 @@ absl::Status Group::AllGather(SymmetricBuffer& in, SymmetricBuffer& out, size_t 
                               DataType dtype, const CollectiveOptions& options) {
   if (auto st = CheckOptions(options); !st.ok()) return st;
   if (auto st = CheckType(dtype); !st.ok()) return st;
-  if (auto st = CheckBuffer("all-gather input", owns(in), in); !st.ok()) return st;
-  if (auto st = CheckBuffer("all-gather output", owns(out), out); !st.ok()) return st;
-  if (&in == &out)
-    return absl::InvalidArgumentError("all-gather: input and output are the same buffer");
-  if (auto st = CheckFits("all-gather input", in, 0, count, dtype); !st.ok()) return st;
   const size_t n = static_cast<size_t>(world_size());
-  if (count > SIZE_MAX / n)
-    return absl::InvalidArgumentError(absl::StrCat("all-gather: count ", count, " too large"));
-  if (auto st = CheckFits("all-gather output", out, 0, count * n, dtype); !st.ok()) return st;
+  if (auto st = CheckInOut("all-gather", owns(in), in, owns(out), out, count, 1, n, dtype);
+      !st.ok())
+    return st;
   Descs d{{count, dtype}, {count * n, dtype}};
 #ifdef COMMD_HAVE_CUDA
   if (!in.device().is_host()) {
@@ -403,15 +421,10 @@ absl::Status Group::ReduceScatter(SymmetricBuffer& in, SymmetricBuffer& out, siz
   if (auto st = CheckOptions(options); !st.ok()) return st;
   if (auto st = CheckType(dtype); !st.ok()) return st;
   if (auto st = CheckOp(op); !st.ok()) return st;
-  if (auto st = CheckBuffer("reduce-scatter input", owns(in), in); !st.ok()) return st;
-  if (auto st = CheckBuffer("reduce-scatter output", owns(out), out); !st.ok()) return st;
-  if (&in == &out)
-    return absl::InvalidArgumentError("reduce-scatter: input and output are the same buffer");
   const size_t n = static_cast<size_t>(world_size());
-  if (count > SIZE_MAX / n)
-    return absl::InvalidArgumentError(absl::StrCat("reduce-scatter: count ", count, " too large"));
-  if (auto st = CheckFits("reduce-scatter input", in, 0, count * n, dtype); !st.ok()) return st;
-  if (auto st = CheckFits("reduce-scatter output", out, 0, count, dtype); !st.ok()) return st;
+  if (auto st = CheckInOut("reduce-scatter", owns(in), in, owns(out), out, count, n, 1, dtype);
+      !st.ok())
+    return st;
   Descs d{{count * n, dtype}, {count, dtype}};
 #ifdef COMMD_HAVE_CUDA
   if (!in.device().is_host()) {
