@@ -98,6 +98,22 @@ class CollectiveTest : public ::testing::TestWithParam<int> {
     return c.ok() ? std::move(*c) : nullptr;
   }
 
+  // Run(), then prints the ranks' CPU time next to the wall time: waits must sleep, so CPU
+  // stays well under wall x ranks (printed, never asserted: the machine is shared).
+  void RunReportingCpu(int world, const std::string& mode, const std::string& what) {
+    rusage before{}, after{};
+    getrusage(RUSAGE_CHILDREN, &before);
+    const absl::Time start = absl::Now();
+    Run(world, mode);
+    getrusage(RUSAGE_CHILDREN, &after);
+    const double cpu = (after.ru_utime.tv_sec - before.ru_utime.tv_sec) +
+                       (after.ru_utime.tv_usec - before.ru_utime.tv_usec) / 1e6 +
+                       (after.ru_stime.tv_sec - before.ru_stime.tv_sec) +
+                       (after.ru_stime.tv_usec - before.ru_stime.tv_usec) / 1e6;
+    std::printf("%s: wall %.2f s, rank CPU %.2f s\n", what.c_str(),
+                absl::ToDoubleSeconds(absl::Now() - start), cpu);
+  }
+
   TempDir tmp_;
   std::unique_ptr<TempDir> tmp_config_;
   uint64_t seed_ = 0;
@@ -115,17 +131,7 @@ TEST_F(CollectiveTest, LargeSizes) {
 }
 
 TEST_F(CollectiveTest, TenThousandSmallIntAllReducesExact) {
-  rusage before{}, after{};
-  getrusage(RUSAGE_CHILDREN, &before);
-  const absl::Time start = absl::Now();
-  Run(2, "repeat");
-  getrusage(RUSAGE_CHILDREN, &after);
-  const double cpu = (after.ru_utime.tv_sec - before.ru_utime.tv_sec) +
-                     (after.ru_utime.tv_usec - before.ru_utime.tv_usec) / 1e6 +
-                     (after.ru_stime.tv_sec - before.ru_stime.tv_sec) +
-                     (after.ru_stime.tv_usec - before.ru_stime.tv_usec) / 1e6;
-  std::printf("10,000 all-reduces, 2 ranks: wall %.2f s, rank CPU %.2f s\n",
-              absl::ToDoubleSeconds(absl::Now() - start), cpu);
+  RunReportingCpu(2, "repeat", "10,000 all-reduces, 2 ranks");
 }
 
 TEST_F(CollectiveTest, InvalidCallsGiveClearErrors) { Run(2, "invalid"); }
@@ -260,17 +266,9 @@ TEST_F(CollectiveTest, CudaCollectivesOnTwoGpus) {
 
 // More ranks than cores: 8 ranks on this machine's cores, 2,000 exact int all-reduces.
 TEST_F(CollectiveTest, EightRanksRepeatAllReducesExact) {
-  rusage before{}, after{};
-  getrusage(RUSAGE_CHILDREN, &before);
-  const absl::Time start = absl::Now();
-  Run(8, "repeat:2000");
-  getrusage(RUSAGE_CHILDREN, &after);
-  const double cpu = (after.ru_utime.tv_sec - before.ru_utime.tv_sec) +
-                     (after.ru_utime.tv_usec - before.ru_utime.tv_usec) / 1e6 +
-                     (after.ru_stime.tv_sec - before.ru_stime.tv_sec) +
-                     (after.ru_stime.tv_usec - before.ru_stime.tv_usec) / 1e6;
-  std::printf("2,000 all-reduces, 8 ranks on %ld CPU(s): wall %.2f s, rank CPU %.2f s\n",
-              sysconf(_SC_NPROCESSORS_ONLN), absl::ToDoubleSeconds(absl::Now() - start), cpu);
+  RunReportingCpu(
+      8, "repeat:2000",
+      absl::StrCat("2,000 all-reduces, 8 ranks on ", sysconf(_SC_NPROCESSORS_ONLN), " CPU(s)"));
 }
 
 }  // namespace
