@@ -215,6 +215,6 @@ int main(int argc, char** argv) {
       if (auto s = me.Barrier(seq); !s.ok()) return Fail(s);
     }
   }
-  return me.WaitForAbort(
-      seq, /*silent=*/scenario == "silent" && rank == odd || scenario == "stuck" && rank == odd);
+  return me.WaitForAbort(seq,
+                         /*silent=*/(scenario == "silent" || scenario == "stuck") && rank == odd);
 }
