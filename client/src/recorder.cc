@@ -140,17 +140,27 @@ absl::Status Recorder::Impl::WriteOnStream(void* cuda_stream, uint64_t, uint64_t
 }
 #endif
 
+namespace {
+
+// Enqueues the write of `id`'s sequence id into the progress word at `word`. p2p entries have
+// no collective sequence id and move no progress word; they still need the block registered,
+// so that a stream without CUDA fails the same way.
+absl::Status EnqueueProgress(Recorder::Impl& impl, void* cuda_stream, uint64_t word,
+                             const RecordId& id) {
+  if (id.collective_seq_id != 0) {
+    return impl.WriteOnStream(cuda_stream, word, id.collective_seq_id);
+  }
+  return impl.DeviceAddress(cuda_stream, word).status();
+}
+
+}  // namespace
+
 absl::Status Recorder::Started(const RecordId& id, void* cuda_stream) {
   if (CpuPath(cuda_stream)) {
     Started(id);
     return absl::OkStatus();
   }
-  // p2p entries have no collective sequence id and move no progress word.
-  if (id.collective_seq_id != 0) {
-    RETURN_IF_ERROR(impl_->WriteOnStream(cuda_stream, kStartedWord, id.collective_seq_id));
-  } else {
-    RETURN_IF_ERROR(impl_->DeviceAddress(cuda_stream, kStartedWord).status());
-  }
+  RETURN_IF_ERROR(EnqueueProgress(*impl_, cuda_stream, kStartedWord, id));
   impl_->writer->StartedExceptProgress(ToHandle(id));
   return absl::OkStatus();
 }
@@ -160,11 +170,7 @@ absl::Status Recorder::Completed(const RecordId& id, void* cuda_stream) {
     Completed(id);
     return absl::OkStatus();
   }
-  if (id.collective_seq_id != 0) {
-    RETURN_IF_ERROR(impl_->WriteOnStream(cuda_stream, kCompletedWord, id.collective_seq_id));
-  } else {
-    RETURN_IF_ERROR(impl_->DeviceAddress(cuda_stream, kCompletedWord).status());
-  }
+  RETURN_IF_ERROR(EnqueueProgress(*impl_, cuda_stream, kCompletedWord, id));
   impl_->writer->CompletedExceptProgress(ToHandle(id));
   return absl::OkStatus();
 }
