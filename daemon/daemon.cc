@@ -110,9 +110,6 @@ absl::Status Daemon::StartMemory() {
   };
   groups_ = std::make_unique<groups::GroupRegistry>(options, table_.get(), timers_.get(),
                                                     &metrics_->registry());
-  recorder_metrics_ =
-      std::make_shared<recorder::RecorderMetrics>([this] { return groups_->DumpSources({}); });
-  metrics_->Register(recorder_metrics_);
   persistent_ =
       std::make_unique<memory::PersistentBuffers>(table_.get(), timers_.get(), config_.memory());
   store_ = std::make_unique<store::KvStore>(
@@ -182,6 +179,7 @@ absl::Status Daemon::StartServers() {
         return service->Push(token, e);
       },
       &metrics_->registry(), NewRealtimeRecorderClock());
+  metrics_->Register(watchdog_->group_metrics());
   watchdog_->Start();
   health_service_ = std::make_unique<watchdog::HealthService>(rpc_.get(), watchdog_.get());
   builder.RegisterService(health_service_.get());
@@ -235,10 +233,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   // Stop the threads that call into components before destroying any component; scrapes
   // read the groups' control blocks, so they stop first.
   if (watchdog_ != nullptr) watchdog_->Stop();
-  if (recorder_metrics_ != nullptr && metrics_ != nullptr) {
-    metrics_->Unregister(recorder_metrics_);
-    recorder_metrics_.reset();
-  }
+  if (watchdog_ != nullptr && metrics_ != nullptr) metrics_->Unregister(watchdog_->group_metrics());
   loop_.reset();
   timers_.reset();
   recorder_service_.reset();

@@ -23,7 +23,6 @@
 #include "daemon/memory/persistent_buffers.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/recorder/dumper.h"
-#include "daemon/recorder/recorder_metrics.h"
 #include "daemon/recorder/recorder_service.h"
 #include "daemon/server/event_loop.h"
 #include "daemon/server/handle_channel.h"
@@ -80,7 +79,6 @@ class Daemon {
   std::unique_ptr<memory::PersistentBuffers> persistent_;
   std::unique_ptr<store::KvStore> store_;
   std::unique_ptr<recorder::Dumper> dumper_;
-  std::shared_ptr<recorder::RecorderMetrics> recorder_metrics_;
   std::unique_ptr<server::RpcContext> rpc_;
   std::unique_ptr<server::NodeService> node_service_;
   std::unique_ptr<server::SessionService> session_service_;

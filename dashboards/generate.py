@@ -10,9 +10,11 @@ import os
 
 SCHEMA_VERSION = 39  # Grafana 10.4 / 11.x
 DS = {"type": "prometheus", "uid": "${datasource}"}
-# Every commd series is selected by the Prometheus job and the node (instance).
+# Every commd series is selected by the Prometheus job and the node (instance); per-group
+# series also by the training job (commd's `job` label, which Prometheus renames
+# exported_job) and the group, since two jobs may run groups of the same name.
 NODE = 'job=~"$job",instance=~"$instance"'
-GROUP = NODE + ',group=~"$group"'
+GROUP = NODE + ',exported_job=~"$exported_job",group=~"$group"'
 
 
 class Layout:
@@ -95,8 +97,11 @@ def templating():
         variable("job", "Prometheus job", "label_values(commd_build_info, job)",
                  multi=False, include_all=False),
         variable("instance", "Node", 'label_values(commd_build_info{job=~"$job"}, instance)'),
+        variable("exported_job", "Training job",
+                 'label_values(commd_group_state{job=~"$job",instance=~"$instance"}, exported_job)'),
         variable("group", "Group",
-                 'label_values(commd_group_state{job=~"$job",instance=~"$instance"}, group)'),
+                 'label_values(commd_group_state{job=~"$job",instance=~"$instance",'
+                 'exported_job=~"$exported_job"}, group)'),
     ]}
 
 
@@ -123,31 +128,38 @@ def node_dashboard():
         instant=True, fmt="table")], w=8,
         description="Every group of every job on the node and the watchdog's state for it "
                     "(ok, suspect, hung, aborted). `commctl health` gives the diagnosis.")
-    L.panel("timeseries", "Hangs detected by kind", [q(
-        f'sum by (kind) (increase(commd_hangs_detected_total{{{NODE}}}[$__rate_interval]))',
-        "{{kind}}")], w=8, description="stuck, lagging, mismatch, dead, unresponsive")
-    L.panel("timeseries", "Aborts by reason", [q(
-        f'sum by (reason) (increase(commd_aborts_total{{{NODE}}}[$__rate_interval]))',
-        "{{reason}}")], w=8)
+    L.panel("timeseries", "Hangs detected by group and kind", [q(
+        f'sum by (exported_job, group, kind) (increase(commd_hangs_detected_total{{{GROUP}}}'
+        '[$__rate_interval]))',
+        "{{exported_job}}/{{group}} {{kind}}")], w=8,
+        description="stuck, lagging, mismatch, dead, unresponsive, rendezvous; per training "
+                    "job and group")
+    L.panel("timeseries", "Aborts by group and reason", [q(
+        f'sum by (exported_job, group, reason) (increase(commd_aborts_total{{{GROUP}}}'
+        '[$__rate_interval]))',
+        "{{exported_job}}/{{group}} {{reason}}")], w=8)
     L.panel("timeseries", "NaN checks and NaN hits per second", [
-        q(f'sum(rate(commd_nan_checks_total{{{NODE}}}[$__rate_interval]))', "checks"),
-        q(f'sum(rate(commd_nan_detected_total{{{NODE}}}[$__rate_interval]))', "NaN/Inf found"),
+        q(f'sum(rate(commd_nan_checks_total{{{GROUP}}}[$__rate_interval]))', "checks"),
+        q(f'sum by (exported_job, group) (rate(commd_nan_detected_total{{{GROUP}}}'
+          '[$__rate_interval]))', "NaN/Inf found {{exported_job}}/{{group}}"),
     ], w=12, unit="ops")
     L.panel("timeseries", "Seconds since each rank's last progress", [q(
         f'time() - commd_rank_last_progress_timestamp_seconds{{{GROUP}}}',
-        "{{group}} rank {{rank}}")], w=12, unit="s",
+        "{{exported_job}}/{{group}} rank {{rank}}")], w=12, unit="s",
         description="Grows while a rank completes no collective. One line climbing while the "
                     "others stay low is a straggler or a hung rank.")
     L.row("Collectives")
     L.panel("timeseries", "Collectives per second by op", [q(
-        f'sum by (op) (rate(commd_collectives_total{{{NODE}}}[$__rate_interval]))', "{{op}}")],
+        f'sum by (op) (rate(commd_collectives_total{{{GROUP}}}[$__rate_interval]))', "{{op}}")],
         w=8, unit="ops")
-    L.panel("timeseries", "Collective bytes per second by op", [q(
-        f'sum by (op) (rate(commd_collective_bytes_total{{{NODE}}}[$__rate_interval]))',
-        "{{op}}")], w=8, unit="Bps")
+    L.panel("timeseries", "Collective bytes per second by group", [q(
+        f'sum by (exported_job, group) (rate(commd_collective_bytes_total{{{GROUP}}}'
+        '[$__rate_interval]))',
+        "{{exported_job}}/{{group}}")], w=8, unit="Bps",
+        description="Input bytes of the completed collectives, summed over the group's ranks")
     L.panel("timeseries", "Collective duration quantiles", [
         q(f'histogram_quantile({p}, sum by (le, op) (rate('
-          f'commd_collective_duration_seconds_bucket{{{NODE}}}[$__rate_interval])))',
+          f'commd_collective_duration_seconds_bucket{{{GROUP}}}[$__rate_interval])))',
           f"p{int(p * 100)} {{{{op}}}}") for p in (0.5, 0.9, 0.99)], w=8, unit="s")
     L.row("Memory and flight recorder")
     L.panel("timeseries", "Memory held for clients by backend and device", [q(
@@ -160,10 +172,10 @@ def node_dashboard():
         f'sum by (trigger) (increase(commd_flight_recorder_dumps_total{{{NODE}}}[$__rate_interval]))',
         "{{trigger}}")], w=8)
     L.panel("timeseries", "Flight-recorder entries and drops per second", [
-        q(f'sum by (group) (rate(commd_flight_recorder_entries_total{{{GROUP}}}[$__rate_interval]))',
-          "entries {{group}}"),
-        q(f'sum by (group) (rate(commd_flight_recorder_dropped_total{{{GROUP}}}[$__rate_interval]))',
-          "dropped {{group}}"),
+        q(f'sum by (exported_job, group) (rate(commd_flight_recorder_entries_total{{{GROUP}}}'
+          '[$__rate_interval]))', "entries {{exported_job}}/{{group}}"),
+        q(f'sum by (exported_job, group) (rate(commd_flight_recorder_dropped_total{{{GROUP}}}'
+          '[$__rate_interval]))', "dropped {{exported_job}}/{{group}}"),
         q(f'sum(rate(commd_flight_recorder_invalid_entries_total{{{NODE}}}[$__rate_interval]))',
           "invalid"),
     ], w=24, unit="ops",
@@ -216,18 +228,22 @@ def fleet_dashboard():
         f'sum(increase(commd_nan_detected_total{{{ALL}}}[1h])) or vector(0)', instant=True)],
         w=6, h=4)
     L.panel("table", "Nodes with hung groups", [q(
-        f'max by (instance, exported_job, group) (commd_group_state{{{ALL},group=~"$group",state="hung"}}) == 1',
+        f'max by (instance, exported_job, group) (commd_group_state{{{ALL},'
+        'exported_job=~"$exported_job",group=~"$group",state="hung"}) == 1',
         instant=True, fmt="table")], w=12,
         description="Run `commctl health` on the node; the dump names the ranks behind.")
     L.panel("table", "Top aborts (last hour)", [q(
-        f'topk(10, sum by (instance, reason) (increase(commd_aborts_total{{{ALL}}}[1h])))',
+        f'topk(10, sum by (instance, exported_job, group, reason) '
+        f'(increase(commd_aborts_total{{{ALL}}}[1h])))',
         instant=True, fmt="table")], w=12)
     L.panel("table", "NaN hot spots (last hour)", [q(
-        f'topk(10, sum by (instance, exported_job, group) (increase(commd_nan_detected_total{{{ALL}}}[1h])))',
+        f'topk(10, sum by (instance, exported_job, group) '
+        f'(increase(commd_nan_detected_total{{{ALL},exported_job=~"$exported_job"}}[1h])))',
         instant=True, fmt="table")], w=12)
-    L.panel("timeseries", "Hangs by kind", [q(
-        f'sum by (kind) (increase(commd_hangs_detected_total{{{ALL}}}[$__rate_interval]))',
-        "{{kind}}")], w=12)
+    L.panel("timeseries", "Hangs by training job and kind", [q(
+        f'sum by (exported_job, kind) (increase(commd_hangs_detected_total{{{ALL}}}'
+        '[$__rate_interval]))',
+        "{{exported_job}} {{kind}}")], w=12)
     L.panel("timeseries", "Collectives per second by node", [q(
         f'sum by (instance) (rate(commd_collectives_total{{{ALL}}}[$__rate_interval]))',
         "{{instance}}")], w=12, unit="ops")

@@ -10,6 +10,8 @@ grep -Eq '^demo +dp +hung +report +lagging: group dp: rank\(s\) \[2\] never ente
   fail "commctl health does not show dp hung with rank 2 behind"
 grep -q 'ranks behind: \[2\]' <<<"$out" || fail "the dump's diagnosis does not name rank 2"
 grep -q 'dp/rank2.json: .* nccl:all_reduce completed' <<<"$out" || fail "no dump of rank 2"
-grep -q '^commd_hangs_detected_total{kind="lagging"} 1' <<<"$out" || fail "no lagging hang in the metrics"
-grep -q '^commd_group_state{group="dp",state="hung"} 1' <<<"$out" || fail "dp is not hung in the metrics"
+grep -q '^commd_hangs_detected_total{job="demo",group="dp",kind="lagging"} 1' <<<"$out" ||
+  fail "no lagging hang of job demo's dp in the metrics"
+grep -q '^commd_group_state{job="demo",group="dp",state="hung"} 1' <<<"$out" ||
+  fail "job demo's dp is not hung in the metrics"
 echo "demo ok"

@@ -60,19 +60,6 @@ AbortReason ReasonOf(v1::DiagnosisKind kind) {
   }
 }
 
-const char* StateLabel(v1::GroupHealthState s) {
-  switch (s) {
-    case v1::SUSPECT:
-      return "suspect";
-    case v1::HUNG:
-      return "hung";
-    case v1::ABORTED:
-      return "aborted";
-    default:
-      return "ok";
-  }
-}
-
 nlohmann::json ToJson(const v1::Diagnosis& d) {
   std::string text;
   google::protobuf::util::JsonPrintOptions options;
@@ -86,12 +73,6 @@ int PidfdSignal(int fd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0));
 }
 
-prometheus::Histogram::BucketBoundaries DurationBuckets() {
-  prometheus::Histogram::BucketBoundaries b;
-  for (double v = 1e-5; v < 200; v *= 4) b.push_back(v);
-  return b;
-}
-
 }  // namespace
 
 Watchdog::Watchdog(WatchdogOptions options, groups::GroupRegistry* groups, recorder::Dumper* dumper,
@@ -102,48 +83,6 @@ Watchdog::Watchdog(WatchdogOptions options, groups::GroupRegistry* groups, recor
       dumper_(dumper),
       push_(std::move(push)),
       clock_(std::move(clock)) {
-  hangs_ = &prometheus::BuildCounter()
-                .Name("commd_hangs_detected_total")
-                .Help(
-                    "Watchdog findings by kind (stuck, lagging, mismatch, dead, unresponsive, "
-                    "rendezvous)")
-                .Register(*registry);
-  aborts_ = &prometheus::BuildCounter()
-                 .Name("commd_aborts_total")
-                 .Help("Groups aborted, by reason")
-                 .Register(*registry);
-  nan_checks_ = &prometheus::BuildCounter()
-                     .Name("commd_nan_checks_total")
-                     .Help("NaN/Inf checks the ranks ran")
-                     .Register(*registry)
-                     .Add({});
-  nans_found_ = &prometheus::BuildCounter()
-                     .Name("commd_nan_detected_total")
-                     .Help("NaN/Inf checks that found one")
-                     .Register(*registry)
-                     .Add({});
-  collectives_ = &prometheus::BuildCounter()
-                      .Name("commd_collectives_total")
-                      .Help("Collectives completed, by op")
-                      .Register(*registry);
-  collective_bytes_ = &prometheus::BuildCounter()
-                           .Name("commd_collective_bytes_total")
-                           .Help("Input bytes of the completed collectives the watchdog saw")
-                           .Register(*registry);
-  collective_seconds_ = &prometheus::BuildHistogram()
-                             .Name("commd_collective_duration_seconds")
-                             .Help(
-                                 "Started to completed, from the ring entries the watchdog "
-                                 "saw complete")
-                             .Register(*registry);
-  last_progress_ = &prometheus::BuildGauge()
-                        .Name("commd_rank_last_progress_timestamp_seconds")
-                        .Help("Unix time the daemon last saw the rank complete a collective")
-                        .Register(*registry);
-  group_state_ = &prometheus::BuildGauge()
-                      .Name("commd_group_state")
-                      .Help("1 for the group's current health state (ok, suspect, hung, aborted)")
-                      .Register(*registry);
   prometheus::Histogram::BucketBoundaries poll_buckets;
   for (double v = 1e-6; v < 10; v *= 4) poll_buckets.push_back(v);
   poll_seconds_ = &prometheus::BuildHistogram()
@@ -196,7 +135,7 @@ v1::WatchdogPolicy Watchdog::PolicyOf(const groups::WatchedGroup& g) const {
 }
 
 void Watchdog::ReadRank(const groups::WatchedMember& m, RankCursor& c, uint64_t now_ns,
-                        const std::string& group) {
+                        const groups::WatchedGroup& g) {
   RankView& v = c.last;
   v.rank = m.rank;
   v.global_rank = m.global_rank;
@@ -217,16 +156,16 @@ void Watchdog::ReadRank(const groups::WatchedMember& m, RankCursor& c, uint64_t 
   if (v.completed != c.completed_seen || c.progress_ns == 0) {
     c.completed_seen = v.completed;
     c.progress_ns = now_ns;
-    last_progress_->Add({{"group", group}, {"rank", std::to_string(m.rank)}})
-        .Set(static_cast<double>(now_ns) / 1e9);
   }
-  ObserveEntries(*snap, c);
+  ObserveEntries(*snap, c, g);
 }
 
-void Watchdog::ObserveEntries(const RingSnapshot& snap, RankCursor& c) {
-  // Entries seen complete for the first time: a sample when the rank recorded more than
-  // kEntriesPerPoll since the last poll, the whole of them otherwise.
-  std::array<uint64_t, kRecordOpCount> sampled{}, sampled_bytes{};
+void Watchdog::ObserveEntries(const RingSnapshot& snap, RankCursor& c,
+                              const groups::WatchedGroup& g) {
+  // Entries seen complete for the first time: a sample of the durations when the rank
+  // recorded more than kEntriesPerPoll since the last poll, the whole of them otherwise.
+  // (Counts and bytes come exact from the control block's counters: GroupMetrics.)
+  std::vector<GroupMetrics::Duration> durations;
   std::optional<uint64_t> first_open;
   for (const RecordedEntry& e : snap.entries) {
     if (e.record_id < c.next_record) continue;
@@ -236,36 +175,13 @@ void Watchdog::ObserveEntries(const RingSnapshot& snap, RankCursor& c) {
       if (it->second.op == e.op) it->second.state = e.state;
     }
     const bool done = e.state == RecordState::kCompleted;
-    if (done && c.counted.insert(e.record_id).second) {
-      const auto op = static_cast<uint32_t>(e.op);
-      ++sampled[op];
-      sampled_bytes[op] += e.bytes;
-      if (e.duration_ms.has_value() && *e.duration_ms >= 0) {
-        Histogram(op)->Observe(*e.duration_ms / 1e3);
-      }
+    if (done && c.counted.insert(e.record_id).second && e.duration_ms.has_value() &&
+        *e.duration_ms >= 0) {
+      durations.push_back({static_cast<uint32_t>(e.op), *e.duration_ms / 1e3});
     }
     if (!done && !e.retired && !first_open) first_open = e.record_id;
   }
-  // Counters: deltas, so the exported totals never go back when a group goes away. Bytes
-  // per op come from the entries; scaled up by the completions the sample missed.
-  for (uint32_t op = 0; op < kRecordOpCount; ++op) {
-    if (snap.per_op[op] <= c.per_op[op]) continue;
-    const uint64_t delta = snap.per_op[op] - c.per_op[op];
-    c.per_op[op] = snap.per_op[op];
-    collectives_->Add({{"op", RecordOpTorchName(op)}}).Increment(static_cast<double>(delta));
-    if (sampled[op] == 0) continue;
-    const double scale = delta > sampled[op] ? static_cast<double>(delta) / sampled[op] : 1.0;
-    collective_bytes_->Add({{"op", RecordOpTorchName(op)}})
-        .Increment(static_cast<double>(sampled_bytes[op]) * scale);
-  }
-  if (snap.nan_checks > c.nan_checks) {
-    nan_checks_->Increment(static_cast<double>(snap.nan_checks - c.nan_checks));
-    c.nan_checks = snap.nan_checks;
-  }
-  if (snap.nans_found > c.nans_found) {
-    nans_found_->Increment(static_cast<double>(snap.nans_found - c.nans_found));
-    c.nans_found = snap.nans_found;
-  }
+  group_metrics_->ObserveDurations(g.job_id, g.name, durations);
   // The cursor: the oldest record still open, unless it is so old that it never will close.
   uint64_t next = first_open.value_or(snap.next_record_id);
   if (snap.next_record_id > next + kStaleOpenRecords) next = snap.next_record_id;
@@ -273,14 +189,6 @@ void Watchdog::ObserveEntries(const RingSnapshot& snap, RankCursor& c) {
   c.counted.erase(c.counted.begin(), c.counted.lower_bound(c.next_record));
   while (c.counted.size() > kStaleOpenRecords) c.counted.erase(c.counted.begin());
   while (c.entries.size() > kEntriesKept) c.entries.erase(c.entries.begin());
-}
-
-prometheus::Histogram* Watchdog::Histogram(uint32_t op) {
-  prometheus::Histogram*& h = histograms_[op];
-  if (h == nullptr) {
-    h = &collective_seconds_->Add({{"op", RecordOpTorchName(op)}}, DurationBuckets());
-  }
-  return h;
 }
 
 void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
@@ -292,7 +200,7 @@ void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
   view.group = g.name;
   bool aborted = false;
   for (size_t r = 0; r < g.members.size(); ++r) {
-    ReadRank(g.members[r], t.ranks[r], now_ns, g.name);
+    ReadRank(g.members[r], t.ranks[r], now_ns, g);
     view.ranks.push_back(t.ranks[r].last);
     aborted = aborted || t.ranks[r].abort_reason != 0;
   }
@@ -339,13 +247,13 @@ void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
       }
     }
   }
-  SetStateGauge(t);
+  PublishMetrics(t);
 }
 
 void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred) {
   const groups::WatchedGroup& g = t.info;
   const v1::WatchdogPolicy policy = PolicyOf(g);
-  hangs_->Add({{"kind", KindLabel(d.kind())}}).Increment();
+  group_metrics_->CountHang(g.job_id, g.name, KindLabel(d.kind()));
   COMMD_LOG(WARNING, "watchdog") << g.job_id << "/" << g.name << ": " << KindLabel(d.kind()) << ": "
                                  << d.summary() << " (policy " << v1::WatchdogPolicy_Name(policy)
                                  << ")";
@@ -382,7 +290,9 @@ int Watchdog::Notify(const groups::WatchedGroup& g, AbortReason reason, const st
     if (push_) push_(m.session_token, event);
     ++notified;
   }
-  if (first) aborts_->Add({{"reason", AbortReasonName(static_cast<uint32_t>(reason))}}).Increment();
+  if (first) {
+    group_metrics_->CountAbort(g.job_id, g.name, AbortReasonName(static_cast<uint32_t>(reason)));
+  }
   COMMD_LOG(WARNING, "watchdog") << g.job_id << "/" << g.name << ": abort ("
                                  << AbortReasonName(static_cast<uint32_t>(reason)) << ") sent to "
                                  << notified << " rank(s): " << text;
@@ -402,21 +312,17 @@ void Watchdog::Terminate(const groups::WatchedGroup& g) {
   }
 }
 
-void Watchdog::SetStateGauge(const Tracked& t) {
-  for (auto s : {v1::HEALTHY, v1::SUSPECT, v1::HUNG, v1::ABORTED}) {
-    group_state_->Add({{"group", t.info.name}, {"state", StateLabel(s)}})
-        .Set(t.state == s ? 1.0 : 0.0);
+void Watchdog::PublishMetrics(const Tracked& t) {
+  GroupMetrics::Live live{.job = t.info.job_id, .group = t.info.name, .state = t.state};
+  for (size_t r = 0; r < t.info.members.size(); ++r) {
+    live.blocks.push_back(t.info.members[r].block);
+    live.progress_ns.push_back(r < t.ranks.size() ? t.ranks[r].progress_ns : 0);
   }
+  group_metrics_->Update(t.info.id, std::move(live));
 }
 
 void Watchdog::Forget(Tracked& t) {
-  for (auto s : {v1::HEALTHY, v1::SUSPECT, v1::HUNG, v1::ABORTED}) {
-    group_state_->Remove(&group_state_->Add({{"group", t.info.name}, {"state", StateLabel(s)}}));
-  }
-  for (size_t r = 0; r < t.ranks.size(); ++r) {
-    last_progress_->Remove(
-        &last_progress_->Add({{"group", t.info.name}, {"rank", std::to_string(r)}}));
-  }
+  group_metrics_->Retire(t.info.id);  // its own series only: others may share its names
   t.retired = true;
   t.ranks.clear();
   t.info.members.clear();  // drops the mappings
@@ -443,10 +349,11 @@ void Watchdog::PollOnce() {
         ++it;
         continue;
       }
-      // A last read: the collectives its ranks completed just before leaving still count.
+      // A last read: the collectives its ranks completed just before leaving still count
+      // (their durations here, their counters when GroupMetrics retires the group).
       Tracked& gone = it->second;
       for (size_t r = 0; r < gone.info.members.size() && r < gone.ranks.size(); ++r) {
-        ReadRank(gone.info.members[r], gone.ranks[r], now_ns, gone.info.name);
+        ReadRank(gone.info.members[r], gone.ranks[r], now_ns, gone.info);
       }
       Forget(gone);
       it = tracked_.erase(it);
@@ -519,7 +426,7 @@ absl::StatusOr<int> Watchdog::Abort(const HealthFilter& filter, const std::strin
     if (it != tracked_.end()) {
       it->second.abort_reason = "admin";
       it->second.state = v1::ABORTED;
-      SetStateGauge(it->second);
+      group_metrics_->SetState(g.id, v1::ABORTED);
     }
   }
   if (matched == 0) {
@@ -534,7 +441,7 @@ void Watchdog::OnRendezvousTimeout(const groups::WatchedGroup& g, const std::vec
   const uint64_t now = clock_->NowNs();
   v1::Diagnosis d = RendezvousDiagnosis(g.job_id, g.uid, g.name, joined, missing,
                                         static_cast<uint64_t>(absl::ToUnixNanos(g.created)), now);
-  hangs_->Add({{"kind", "rendezvous"}}).Increment();
+  group_metrics_->CountHang(g.job_id, g.name, "rendezvous");
   COMMD_LOG(WARNING, "watchdog") << g.job_id << "/" << g.name << ": rendezvous: " << d.summary();
   absl::MutexLock lock(&mu_);
   Tracked t;

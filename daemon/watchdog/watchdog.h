@@ -12,8 +12,8 @@
 //
 // It never calls into a client, never waits on CUDA, never holds a lock a client could hold:
 // reads are bounded seqlocked copies, dumps are queued on the dumper's thread, events are
-// queued on the session's stream, signals go through pidfds. It also exports the collective
-// metrics it derives from the rings (counts, bytes and durations of completed collectives).
+// queued on the session's stream, signals go through pidfds. What it learns per group (state,
+// progress, durations, findings) goes to GroupMetrics, which serves every per-group series.
 //
 // Thread-safety: every public method is thread-safe.
 #ifndef COMMD_DAEMON_WATCHDOG_WATCHDOG_H_
@@ -42,9 +42,7 @@
 #include "daemon/recorder/dumper.h"
 #include "daemon/recorder/ring_reader.h"
 #include "daemon/watchdog/classifier.h"
-#include "prometheus/counter.h"
-#include "prometheus/family.h"
-#include "prometheus/gauge.h"
+#include "daemon/watchdog/group_metrics.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
@@ -89,6 +87,9 @@ class Watchdog {
   // event; returns the ranks notified. NOT_FOUND when no group matches.
   absl::StatusOr<int> Abort(const HealthFilter& filter, const std::string& reason);
 
+  // The per-group series ({job, group}); the daemon serves it on /metrics.
+  std::shared_ptr<prometheus::Collectable> group_metrics() const { return group_metrics_; }
+
   // The registry's hook: a rendezvous timed out.
   void OnRendezvousTimeout(const groups::WatchedGroup& group, const std::vector<int>& joined,
                            const std::vector<int>& missing);
@@ -99,9 +100,7 @@ class Watchdog {
     std::set<uint64_t> counted;             // completed records >= next_record already counted
     std::map<uint64_t, EntryView> entries;  // recent entries by collective seq
     RankView last;                          // the last good read (kept when a read fails)
-    std::array<uint64_t, kRecordOpCount> per_op{};
-    uint64_t nan_checks = 0, nans_found = 0;
-    uint64_t completed_seen = 0;  // last completed seq, and when it changed
+    uint64_t completed_seen = 0;            // last completed seq, and when it changed
     uint64_t progress_ns = 0;
     uint32_t abort_reason = 0;
   };
@@ -123,17 +122,16 @@ class Watchdog {
 
   void Run();
   void ReadRank(const groups::WatchedMember& m, RankCursor& cursor, uint64_t now_ns,
-                const std::string& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ObserveEntries(const RingSnapshot& snap, RankCursor& cursor)
+                const groups::WatchedGroup& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ObserveEntries(const RingSnapshot& snap, RankCursor& cursor, const groups::WatchedGroup& g)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  prometheus::Histogram* Histogram(uint32_t op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int Notify(const groups::WatchedGroup& g, AbortReason reason, const std::string& text);
   void Terminate(const groups::WatchedGroup& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetStateGauge(const Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishMetrics(const Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Duration TimeoutOf(const groups::WatchedGroup& g) const;
   v1::WatchdogPolicy PolicyOf(const groups::WatchedGroup& g) const;
@@ -146,17 +144,8 @@ class Watchdog {
   const PushEvent push_;
   std::unique_ptr<RecorderClock> clock_;
 
-  prometheus::Family<prometheus::Counter>* hangs_;
-  prometheus::Family<prometheus::Counter>* aborts_;
-  prometheus::Counter* nan_checks_;
-  prometheus::Counter* nans_found_;
-  prometheus::Family<prometheus::Counter>* collectives_;
-  prometheus::Family<prometheus::Counter>* collective_bytes_;
-  prometheus::Family<prometheus::Histogram>* collective_seconds_;
-  prometheus::Family<prometheus::Gauge>* last_progress_;
-  prometheus::Family<prometheus::Gauge>* group_state_;
+  const std::shared_ptr<GroupMetrics> group_metrics_ = std::make_shared<GroupMetrics>();
   prometheus::Histogram* poll_seconds_;
-  std::array<prometheus::Histogram*, kRecordOpCount> histograms_ ABSL_GUARDED_BY(mu_){};
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, Tracked> tracked_ ABSL_GUARDED_BY(mu_);  // by group id

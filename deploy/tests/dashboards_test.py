@@ -4,14 +4,17 @@
 Starts the real commd on a temporary runtime dir and Debian's prometheus on loopback (a free
 port, temporary storage, 1 s scrape and rule interval, deploy/prometheus/commd.rules.yml
 loaded), runs a small demo job of examples/trainer ranks with one hang and one NaN injected
-(and one more hang that commctl aborts), then:
+(and one more hang that commctl aborts) beside a healthy second job whose group has the name
+of the demo's hung one (tp), then:
   - checks each dashboard's JSON: schemaVersion, the datasource/job/instance/group
     variables, unique panel ids, grid positions inside the 24 columns and not overlapping,
     every panel on the ${datasource} variable, the JSON matching dashboards/generate.py;
   - resolves the template variables through Prometheus's series API, substitutes them into
     every query of every panel, sends each to /api/v1/query and requires success and data;
   - requires every commd metric a query names to exist in commd's /metrics;
-  - requires the alerts the demo provokes to fire in that Prometheus.
+  - requires the alerts the demo provokes to fire in that Prometheus;
+  - requires the hang alert to name the hung job and group only, and the healthy job's group
+    of the same name to stay ok in Prometheus while the demo's is hung.
 
 Usage: dashboards_test.py --source DIR --commd BIN --commctl BIN --trainer BIN
 """
@@ -286,10 +289,19 @@ def run_with_servers(args, src, tmp, prom_bin, dashboards):
     for group, rank, extra in job:
         start([args.trainer, "--group", group, "--rank", str(rank), "--world", "2"] + common + extra,
               os.path.join(tmp, f"{group}{rank}.log"), env=env)
+    # A second job with a group named like the demo's hung one, healthy throughout (a long
+    # group timeout, so that a loaded machine's scheduling is no hang).
+    healthy = [("60000" if a == "3000" else a) for a in common]
+    for rank in (0, 1):
+        start([args.trainer, "--group", "tp", "--rank", str(rank), "--world", "2"] + healthy,
+              os.path.join(tmp, f"other-tp{rank}.log"), env=dict(env, COMMD_JOB_ID="other"))
 
-    def state(group, s):
-        return scrape_value(metrics_url, "commd_group_state", {"group": group, "state": s}) == 1
-    wait_for("tp and pp hung", lambda: state("tp", "hung") and state("pp", "hung"), 60)
+    def state(job, group, s):
+        return scrape_value(metrics_url, "commd_group_state",
+                            {"job": job, "group": group, "state": s}) == 1
+    wait_for("demo's tp and pp hung, other's tp ok",
+             lambda: state("demo", "tp", "hung") and state("demo", "pp", "hung")
+             and state("other", "tp", "ok"), 60)
     ctl = [args.commctl, "--runtime-dir", run]
     out = subprocess.run(ctl + ["abort", "--group", "pp", "--job", "demo", "--reason", "dashboard test"],
                          capture_output=True, text=True, env=env, timeout=30)
@@ -316,6 +328,29 @@ def run_with_servers(args, src, tmp, prom_bin, dashboards):
     now = firing()
     check(now >= EXPECTED_ALERTS, f"alerts {sorted(EXPECTED_ALERTS - now)} do not fire (firing: {sorted(now)})")
     print("alerts firing:", sorted(now))
+    check_two_jobs(prom)
+
+
+def check_two_jobs(prom):
+    """The demo's hung tp alerts under its own job; the other job's tp stays ok and quiet."""
+    hangs = [a["labels"] for a in prom.api("alerts")["alerts"]
+             if a["labels"]["alertname"] == "CommdHangDetected" and a["state"] == "firing"]
+    named = {(h.get("exported_job"), h.get("group")) for h in hangs}
+    check(("demo", "tp") in named, f"CommdHangDetected does not name job demo's tp: {hangs}")
+    check(named <= {("demo", "tp"), ("demo", "pp")},
+          f"CommdHangDetected fires for other than demo's tp and pp: {hangs}")
+
+    def value(expr):
+        result = prom.query(expr)["result"]
+        return [float(r["value"][1]) for r in result]
+    check(value('commd_group_state{exported_job="other",group="tp",state="ok"}') == [1.0],
+          "job other's tp is not ok in Prometheus while job demo's tp is hung")
+    check(value('commd_group_state{exported_job="other",group="tp",state="hung"}') == [0.0],
+          "job other's tp is hung in Prometheus")
+    check(value('commd_group_state{exported_job="demo",group="tp",state="hung"}') == [1.0],
+          "job demo's tp is not hung in Prometheus")
+    check(not prom.query('commd_hangs_detected_total{exported_job="other"}')["result"],
+          "a hang is counted for job other")
 
 
 # The trainer's Group::AllReduce runs the fused NaN check, so dp's injected NaN reaches

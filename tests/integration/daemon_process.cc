@@ -10,11 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -270,10 +272,29 @@ absl::StatusOr<std::string> HttpGet(const std::string& address, const std::strin
   return response.substr(body + 4);
 }
 
+namespace {
+
+const std::regex& LabelRegex() {
+  static const std::regex kLabel(R"re(([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)")re");
+  return kLabel;
+}
+
+// `a="x"` strings of a label list such as `a="x",b="y"`.
+std::set<std::string> LabelsOf(const std::string& text) {
+  std::set<std::string> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), LabelRegex());
+       it != std::sregex_iterator(); ++it) {
+    out.insert(it->str());
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::map<std::string, double>> ParsePrometheusText(const std::string& text) {
   // name{labels} value [timestamp]; labels re-sorted so lookups need not know the order.
   static const std::regex kSample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+-?\d+)?$)");
-  static const std::regex kLabel(R"re(([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)")re");
+  const std::regex& kLabel = LabelRegex();
   std::map<std::string, double> out;
   for (absl::string_view raw : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     const std::string line(raw);
@@ -316,8 +337,19 @@ absl::StatusOr<std::map<std::string, double>> ParsePrometheusText(const std::str
 double MetricValue(const DaemonProcess& daemon, const std::string& key) {
   auto metrics = Scrape(daemon);
   if (!metrics.ok()) return -1;
-  auto it = metrics->find(key);
-  return it == metrics->end() ? 0 : it->second;
+  const size_t brace = key.find('{');
+  const std::string name = key.substr(0, brace);
+  const std::set<std::string> want =
+      brace == std::string::npos ? std::set<std::string>{} : LabelsOf(key.substr(brace));
+  double sum = 0;
+  for (auto it = metrics->lower_bound(name); it != metrics->end(); ++it) {
+    const std::string& series = it->first;
+    if (series.compare(0, name.size(), name) != 0) break;
+    if (series.size() > name.size() && series[name.size()] != '{') continue;  // a longer name
+    const std::set<std::string> have = LabelsOf(series.substr(name.size()));
+    if (std::includes(have.begin(), have.end(), want.begin(), want.end())) sum += it->second;
+  }
+  return sum;
 }
 
 absl::StatusOr<std::unique_ptr<DaemonProcess>> StartDaemonWithConfig(

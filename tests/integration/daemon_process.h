@@ -108,8 +108,9 @@ absl::StatusOr<std::map<std::string, double>> ParsePrometheusText(const std::str
 // Scrape + parse.
 absl::StatusOr<std::map<std::string, double>> Scrape(const DaemonProcess& daemon);
 
-// One sample's value by its parsed key (labels sorted, e.g. `x{a="1",b="2"}`); 0 when the
-// series is absent, -1 when the scrape failed.
+// The sum of the samples of metric `x` that carry every label `key` names, as PromQL's
+// sum(x{a="1"}) would give: `x{a="1",b="2"}` is one series, `x{a="1"}` adds up every `b`, `x`
+// every series. 0 when none matches, -1 when the scrape failed.
 double MetricValue(const DaemonProcess& daemon, const std::string& key);
 
 // Writes `config` to <dir>/commd.textproto and starts the daemon on <dir>/run with it.

@@ -308,10 +308,14 @@ TEST_F(WatchdogTest, NoFalseAlarmForFastCollectivesAndALongComputeGap) {
   if (h.ok() && h->groups_size() > 0) {
     EXPECT_FALSE(h->groups(0).has_last_diagnosis()) << h->DebugString();
   }
-  // The daemon counted every collective from the control blocks.
-  EXPECT_EQ(Metric("commd_collectives_total{op=\"all_reduce\"}"), kWorld * 10000);
-  EXPECT_GT(Metric("commd_collective_duration_seconds_count{op=\"all_reduce\"}"), 0);
-  EXPECT_GT(Metric("commd_collective_bytes_total{op=\"all_reduce\"}"), 0);
+  // The daemon counted every collective from the control blocks, and kept the counts of the
+  // group after its ranks left.
+  EXPECT_EQ(Metric(R"(commd_collectives_total{group="g",job="job",op="all_reduce"})"),
+            kWorld * 10000);
+  EXPECT_GT(
+      Metric(R"(commd_collective_duration_seconds_count{group="g",job="job",op="all_reduce"})"), 0);
+  EXPECT_EQ(Metric(R"(commd_collective_bytes_total{group="g",job="job"})"),
+            kWorld * 10000 * 1024 * 4.0);
 }
 
 }  // namespace
