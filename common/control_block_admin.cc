@@ -44,7 +44,7 @@ absl::Status InitControlBlock(void* base, size_t mapped_bytes, const ControlBloc
         "rank ", p.rank, " / world size ", p.world_size, " / global rank ", p.global_rank,
         " is not 0 <= rank < world size <= ", kControlBlockMaxWorldSize, ", global rank >= 0"));
   }
-  std::memset(base, 0, mapped_bytes);
+  if (!p.memory_is_zero) std::memset(base, 0, mapped_bytes);
   auto* h = static_cast<ControlBlockHeader*>(base);
   h->magic = kControlBlockMagic;
   h->abi_version = kControlBlockAbiVersion;

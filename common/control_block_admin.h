@@ -29,10 +29,13 @@ struct ControlBlockParams {
   int32_t world_size = 1;
   int32_t global_rank = 0;
   uint64_t created_ns = 0;  // CLOCK_REALTIME; 0: now
+  // The memory is known to be zero (fresh memfd pages): only the header is written, so the
+  // pages nobody uses are never faulted in (the daemon's RSS does not grow per member).
+  bool memory_is_zero = false;
 };
 
-// Zeroes `mapped_bytes` at `base` (64-byte aligned, at least ControlBlockBytes(capacity))
-// and writes the header. INVALID_ARGUMENT names the bad parameter.
+// Zeroes `mapped_bytes` at `base` (64-byte aligned, at least ControlBlockBytes(capacity)),
+// unless params.memory_is_zero, and writes the header. INVALID_ARGUMENT names the bad parameter.
 absl::Status InitControlBlock(void* base, size_t mapped_bytes, const ControlBlockParams& params);
 
 // Sets the abort word once: text and time first, then the reason (release), then wakes futex

@@ -83,7 +83,9 @@ absl::Status Daemon::StartMemory() {
   options.default_timeout = absl::Milliseconds(config_.groups().default_timeout_ms());
   options.max_timeout = absl::Milliseconds(config_.groups().max_timeout_ms());
   options.release_grace = absl::Milliseconds(config_.session().release_grace_ms());
+  const v1::PerUidLimits& per_uid = config_.limits().per_uid();
   options.max_groups = config_.limits().max_groups();
+  options.max_groups_forming_per_uid = per_uid.groups_forming();
   options.ring_capacity = config_.recorder().ring_capacity();
   const v1::CollectivesConfig& coll = config_.collectives();
   options.collectives.set_one_shot_max_read_bytes(coll.one_shot_max_read_bytes());
@@ -96,7 +98,10 @@ absl::Status Daemon::StartMemory() {
                                               : config_.recorder().dump_dir(),
                               .host = Hostname(),
                               .version = DaemonVersion(),
-                              .write_torch_pickle = config_.recorder().write_torch_pickle()},
+                              .write_torch_pickle = config_.recorder().write_torch_pickle(),
+                              .dumps_per_minute = per_uid.dumps_per_minute(),
+                              .dump_burst = per_uid.dump_burst(),
+                              .dump_bytes_per_uid = per_uid.dump_bytes()},
       &metrics_->registry());
   COMMD_LOG(INFO, "recorder") << "dumps go to " << dumper_->dump_dir();
   options.on_rank_death = [this](std::vector<recorder::DumpSource> sources) {
@@ -118,6 +123,8 @@ absl::Status Daemon::StartMemory() {
                          .max_value_bytes = config_.limits().max_store_value_bytes(),
                          .max_bytes_per_job = config_.limits().max_store_bytes_per_job(),
                          .max_bytes = config_.limits().max_store_bytes(),
+                         .max_keys_per_uid = per_uid.store_keys(),
+                         .max_bytes_per_uid = per_uid.store_bytes(),
                          .max_wait = absl::Milliseconds(config_.groups().max_timeout_ms())},
       timers_.get());
   sessions_->AddEndListener([this](const server::Session& s, absl::string_view reason) {

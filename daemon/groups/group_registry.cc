@@ -9,6 +9,7 @@
 #include "common/shm_mapping.h"
 #include "common/status_macros.h"
 #include "common/symmetric_layout.h"
+#include "common/uid_share.h"
 
 namespace commd::groups {
 
@@ -160,6 +161,14 @@ absl::StatusOr<std::shared_ptr<GroupRegistry::Group>> GroupRegistry::FindOrCreat
     return absl::ResourceExhaustedError(
         absl::StrCat("group limit reached: ", by_name_.size(), " groups (limits.max_groups)"));
   }
+  // Each uid's share of the rendezvous slots, so that one user's never-completed groups
+  // cannot fill max_groups for everyone.
+  if (forming_.of(session.uid) >= options_.max_groups_forming_per_uid) {
+    return UidShareExhausted(session.uid, forming_.of(session.uid),
+                             options_.max_groups_forming_per_uid, "groups in rendezvous",
+                             "groups_forming");
+  }
+  forming_.Add(session.uid, 1);
   auto group = std::make_shared<Group>();
   group->id = next_id_++;
   group->key = key;
@@ -251,18 +260,21 @@ void GroupRegistry::Join(std::shared_ptr<const server::Session> session,
 
 absl::Status GroupRegistry::CreateControlBlock(const Group& group, int rank, Member& m) {
   const size_t bytes = ControlBlockBytes(options_.ring_capacity);
-  ASSIGN_OR_RETURN(
-      m.control_block,
-      table_->Allocate({m.session->uid, m.session->job_id, m.session->token},
-                       memory::Device::Host(), bytes,
-                       absl::StrCat(group.job(), "/", group.name(), "/cb", rank), v1::SESSION));
+  ASSIGN_OR_RETURN(m.control_block,
+                   table_->Allocate({m.session->uid, m.session->job_id, m.session->token},
+                                    memory::Device::Host(), bytes,
+                                    absl::StrCat(group.job(), "/", group.name(), "/cb", rank),
+                                    v1::SESSION, memory::Purpose::kControlBlock));
   ASSIGN_OR_RETURN(SharedMapping map, SharedMapping::Map(m.control_block->block.fd.get(), bytes));
   m.control_map = std::make_shared<SharedMapping>(std::move(map));
+  // A fresh memfd reads as zeros: writing only the header keeps the rest of the block (the
+  // ring, ~3.4 MiB at 4096 entries) out of the daemon's RSS until the rank fills it.
   return InitControlBlock(m.control_map->data(), bytes,
                           {.ring_capacity = options_.ring_capacity,
                            .rank = rank,
                            .world_size = group.world_size,
-                           .global_rank = m.global_rank});
+                           .global_rank = m.global_rank,
+                           .memory_is_zero = true});
 }
 
 void GroupRegistry::Form(Group& group, Deferred& deferred) {
@@ -273,6 +285,7 @@ void GroupRegistry::Form(Group& group, Deferred& deferred) {
   }
   if (!status.ok()) return FailRendezvous(group, status, deferred);
   group.active = true;
+  forming_.Sub(std::get<0>(group.key), 1);
   rendezvous_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - group.created));
   for (int r = 0; r < group.world_size; ++r) {
     Member& m = group.members[r];
@@ -310,6 +323,7 @@ void GroupRegistry::FailRendezvous(Group& group, const absl::Status& status, Def
                                << " did not form: " << status.message();
   ReleaseLater(std::move(blocks), deferred);
   timers_->Cancel(group.timer);
+  forming_.Sub(std::get<0>(group.key), 1);  // only forming groups fail their rendezvous
   by_name_.erase(group.key);
   groups_.erase(group.id);
   UpdateMetrics();

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "commd/v1/groups.pb.h"
+#include "common/uid_share.h"
 #include "daemon/memory/allocation_table.h"
 #include "daemon/recorder/dumper.h"
 #include "daemon/server/rpc.h"
@@ -66,7 +67,8 @@ struct GroupsOptions {
   absl::Duration max_timeout = absl::Hours(24);
   absl::Duration release_grace = absl::Seconds(30);
   uint32_t max_groups = 1024;
-  uint32_t ring_capacity = 4096;  // flight-recorder entries per control block
+  uint32_t max_groups_forming_per_uid = 256;  // limits.per_uid.groups_forming
+  uint32_t ring_capacity = 4096;              // flight-recorder entries per control block
   // The config's collectives settings (every field set), which a group's first rank may
   // override (nan check, sample period, policy).
   v1::CollectiveSettings collectives;
@@ -165,6 +167,7 @@ class GroupRegistry {
   // Forming or active groups by name; a retired group (every member gone) is only in groups_
   // until its memory is released, so the name can form again at once.
   std::map<Key, uint64_t> by_name_ ABSL_GUARDED_BY(mu_);
+  UidTally forming_ ABSL_GUARDED_BY(mu_);  // groups in rendezvous, per uid
 };
 
 }  // namespace commd::groups

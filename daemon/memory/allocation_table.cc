@@ -38,6 +38,7 @@ AllocationTable::AllocationTable(std::unique_ptr<MemoryBackend> host,
     : host_(std::move(host)),
       cuda_(std::move(cuda)),
       limits_(config.limits()),
+      per_uid_(config.limits().per_uid()),
       token_ttl_(absl::Milliseconds(config.session().import_token_ttl_ms())) {
   bytes_gauge_ = &prometheus::BuildGauge()
                       .Name("commd_memory_allocated_bytes")
@@ -63,11 +64,9 @@ MemoryBackend* AllocationTable::BackendFor(const Device& device) const {
   return device.kind == Device::Kind::kCuda ? cuda_.get() : host_.get();
 }
 
-absl::StatusOr<std::shared_ptr<const Allocation>> AllocationTable::Allocate(const Owner& owner,
-                                                                            const Device& device,
-                                                                            size_t bytes,
-                                                                            absl::string_view label,
-                                                                            v1::Lifetime lifetime) {
+absl::StatusOr<std::shared_ptr<const Allocation>> AllocationTable::Allocate(
+    const Owner& owner, const Device& device, size_t bytes, absl::string_view label,
+    v1::Lifetime lifetime, Purpose purpose) {
   if (bytes == 0) {
     return absl::InvalidArgumentError(absl::StrCat("allocation of 0 bytes for ", label,
                                                    "; allowed 1 byte to ",
@@ -84,37 +83,115 @@ absl::StatusOr<std::shared_ptr<const Allocation>> AllocationTable::Allocate(cons
                                                    " is not available on this node (no CUDA "
                                                    "memory backend); use 'host'"));
   }
-  const auto job = std::make_pair(owner.uid, owner.job_id);
   {
     absl::MutexLock lock(&mu_);
-    const uint64_t held = job_bytes_[job];
-    if (held + bytes > limits_.max_bytes_per_job()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("allocation of ", FormatBytes(bytes), " would bring job ", owner.job_id,
-                       " to ", FormatBytes(held + bytes), ", over its limit ",
-                       FormatBytes(limits_.max_bytes_per_job()), " (limits.max_bytes_per_job)"));
-    }
-    if (!owner.session_token.empty() &&
-        session_counts_[owner.session_token] >= limits_.max_allocations_per_session()) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("session holds ", session_counts_[owner.session_token],
-                       " allocations, the limit (limits.max_allocations_per_session)"));
-    }
+    RETURN_IF_ERROR(Reserve(owner, device, bytes, lifetime, purpose));
   }
-  ASSIGN_OR_RETURN(MemoryBlock block, backend->Allocate(device, bytes, label));
+  absl::StatusOr<MemoryBlock> block = backend->Allocate(device, bytes, label);
+  absl::MutexLock lock(&mu_);
+  Count(owner, device, bytes, lifetime, purpose, -1);
+  if (!block.ok()) return block.status();
+  // The backend rounds up (pages, GPU granularity): what it actually holds must fit too.
+  if (absl::Status fits = Reserve(owner, device, block->bytes, lifetime, purpose); !fits.ok()) {
+    backend->Release(*std::move(block));
+    return fits;
+  }
   auto allocation = std::make_shared<Allocation>();
   allocation->owner = owner;
   allocation->label = std::string(label);
   allocation->lifetime = lifetime;
+  allocation->purpose = purpose;
   allocation->backend = std::string(backend->name());
-  allocation->block = std::move(block);
-  absl::MutexLock lock(&mu_);
+  allocation->block = *std::move(block);
   allocation->id = next_id_++;
-  job_bytes_[job] += allocation->block.bytes;
-  if (!owner.session_token.empty()) ++session_counts_[owner.session_token];
   allocations_[allocation->id] = allocation;
   CountInMetrics(*allocation, +1);
   return std::shared_ptr<const Allocation>(allocation);
+}
+
+absl::Status AllocationTable::Reserve(const Owner& owner, const Device& device, uint64_t bytes,
+                                      v1::Lifetime lifetime, Purpose purpose) {
+  const uint64_t held = job_bytes(owner.uid, owner.job_id, LockHeld{});
+  if (held + bytes > limits_.max_bytes_per_job()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("allocation of ", FormatBytes(bytes), " would bring job ", owner.job_id,
+                     " to ", FormatBytes(held + bytes), ", over its limit ",
+                     FormatBytes(limits_.max_bytes_per_job()), " (limits.max_bytes_per_job)"));
+  }
+  if (!owner.session_token.empty()) {
+    auto it = session_counts_.find(owner.session_token);
+    if (it != session_counts_.end() && it->second >= limits_.max_allocations_per_session()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("session holds ", it->second,
+                       " allocations, the limit (limits.max_allocations_per_session)"));
+    }
+  }
+  RETURN_IF_ERROR(CheckUidShare(owner, device, bytes, lifetime, purpose));
+  Count(owner, device, bytes, lifetime, purpose, +1);
+  return absl::OkStatus();
+}
+
+absl::Status AllocationTable::CheckUidShare(const Owner& owner, const Device& device,
+                                            uint64_t bytes, v1::Lifetime lifetime,
+                                            Purpose purpose) const {
+  const uid_t uid = owner.uid;
+  if (uid_allocations_.of(uid) >= per_uid_.allocations()) {
+    return UidShareExhausted(uid, uid_allocations_.of(uid), per_uid_.allocations(), "allocations",
+                             "allocations");
+  }
+  const bool cuda = device.kind == Device::Kind::kCuda;
+  const uint64_t held = (cuda ? uid_cuda_bytes_ : uid_host_bytes_).of(uid);
+  const uint64_t limit = cuda ? per_uid_.cuda_bytes() : per_uid_.host_bytes();
+  if (held + bytes > limit) {
+    return UidShareExhausted(uid, FormatBytes(held), FormatBytes(limit),
+                             cuda ? "of GPU memory" : "of host memory",
+                             cuda ? "cuda_bytes" : "host_bytes", FormatBytes(bytes));
+  }
+  if (purpose == Purpose::kControlBlock &&
+      uid_control_blocks_.of(uid) >= per_uid_.control_blocks()) {
+    return UidShareExhausted(uid, uid_control_blocks_.of(uid), per_uid_.control_blocks(),
+                             "control blocks", "control_blocks");
+  }
+  if (lifetime == v1::PERSISTENT) {
+    if (uid_persistent_buffers_.of(uid) >= per_uid_.persistent_buffers()) {
+      return UidShareExhausted(uid, uid_persistent_buffers_.of(uid), per_uid_.persistent_buffers(),
+                               "persistent buffers", "persistent_buffers");
+    }
+    const uint64_t in_persistent = uid_persistent_bytes_.of(uid);
+    if (in_persistent + bytes > per_uid_.persistent_bytes()) {
+      return UidShareExhausted(uid, FormatBytes(in_persistent),
+                               FormatBytes(per_uid_.persistent_bytes()), "in persistent buffers",
+                               "persistent_bytes", FormatBytes(bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void AllocationTable::Count(const Owner& owner, const Device& device, uint64_t bytes,
+                            v1::Lifetime lifetime, Purpose purpose, int sign) {
+  auto adjust = [sign, uid = owner.uid](UidTally& tally, uint64_t n) {
+    sign > 0 ? tally.Add(uid, n) : tally.Sub(uid, n);
+  };
+  const auto job = std::make_pair(owner.uid, owner.job_id);
+  if (sign > 0) {
+    job_bytes_[job] += bytes;
+  } else if (auto it = job_bytes_.find(job); it != job_bytes_.end() && (it->second -= bytes) == 0) {
+    job_bytes_.erase(it);
+  }
+  if (!owner.session_token.empty()) {
+    if (sign > 0) {
+      ++session_counts_[owner.session_token];
+    } else if (--session_counts_[owner.session_token] == 0) {
+      session_counts_.erase(owner.session_token);
+    }
+  }
+  adjust(uid_allocations_, 1);
+  adjust(device.kind == Device::Kind::kCuda ? uid_cuda_bytes_ : uid_host_bytes_, bytes);
+  if (purpose == Purpose::kControlBlock) adjust(uid_control_blocks_, 1);
+  if (lifetime == v1::PERSISTENT) {
+    adjust(uid_persistent_buffers_, 1);
+    adjust(uid_persistent_bytes_, bytes);
+  }
 }
 
 void AllocationTable::Release(uint64_t id) {
@@ -125,10 +202,8 @@ void AllocationTable::Release(uint64_t id) {
     if (it == allocations_.end()) return;
     allocation = std::move(it->second);
     allocations_.erase(it);
-    const auto job = std::make_pair(allocation->owner.uid, allocation->owner.job_id);
-    if ((job_bytes_[job] -= allocation->block.bytes) == 0) job_bytes_.erase(job);
-    const std::string& session = allocation->owner.session_token;
-    if (!session.empty() && --session_counts_[session] == 0) session_counts_.erase(session);
+    Count(allocation->owner, allocation->block.device, allocation->block.bytes,
+          allocation->lifetime, allocation->purpose, -1);
     CountInMetrics(*allocation, -1);
   }
   BackendFor(allocation->block.device)->Release(std::move(allocation->block));
@@ -202,8 +277,22 @@ void AllocationTable::CountInMetrics(const Allocation& a, int sign) {
 
 uint64_t AllocationTable::job_bytes(uid_t uid, const std::string& job) const {
   absl::MutexLock lock(&mu_);
+  return job_bytes(uid, job, LockHeld{});
+}
+
+uint64_t AllocationTable::job_bytes(uid_t uid, const std::string& job, LockHeld) const {
   auto it = job_bytes_.find({uid, job});
   return it == job_bytes_.end() ? 0 : it->second;
+}
+
+AllocationTable::UidUse AllocationTable::uid_use(uid_t uid) const {
+  absl::MutexLock lock(&mu_);
+  return {.allocations = uid_allocations_.of(uid),
+          .host_bytes = uid_host_bytes_.of(uid),
+          .cuda_bytes = uid_cuda_bytes_.of(uid),
+          .control_blocks = uid_control_blocks_.of(uid),
+          .persistent_buffers = uid_persistent_buffers_.of(uid),
+          .persistent_bytes = uid_persistent_bytes_.of(uid)};
 }
 
 uint64_t AllocationTable::total_bytes() const {

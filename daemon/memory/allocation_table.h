@@ -6,8 +6,9 @@
 //   ... client redeems h.import_token on the fd channel: table.Redeem({token}, pid) ...
 //   table.Release(alloc->id);
 //
-// Limits (limits.max_allocation_bytes, max_bytes_per_job, max_allocations_per_session) are
-// checked here, once for every kind of allocation. Thread-safe.
+// Limits (limits.max_allocation_bytes, max_bytes_per_job, max_allocations_per_session, and the
+// uid's shares in limits.per_uid) are checked here, once for every kind of allocation. The
+// count limits count what the daemon holds: one file descriptor per allocation. Thread-safe.
 #ifndef COMMD_DAEMON_MEMORY_ALLOCATION_TABLE_H_
 #define COMMD_DAEMON_MEMORY_ALLOCATION_TABLE_H_
 
@@ -24,6 +25,7 @@
 #include "absl/time/time.h"
 #include "commd/v1/config.pb.h"
 #include "commd/v1/memory.pb.h"
+#include "common/uid_share.h"
 #include "daemon/memory/memory_backend.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -37,11 +39,15 @@ struct Owner {
   std::string session_token;  // the session charged for it (empty: none, e.g. persistent)
 };
 
+// What an allocation is for, beyond its lifetime: control blocks have a share of their own.
+enum class Purpose { kBuffer, kControlBlock };
+
 struct Allocation {
   uint64_t id = 0;
   Owner owner;
   std::string label;
   v1::Lifetime lifetime = v1::SESSION;
+  Purpose purpose = Purpose::kBuffer;
   MemoryBlock block;
   std::string backend;
 };
@@ -61,7 +67,8 @@ class AllocationTable {
   absl::StatusOr<std::shared_ptr<const Allocation>> Allocate(const Owner& owner,
                                                              const Device& device, size_t bytes,
                                                              absl::string_view label,
-                                                             v1::Lifetime lifetime);
+                                                             v1::Lifetime lifetime,
+                                                             Purpose purpose = Purpose::kBuffer);
   // Frees the memory now (mappings clients already hold stay valid until they unmap).
   void Release(uint64_t id);
 
@@ -77,6 +84,16 @@ class AllocationTable {
   bool Serves(const Device& device) const { return BackendFor(device) != nullptr; }
 
   uint64_t job_bytes(uid_t uid, const std::string& job) const;
+  // What `uid` holds, as limits.per_uid counts it.
+  struct UidUse {
+    uint64_t allocations = 0;
+    uint64_t host_bytes = 0;
+    uint64_t cuda_bytes = 0;
+    uint64_t control_blocks = 0;
+    uint64_t persistent_buffers = 0;
+    uint64_t persistent_bytes = 0;
+  };
+  UidUse uid_use(uid_t uid) const;
   uint64_t total_bytes() const;
   size_t count() const;
 
@@ -87,6 +104,18 @@ class AllocationTable {
     absl::Time expires;
   };
   MemoryBackend* BackendFor(const Device& device) const;
+  struct LockHeld {};
+  uint64_t job_bytes(uid_t uid, const std::string& job, LockHeld) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks every limit for one more allocation of `bytes` and, when it fits, counts it (so
+  // that concurrent callers cannot both pass the check); Uncount undoes it.
+  absl::Status Reserve(const Owner& owner, const Device& device, uint64_t bytes,
+                       v1::Lifetime lifetime, Purpose purpose) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckUidShare(const Owner& owner, const Device& device, uint64_t bytes,
+                             v1::Lifetime lifetime, Purpose purpose) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Count(const Owner& owner, const Device& device, uint64_t bytes, v1::Lifetime lifetime,
+             Purpose purpose, int sign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds (sign +1) or removes (-1) an allocation from the gauges: O(1), not a recount.
   void CountInMetrics(const Allocation& allocation, int sign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropExpiredTokens(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -94,6 +123,7 @@ class AllocationTable {
   const std::unique_ptr<MemoryBackend> host_;
   const std::unique_ptr<MemoryBackend> cuda_;
   const v1::LimitsConfig limits_;
+  const v1::PerUidLimits per_uid_;
   const absl::Duration token_ttl_;
   prometheus::Family<prometheus::Gauge>* bytes_gauge_;
   prometheus::Family<prometheus::Gauge>* count_gauge_;
@@ -103,6 +133,13 @@ class AllocationTable {
   std::map<uint64_t, std::shared_ptr<Allocation>> allocations_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<uid_t, std::string>, uint64_t> job_bytes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint32_t> session_counts_ ABSL_GUARDED_BY(mu_);
+  // Per uid (limits.per_uid).
+  UidTally uid_allocations_ ABSL_GUARDED_BY(mu_);
+  UidTally uid_host_bytes_ ABSL_GUARDED_BY(mu_);
+  UidTally uid_cuda_bytes_ ABSL_GUARDED_BY(mu_);
+  UidTally uid_control_blocks_ ABSL_GUARDED_BY(mu_);
+  UidTally uid_persistent_buffers_ ABSL_GUARDED_BY(mu_);
+  UidTally uid_persistent_bytes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Token> tokens_ ABSL_GUARDED_BY(mu_);
 };
 

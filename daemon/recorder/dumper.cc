@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
@@ -70,6 +71,40 @@ Dumper::Dumper(DumperOptions options, prometheus::Registry* registry)
                   .Help("Ring entries skipped by dumps because they did not validate")
                   .Register(*registry)
                   .Add({});
+  refused_ = &prometheus::BuildCounter()
+                  .Name("commd_flight_recorder_dumps_refused_total")
+                  .Help("Dumps refused because their uid was over limits.per_uid.dumps_per_minute")
+                  .Register(*registry);
+  evicted_ = &prometheus::BuildCounter()
+                  .Name("commd_flight_recorder_dumps_evicted_total")
+                  .Help("Dumps deleted to keep a uid within limits.per_uid.dump_bytes")
+                  .Register(*registry)
+                  .Add({});
+}
+
+absl::Status Dumper::Admit(uid_t uid, const std::string& trigger) {
+  const double burst = options_.dump_burst;
+  const double per_minute = options_.dumps_per_minute;
+  double wait_s = 0;
+  {
+    absl::MutexLock lock(&rate_mu_);
+    const absl::Time now = absl::Now();
+    Bucket& b = buckets_.try_emplace(uid, Bucket{burst, now}).first->second;
+    b.tokens = std::min(burst, b.tokens + absl::ToDoubleMinutes(now - b.at) * per_minute);
+    b.at = now;
+    if (b.tokens >= 1) {
+      b.tokens -= 1;
+      return absl::OkStatus();
+    }
+    wait_s = (1 - b.tokens) * 60 / per_minute;
+  }
+  refused_->Add({{"trigger", trigger}}).Increment();
+  absl::Status status = absl::ResourceExhaustedError(absl::StrFormat(
+      "uid %d made its %d dumps allowed at once, refilled at %d a minute; the next is allowed "
+      "in %.1f s (limits.per_uid.dumps_per_minute, limits.per_uid.dump_burst)",
+      uid, options_.dump_burst, options_.dumps_per_minute, wait_s));
+  COMMD_LOG(WARNING, "recorder") << trigger << " dump refused: " << status.message();
+  return status;
 }
 
 Dumper::~Dumper() {
@@ -82,6 +117,8 @@ Dumper::~Dumper() {
 
 void Dumper::DumpLater(std::string trigger, std::vector<DumpSource> sources,
                        std::optional<nlohmann::json> diagnosis) {
+  // Sources come from one group, hence one uid; refusing here also bounds the queue.
+  if (!sources.empty() && !Admit(sources.front().uid, trigger).ok()) return;
   absl::MutexLock lock(&queue_mu_);
   queue_.push_back({std::move(trigger), std::move(sources), std::move(diagnosis)});
 }
@@ -125,26 +162,59 @@ absl::StatusOr<std::string> Dumper::NewDumpDirectory(const std::string& job,
   return absl::ResourceExhaustedError(absl::StrCat("too many dumps named ", base));
 }
 
-absl::StatusOr<std::string> Dumper::JobDirectory(const std::string& job, const std::string& trigger,
+absl::StatusOr<std::string> Dumper::JobDirectory(const DumpSource& src, const std::string& trigger,
                                                  JobDirs* dirs) {
   absl::MutexLock lock(&dirs->mu);
-  std::string& dir = dirs->by_job[job];
+  std::string& dir = dirs->by_job[{src.uid, src.job_id}];
   if (dir.empty()) {
-    ASSIGN_OR_RETURN(dir, NewDumpDirectory(job, trigger));
+    ASSIGN_OR_RETURN(dir, NewDumpDirectory(src.job_id, trigger));
   }
   return dir;
+}
+
+void Dumper::KeepWithinShare(uid_t uid, const std::string& job, const std::string& dir,
+                             uint64_t bytes) {
+  std::deque<Kept>& kept = kept_[uid];
+  kept.push_back({job, dir, bytes});
+  uint64_t total = 0;
+  for (const Kept& k : kept) total += k.bytes;
+  while (total > options_.dump_bytes_per_uid && kept.size() > 1) {
+    // The oldest of the same job first; then the uid's oldest of any job. Never the newest.
+    auto victim =
+        std::find_if(kept.begin(), kept.end() - 1, [&](const Kept& k) { return k.job == job; });
+    if (victim == kept.end() - 1) victim = kept.begin();
+    std::error_code ec;
+    std::filesystem::remove_all(victim->dir, ec);
+    if (ec) {
+      COMMD_LOG(WARNING, "recorder")
+          << "cannot delete old dump " << victim->dir << ": " << ec.message();
+    } else {
+      COMMD_LOG(INFO, "recorder") << "deleted dump " << victim->dir << " (" << victim->bytes
+                                  << " bytes) to keep uid " << uid
+                                  << " within limits.per_uid.dump_bytes "
+                                  << options_.dump_bytes_per_uid;
+      evicted_->Increment();
+    }
+    // The job's directory goes too once its last dump is gone (fails harmlessly otherwise).
+    ::rmdir(std::filesystem::path(victim->dir).parent_path().c_str());
+    total -= victim->bytes;
+    kept.erase(victim);
+  }
 }
 
 absl::Status Dumper::DumpRank(const std::string& trigger, const DumpSource& src,
                               const std::optional<nlohmann::json>& diagnosis, JobDirs* dirs,
                               RankOutcome* out) {
-  absl::StatusOr<RingSnapshot> snapshot = ReadControlBlock(src.block->data(), src.block->size());
+  // From record 0: only the slots a rank wrote are read, so a dump does not fault the rest
+  // of a fresh ring into the daemon's memory.
+  absl::StatusOr<RingSnapshot> snapshot =
+      ReadControlBlock(src.block->data(), src.block->size(), {.from_record_id = 0});
   if (!snapshot.ok()) {
     COMMD_LOG(WARNING, "recorder") << "skipping rank " << src.rank << " of " << src.job_id << "/"
                                    << src.group << ": " << snapshot.status();
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(const std::string dir, JobDirectory(src.job_id, trigger, dirs));
+  ASSIGN_OR_RETURN(const std::string dir, JobDirectory(src, trigger, dirs));
   const std::string group_dir = absl::StrCat(dir, "/", FileSafe(src.group));
   if (::mkdir(group_dir.c_str(), 0750) != 0 && errno != EEXIST) {
     return ErrnoStatus(errno, absl::StrCat("mkdir ", group_dir));
@@ -196,6 +266,23 @@ absl::StatusOr<DumpResult> Dumper::Dump(const std::string& trigger,
     work();
     for (std::thread& t : threads) t.join();
   }
+  // What each directory of this dump holds, charged to the uid whose ranks it holds.
+  std::map<std::string, Kept> written;
+  std::map<std::string, uid_t> owner;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const RankOutcome& o = outcomes[i];
+    if (o.job_dir.empty()) continue;
+    Kept& k = written[o.job_dir];
+    k.job = sources[i].job_id;
+    k.dir = o.job_dir;
+    owner[o.job_dir] = sources[i].uid;
+    for (const std::string& f : o.files) {
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(f, ec);
+      if (!ec) k.bytes += size;
+    }
+  }
+  for (const auto& [dir, k] : written) KeepWithinShare(owner[dir], k.job, k.dir, k.bytes);
   DumpResult result;
   for (size_t i = 0; i < sources.size(); ++i) {
     RETURN_IF_ERROR(statuses[i]);

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/shm_mapping.h"
 #include "nlohmann/json.hpp"
 #include "prometheus/counter.h"
@@ -57,6 +58,10 @@ struct DumperOptions {
   std::string host;
   std::string version;
   bool write_torch_pickle = false;
+  // limits.per_uid: each uid's dump rate (a token bucket) and the bytes of its dumps kept.
+  uint32_t dumps_per_minute = 12;
+  uint32_t dump_burst = 32;
+  uint64_t dump_bytes_per_uid = uint64_t{2} << 30;
 };
 
 // dump_dir when the config names none: $STATE_DIRECTORY/dumps under systemd, else
@@ -76,8 +81,15 @@ class Dumper {
                                   const std::vector<DumpSource>& sources,
                                   const std::optional<nlohmann::json>& diagnosis);
 
+  // Takes one dump from `uid`'s rate (limits.per_uid.dumps_per_minute, dump_burst), or
+  // returns RESOURCE_EXHAUSTED saying when the next is allowed; a refusal is logged and
+  // counted in commd_flight_recorder_dumps_refused_total{trigger}. Dump does not call it:
+  // the caller decides who is charged (an admin's request is not).
+  absl::Status Admit(uid_t uid, const std::string& trigger);
+
   // Queues a dump for the dumper's own thread, so whoever noticed (a rank's death on the event
-  // loop, the watchdog) never waits on encoding or disks. Failures are logged.
+  // loop, the watchdog) never waits on encoding or disks. It is charged to the uid of the
+  // sources' group (Admit); a refused or failed dump is logged.
   void DumpLater(std::string trigger, std::vector<DumpSource> sources,
                  std::optional<nlohmann::json> diagnosis = std::nullopt);
 
@@ -89,7 +101,8 @@ class Dumper {
   // The directory of each job in one dump, made by the first rank of the job that needs it.
   struct JobDirs {
     absl::Mutex mu;
-    std::map<std::string, std::string> by_job ABSL_GUARDED_BY(mu);
+    // By (uid, job): two users' jobs of the same name get directories of their own.
+    std::map<std::pair<uid_t, std::string>, std::string> by_job ABSL_GUARDED_BY(mu);
   };
   struct RankOutcome {
     std::string job_dir;  // empty when the rank's block did not read (skipped)
@@ -97,8 +110,12 @@ class Dumper {
     uint64_t entries = 0;
     uint64_t invalid_entries = 0;
   };
-  absl::StatusOr<std::string> JobDirectory(const std::string& job, const std::string& trigger,
+  absl::StatusOr<std::string> JobDirectory(const DumpSource& src, const std::string& trigger,
                                            JobDirs* dirs);
+  // Records a dump directory written for (uid, job), then deletes the uid's oldest dumps (the
+  // same job's first) while its dumps exceed dump_bytes_per_uid. The newest is always kept.
+  void KeepWithinShare(uid_t uid, const std::string& job, const std::string& dir, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads, encodes and writes one rank. A block that does not read is logged and skipped.
   absl::Status DumpRank(const std::string& trigger, const DumpSource& src,
                         const std::optional<nlohmann::json>& diagnosis, JobDirs* dirs,
@@ -107,7 +124,23 @@ class Dumper {
   const DumperOptions options_;
   prometheus::Family<prometheus::Counter>* dumps_;
   prometheus::Counter* invalid_;
+  prometheus::Family<prometheus::Counter>* refused_;
+  prometheus::Counter* evicted_;
   absl::Mutex mu_;  // one dump at a time: they share directories and counters
+  struct Kept {
+    std::string job;
+    std::string dir;
+    uint64_t bytes = 0;
+  };
+  // The dumps this daemon wrote and still keeps, oldest first, by uid.
+  std::map<uid_t, std::deque<Kept>> kept_ ABSL_GUARDED_BY(mu_);
+
+  struct Bucket {
+    double tokens = 0;
+    absl::Time at;
+  };
+  absl::Mutex rate_mu_;
+  std::map<uid_t, Bucket> buckets_ ABSL_GUARDED_BY(rate_mu_);
 
   struct Queued {
     std::string trigger;

@@ -34,6 +34,8 @@ grpc::ServerUnaryReactor* RecorderService::Dump(grpc::CallbackServerContext* ctx
       return absl::NotFoundError(absl::StrCat(
           "no formed group", request->group().empty() ? "" : " " + request->group(), " to dump"));
     }
+    // A user's requests count against its dump rate; an admin's do not.
+    if (!session.admin) RETURN_IF_ERROR(dumper_->Admit(session.uid, "request"));
     ASSIGN_OR_RETURN(DumpResult result, dumper_->Dump("request", sources, std::nullopt));
     for (const auto& d : result.directories) response->add_directories(d);
     for (const auto& f : result.files) response->add_files(f);

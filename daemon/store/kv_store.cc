@@ -32,6 +32,10 @@ absl::Status KvStore::Charge(const Namespace& ns, Job& job, uint64_t bytes) {
         absl::StrCat("store of job '", ns.second, "' would hold ", job.bytes + bytes,
                      " bytes, over limits.max_store_bytes_per_job ", limits_.max_bytes_per_job));
   }
+  if (const uint64_t held = uid_bytes_.of(ns.first); held + bytes > limits_.max_bytes_per_uid) {
+    return UidShareExhausted(ns.first, absl::StrCat(held), absl::StrCat(limits_.max_bytes_per_uid),
+                             "bytes of store", "store_bytes", absl::StrCat(bytes));
+  }
   if (bytes_ + bytes > limits_.max_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the stores of all jobs would hold ", bytes_ + bytes,
@@ -39,6 +43,7 @@ absl::Status KvStore::Charge(const Namespace& ns, Job& job, uint64_t bytes) {
   }
   job.bytes += bytes;
   bytes_ += bytes;
+  uid_bytes_.Add(ns.first, bytes);
   return absl::OkStatus();
 }
 
@@ -47,6 +52,7 @@ void KvStore::Release(const Namespace& ns, uint64_t bytes) {
   if (it == jobs_.end()) return;
   it->second.bytes -= bytes;
   bytes_ -= bytes;
+  uid_bytes_.Sub(ns.first, bytes);
   if (it->second.keys.empty() && it->second.bytes == 0) jobs_.erase(it);
 }
 
@@ -73,6 +79,9 @@ absl::Status KvStore::Put(const Namespace& ns, const std::string& key, std::stri
     admitted = absl::ResourceExhaustedError(
         absl::StrCat("job '", ns.second, "' holds ", job.keys.size(),
                      " store keys, at limits.max_store_keys_per_job ", limits_.max_keys_per_job));
+  } else if (uid_keys_.of(ns.first) >= limits_.max_keys_per_uid) {
+    admitted = UidShareExhausted(ns.first, uid_keys_.of(ns.first), limits_.max_keys_per_uid,
+                                 "store keys", "store_keys");
   } else {
     admitted = Charge(ns, job, key.size() + value.size());
   }
@@ -82,6 +91,7 @@ absl::Status KvStore::Put(const Namespace& ns, const std::string& key, std::stri
   }
   job.keys.emplace(key, std::move(value));
   ++keys_;
+  uid_keys_.Add(ns.first, 1);
   // A new key may complete waiters of this namespace.
   for (auto w = waiters_.begin(); w != waiters_.end();) {
     if (w->second.ns == ns && w->second.missing.erase(key) > 0 && w->second.missing.empty()) {
@@ -176,6 +186,7 @@ absl::StatusOr<bool> KvStore::Delete(const Namespace& ns, const std::string& key
   const uint64_t freed = it->first.size() + it->second.size();
   job->second.keys.erase(it);
   --keys_;
+  uid_keys_.Sub(ns.first, 1);
   Release(ns, freed);
   return true;
 }
@@ -255,6 +266,16 @@ size_t KvStore::key_count() const {
 size_t KvStore::waiter_count() const {
   absl::MutexLock lock(&mu_);
   return waiters_.size();
+}
+
+size_t KvStore::key_count(uid_t uid) const {
+  absl::MutexLock lock(&mu_);
+  return uid_keys_.of(uid);
+}
+
+uint64_t KvStore::byte_count(uid_t uid) const {
+  absl::MutexLock lock(&mu_);
+  return uid_bytes_.of(uid);
 }
 
 uint64_t KvStore::byte_count() const {

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/uid_share.h"
 #include "daemon/server/timer_queue.h"
 
 namespace commd::store {
@@ -34,6 +35,8 @@ struct StoreLimits {
   uint32_t max_value_bytes = 1 << 20;
   uint64_t max_bytes_per_job = uint64_t{256} << 20;  // keys + values + pending waits' keys
   uint64_t max_bytes = uint64_t{1} << 30;            // over every job
+  uint32_t max_keys_per_uid = 65536;                 // limits.per_uid.store_keys
+  uint64_t max_bytes_per_uid = uint64_t{256} << 20;  // limits.per_uid.store_bytes
   absl::Duration max_wait = absl::Hours(24);         // groups.max_timeout_ms
 };
 
@@ -61,6 +64,8 @@ class KvStore {
   void CancelWait(WaitId id);
 
   size_t key_count() const;
+  size_t key_count(uid_t uid) const;  // over the uid's jobs
+  uint64_t byte_count(uid_t uid) const;
   size_t waiter_count() const;
   uint64_t byte_count() const;  // what counts against limits.max_store_bytes
 
@@ -97,6 +102,9 @@ class KvStore {
   std::map<Namespace, Job> jobs_ ABSL_GUARDED_BY(mu_);
   size_t keys_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Over every job of a uid: a user's many job ids share one budget.
+  UidTally uid_keys_ ABSL_GUARDED_BY(mu_);
+  UidTally uid_bytes_ ABSL_GUARDED_BY(mu_);
   WaitId next_wait_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<WaitId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
 };

@@ -199,5 +199,48 @@ TEST_F(KvStoreTest, ConcurrentAddsAreExact) {
   EXPECT_EQ(*store_.Get(kJob, "n"), "8000");
 }
 
+// A uid's jobs share one budget of keys and bytes (limits.per_uid.store_*); another uid's
+// budget is untouched, and deleting gives the share back.
+TEST(KvStoreUidShareTest, JobsOfOneUidShareItsKeysAndBytes) {
+  server::TimerQueue timers;
+  KvStore store({.max_keys_per_job = 100,
+                 .max_key_bytes = 8,
+                 .max_value_bytes = 64,
+                 .max_bytes_per_job = 1000,
+                 .max_bytes = 10000,
+                 .max_keys_per_uid = 3,
+                 .max_bytes_per_uid = 100},
+                &timers);
+  ASSERT_TRUE(store.Set({1001, "a"}, "k1", "v").ok());
+  ASSERT_TRUE(store.Set({1001, "b"}, "k2", "v").ok());
+  ASSERT_TRUE(store.Set({1001, "c"}, "k3", "v").ok());
+  const absl::Status keys = store.Set({1001, "d"}, "k4", "v");
+  EXPECT_EQ(keys.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(keys.message(), "uid 1001 holds 3 of its 3 store keys (limits.per_uid.store_keys)");
+  // Overwriting a key adds none.
+  EXPECT_TRUE(store.Set({1001, "a"}, "k1", "longer").ok());
+  EXPECT_EQ(store.key_count(1001), 3u);
+  EXPECT_TRUE(store.Set({1002, "a"}, "k1", "v").ok());
+  EXPECT_TRUE(*store.Delete({1001, "b"}, "k2"));
+  EXPECT_TRUE(store.Set({1001, "d"}, "k4", std::string(60, 'x')).ok());
+  // 8 + 3 + 62 bytes held; growing k3's value by 59 would pass 100.
+  const absl::Status bytes = store.Set({1001, "c"}, "k3", std::string(60, 'x'));
+  EXPECT_EQ(bytes.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(bytes.message(),
+            "uid 1001 holds 73 of its 100 bytes of store; 59 more would exceed it "
+            "(limits.per_uid.store_bytes)");
+  // A wait's keys are charged to the uid too.
+  EXPECT_EQ(store
+                .Wait({1001, "e"},
+                      {std::string(8, 'w'), std::string(8, 'x'), std::string(8, 'y'),
+                       std::string(8, 'z')},
+                      absl::Minutes(1), [](absl::Status) {})
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.byte_count(1001), 73u);
+  EXPECT_EQ(store.byte_count(1002), 3u);
+}
+
 }  // namespace
 }  // namespace commd::store

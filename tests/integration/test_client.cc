@@ -9,16 +9,122 @@
 //   store-get KEY         connect, print "got <code> <value>" (value empty unless OK)
 //   import TOKEN   open a session and try to redeem TOKEN on the fd channel; prints
 //                  "imported" or "refused <status>"
+// Commands that fill a limit do N steps, stop at the first refusal, and print "ok <steps
+// done>" and, if one failed, "failed <step> <CODE> <message>"; with a last argument "hold"
+// they then print "holding" and sleep until killed (keeping what the session holds):
+//   persistent N BYTES    AllocatePersistent p0..p{N-1} of BYTES each
+//   store-fill N BYTES    store keys k0..k{N-1} with values of BYTES each
+//   join N                join groups g0..g{N-1} of world size 1 (a control block each)
+//   alloc N BYTES         join group a, then N symmetric allocations of BYTES
+//   dump N                join group d, then N Dump requests of it
+//   forming N MS          N threads join groups f0..f{N-1} of world size 2 as rank 0 with
+//                         MS of rendezvous timeout (they stay forming); each prints
+//                         "join <i> <CODE> <message>" when its call returns
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
 
 #include "commd/commd.h"
+#include "commd/group.h"
 #include "commd/v1/handles.pb.h"
 #include "common/runtime_dir.h"
 #include "common/unix_socket.h"
+
+namespace {
+
+// Runs step(0..n-1) until one fails; prints the "ok"/"failed" lines. Holds if asked.
+int Fill(int n, bool hold, const std::function<absl::Status(int)>& step) {
+  int done = 0;
+  for (; done < n; ++done) {
+    const absl::Status s = step(done);
+    if (!s.ok()) {
+      std::printf("ok %d\nfailed %d %s %s\n", done, done,
+                  absl::StatusCodeToString(s.code()).c_str(), std::string(s.message()).c_str());
+      break;
+    }
+  }
+  if (done == n) std::printf("ok %d\n", done);
+  std::fflush(stdout);
+  if (hold) {
+    std::printf("holding\n");
+    std::fflush(stdout);
+    for (;;) ::pause();
+  }
+  return 0;
+}
+
+absl::StatusOr<std::unique_ptr<commd::Group>> JoinAlone(commd::Client& client,
+                                                        const std::string& name) {
+  return client.JoinGroup({.name = name, .rank = 0, .world_size = 1});
+}
+
+// The commands that fill a limit (see the top of the file); -1 when `cmd` is none of them.
+int FillCommand(commd::Client& client, const std::string& cmd, int n, const char* arg, bool hold) {
+  std::vector<std::unique_ptr<commd::Group>> groups;
+  std::vector<std::unique_ptr<commd::SymmetricBuffer>> buffers;
+  if (cmd == "persistent") {
+    return Fill(n, hold, [&](int i) {
+      return client.AllocatePersistent("p" + std::to_string(i), std::strtoull(arg, nullptr, 10))
+          .status();
+    });
+  }
+  if (cmd == "store-fill") {
+    const std::string value(std::strtoull(arg, nullptr, 10), 'v');
+    return Fill(n, hold, [&](int i) { return client.store().Set("k" + std::to_string(i), value); });
+  }
+  if (cmd == "join") {
+    return Fill(n, hold, [&](int i) -> absl::Status {
+      auto g = JoinAlone(client, "g" + std::to_string(i));
+      if (g.ok()) groups.push_back(*std::move(g));
+      return g.status();
+    });
+  }
+  if (cmd == "alloc" || cmd == "dump") {
+    auto g = JoinAlone(client, cmd == "alloc" ? "a" : "d");
+    if (!g.ok()) {
+      std::printf("join %s\n", g.status().ToString().c_str());
+      return 1;
+    }
+    return Fill(n, hold, [&](int i) -> absl::Status {
+      if (cmd == "dump") {
+        auto r = client.Dump("d");
+        if (r.ok()) std::printf("dumped %s\n", r->directories(0).c_str());
+        return r.status();
+      }
+      auto b = (*g)->AllocateSymmetric(std::strtoull(arg, nullptr, 10));
+      if (b.ok()) buffers.push_back(*std::move(b));
+      return b.status();
+    });
+  }
+  return -1;
+}
+
+// N threads in rendezvous at once, each printing how its join ended.
+int Forming(commd::Client& client, int n, int timeout_ms) {
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&client, i, timeout_ms] {
+      auto g = client.JoinGroup({.name = "f" + std::to_string(i),
+                                 .rank = 0,
+                                 .world_size = 2,
+                                 .timeout = absl::Milliseconds(timeout_ms)});
+      std::printf("join %d %s %s\n", i, absl::StatusCodeToString(g.status().code()).c_str(),
+                  std::string(g.status().message()).c_str());
+      std::fflush(stdout);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -66,6 +172,15 @@ int main(int argc, char** argv) {
     std::printf("got %s %s\n", absl::StatusCodeToString(value.status().code()).c_str(),
                 value.ok() ? value->c_str() : "");
     return 0;
+  }
+  if (argc >= 3) {
+    const bool hold = std::strcmp(argv[argc - 1], "hold") == 0;
+    const int n = std::atoi(argv[2]);
+    if (std::strcmp(argv[1], "forming") == 0 && argc == 4) {
+      return Forming(**client, n, std::atoi(argv[3]));
+    }
+    const int r = FillCommand(**client, argv[1], n, argc > 3 ? argv[3] : "0", hold);
+    if (r >= 0) return r;
   }
   if (std::strcmp(argv[1], "peek") == 0 && argc == 3) {
     auto buffer = (*client)->AttachPersistent(argv[2]);
