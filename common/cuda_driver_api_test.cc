@@ -28,12 +28,17 @@ class ScopedEnv {
   const char* name_;
 };
 
+// The load of `library` fails with `code` and a message that starts with `prefix`.
+void ExpectLoadError(const std::string& library, absl::StatusCode code, const std::string& prefix) {
+  auto api = LoadCudaDriver(library);
+  ASSERT_FALSE(api.ok()) << library;
+  EXPECT_EQ(api.status().code(), code) << api.status();
+  EXPECT_THAT(std::string(api.status().message()), StartsWith(prefix));
+}
+
 TEST(CudaDriverApiTest, NoLibraryIsNoDriver) {
-  auto api = LoadCudaDriver("/nonexistent/libcuda.so.1");
-  ASSERT_FALSE(api.ok());
-  EXPECT_EQ(api.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(std::string(api.status().message()),
-              StartsWith("no CUDA driver: cannot load /nonexistent/libcuda.so.1 ("));
+  ExpectLoadError("/nonexistent/libcuda.so.1", absl::StatusCode::kUnavailable,
+                  "no CUDA driver: cannot load /nonexistent/libcuda.so.1 (");
 }
 
 TEST(CudaDriverApiTest, ThisMachineWithoutDriverSaysSo) {
@@ -49,42 +54,31 @@ TEST(CudaDriverApiTest, ThisMachineWithoutDriverSaysSo) {
 }
 
 TEST(CudaDriverApiTest, LibraryThatIsNotADriver) {
-  auto api = LoadCudaDriver("libm.so.6");
-  ASSERT_FALSE(api.ok());
-  EXPECT_EQ(api.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(std::string(api.status().message()),
-              StartsWith("libm.so.6 is not a CUDA driver: it exports no cuDriverGetVersion"));
+  ExpectLoadError("libm.so.6", absl::StatusCode::kUnavailable,
+                  "libm.so.6 is not a CUDA driver: it exports no cuDriverGetVersion");
 }
 
 TEST(CudaDriverApiTest, DriverBelowTheFloorNamesBothVersions) {
   ScopedEnv version("COMMD_FAKE_CUDA_DRIVER_VERSION", "11080");
-  auto api = LoadCudaDriver(COMMD_FAKE_LIBCUDA);
-  ASSERT_FALSE(api.ok());
-  EXPECT_EQ(api.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(api.status().message()),
-              StartsWith(std::string("CUDA driver 11.8 (R520) in ") + COMMD_FAKE_LIBCUDA +
-                         " is below commd's floor 12.0 (R525): "));
+  ExpectLoadError(COMMD_FAKE_LIBCUDA, absl::StatusCode::kFailedPrecondition,
+                  std::string("CUDA driver 11.8 (R520) in ") + COMMD_FAKE_LIBCUDA +
+                      " is below commd's floor 12.0 (R525): ");
 }
 
 TEST(CudaDriverApiTest, MissingEntryPointIsNamedWithItsAbi) {
   ScopedEnv version("COMMD_FAKE_CUDA_DRIVER_VERSION", "12020");
   ScopedEnv missing("COMMD_FAKE_CUDA_MISSING", "cuMemCreate");
-  auto api = LoadCudaDriver(COMMD_FAKE_LIBCUDA);
-  ASSERT_FALSE(api.ok());
-  EXPECT_EQ(api.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(std::string(api.status().message()),
-              StartsWith(std::string("CUDA driver 12.2 (R535) in ") + COMMD_FAKE_LIBCUDA +
-                         " has no cuMemCreate at ABI 10.2: cuGetProcAddress_v2 returned "
-                         "CUresult 500, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND"));
+  ExpectLoadError(COMMD_FAKE_LIBCUDA, absl::StatusCode::kUnavailable,
+                  std::string("CUDA driver 12.2 (R535) in ") + COMMD_FAKE_LIBCUDA +
+                      " has no cuMemCreate at ABI 10.2: cuGetProcAddress_v2 returned "
+                      "CUresult 500, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND");
 }
 
 TEST(CudaDriverApiTest, InitFailureNamesTheError) {
   ScopedEnv init("COMMD_FAKE_CUDA_INIT_RESULT", "100");
-  auto api = LoadCudaDriver(COMMD_FAKE_LIBCUDA);
-  ASSERT_FALSE(api.ok());
-  EXPECT_EQ(api.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(std::string(api.status().message()),
-              HasSubstr("present but cuInit failed: CUDA_ERROR_NO_DEVICE (CUresult 100)"));
+  ExpectLoadError(COMMD_FAKE_LIBCUDA, absl::StatusCode::kUnavailable,
+                  std::string("CUDA driver 13.0 (R580) in ") + COMMD_FAKE_LIBCUDA +
+                      " present but cuInit failed: CUDA_ERROR_NO_DEVICE (CUresult 100)");
 }
 
 // Drivers at and above the floor, among them the 535/550/570 branches a statically linked
