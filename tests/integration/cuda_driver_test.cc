@@ -34,9 +34,9 @@ class CudaDriverTest : public ::testing::Test {
     return status.ok() ? status->cuda_status() : "";
   }
 
-  // Skips where the daemon was built without CUDA (it loads no driver then).
-  void SkipWithoutCuda(const std::string& status) {
-    if (status.rfind("built without CUDA", 0) == 0) GTEST_SKIP() << status;
+  // A daemon built without CUDA loads no driver (the tests skip then).
+  static bool BuiltWithoutCuda(const std::string& status) {
+    return status.rfind("built without CUDA", 0) == 0;
   }
 
   TempDir tmp_;
@@ -44,7 +44,7 @@ class CudaDriverTest : public ::testing::Test {
 
 TEST_F(CudaDriverTest, NoDriverOnThisMachineSaysSo) {
   const std::string status = CudaStatus({});
-  SkipWithoutCuda(status);
+  if (BuiltWithoutCuda(status)) GTEST_SKIP() << status;
   if (status.find(" device(s), CUDA driver ") != std::string::npos) {
     GTEST_SKIP() << "a CUDA driver is present: " << status;
   }
@@ -55,7 +55,7 @@ TEST_F(CudaDriverTest, DriverBelowTheFloorIsNamedNotMissing) {
   const std::string status =
       CudaStatus({std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA,
                   "COMMD_FAKE_CUDA_DRIVER_VERSION=11080"});
-  SkipWithoutCuda(status);
+  if (BuiltWithoutCuda(status)) GTEST_SKIP() << status;
   EXPECT_THAT(status, StartsWith(std::string("CUDA driver 11.8 (R520) in ") + COMMD_FAKE_LIBCUDA +
                                  " is below commd's floor 12.0 (R525): "));
 }
@@ -66,7 +66,7 @@ TEST_F(CudaDriverTest, DriverAtR535Loads) {
   const std::string status =
       CudaStatus({std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA,
                   "COMMD_FAKE_CUDA_DRIVER_VERSION=12020"});
-  SkipWithoutCuda(status);
+  if (BuiltWithoutCuda(status)) GTEST_SKIP() << status;
   EXPECT_EQ(status, std::string("CUDA driver 12.2 (R535) in ") + COMMD_FAKE_LIBCUDA +
                         " but no CUDA device");
 }
