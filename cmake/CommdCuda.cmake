@@ -1,6 +1,7 @@
 # COMMD_CUDA=AUTO turns CUDA on when nvcc is found. With CUDA on, device code is built for
-# sm_80 and sm_90 and the CUDA runtime is linked statically, so one binary runs on nodes with
-# and without a driver (the driver API is reached through cudaGetDriverEntryPointByVersion).
+# sm_80 and sm_90; the driver is loaded at run time (common/cuda_driver_api.h: dlopen and
+# cuGetProcAddress), so one binary runs on nodes with and without a driver. Only the SDK's
+# kernel launches link the CUDA runtime (statically); the daemon has none.
 set(COMMD_HAVE_CUDA OFF)
 if(NOT COMMD_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER)

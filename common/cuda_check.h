@@ -1,13 +1,12 @@
-// Error checks for CUDA calls that keep file:line and the call's text, as
-// common/status_macros.h does for system calls. Only for code built with CUDA.
+// Error checks for CUDA driver calls (through common/cuda_driver_api.h's table) that keep
+// file:line and the call's text, as common/status_macros.h does for system calls. Only for
+// code built with CUDA. commd calls the CUDA runtime only to launch kernels (kernels/cuda).
 //
-//   CUDA_RETURN_IF_ERROR(cudaSetDevice(index));            // runtime API
-//   CU_RETURN_IF_ERROR(driver.mem_create(&h, size, &p, 0)); // driver API (through entry points)
+//   CU_RETURN_IF_ERROR(cu->mem_create(&h, size, &prop, 0));
 #ifndef COMMD_COMMON_CUDA_CHECK_H_
 #define COMMD_COMMON_CUDA_CHECK_H_
 
 #include <cuda.h>
-#include <cuda_runtime_api.h>
 
 #include <string>
 
@@ -29,17 +28,6 @@ inline absl::Status CudaError(bool out_of_memory, const std::string& what, const
 }
 
 }  // namespace commd
-
-#define CUDA_RETURN_IF_ERROR(call)                                                             \
-  do {                                                                                         \
-    const cudaError_t commd_cuda_err_ = (call);                                                \
-    if (commd_cuda_err_ != cudaSuccess) {                                                      \
-      return ::commd::CudaError(commd_cuda_err_ == cudaErrorMemoryAllocation,                  \
-                                ::absl::StrCat(#call, ": ", cudaGetErrorName(commd_cuda_err_), \
-                                               ": ", cudaGetErrorString(commd_cuda_err_)),     \
-                                __FILE__, __LINE__);                                           \
-    }                                                                                          \
-  } while (0)
 
 #define CU_RETURN_IF_ERROR(call)                                                                  \
   do {                                                                                            \

@@ -16,6 +16,7 @@
 #include "common/control_block.h"
 #include "common/cuda_check.h"
 #include "common/cuda_driver.h"
+#include "common/cuda_driver_api.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/collectives.h"
 
@@ -44,7 +45,7 @@ struct Pending {
 }  // namespace
 
 struct CudaGroupState {
-  const CuCollectiveApi* api = nullptr;
+  const CudaDriverApi* api = nullptr;
   Recorder::Impl* recorder = nullptr;
   CUdevice device = 0;
   CUcontext context = nullptr;  // the device's primary context, retained
@@ -73,7 +74,7 @@ class ContextScope {
   bool ok() const { return pushed_; }
 
  private:
-  const CuCollectiveApi* api_;
+  const CudaDriverApi* api_;
   bool pushed_;
 };
 
@@ -273,7 +274,7 @@ absl::StatusOr<CudaGroupStatePtr> CreateCudaGroupState(int device, Recorder::Imp
         absl::StrCat("collectives on CUDA buffers of device cuda:", device,
                      " need a CUDA driver and that device (", cuda.summary, ")"));
   }
-  ASSIGN_OR_RETURN(const CuCollectiveApi* api, CollectiveApi());
+  ASSIGN_OR_RETURN(const CudaDriverApi* api, CudaDriver());
   auto s = std::make_unique<CudaGroupState>();
   s->api = api;
   s->recorder = recorder;

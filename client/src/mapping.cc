@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "common/cuda_check.h"
-#include "common/cuda_driver.h"
+#include "common/cuda_driver_api.h"
 #endif
 
 namespace commd {
@@ -24,83 +24,88 @@ class HostMapping final : public Mapping {
 };
 
 #ifdef COMMD_HAVE_CUDA
-struct CuMemApi {
-  decltype(&cuMemImportFromShareableHandle) import = nullptr;
-  decltype(&cuMemAddressReserve) reserve = nullptr;
-  decltype(&cuMemMap) map = nullptr;
-  decltype(&cuMemSetAccess) set_access = nullptr;
-  decltype(&cuMemUnmap) unmap = nullptr;
-  decltype(&cuMemAddressFree) address_free = nullptr;
-  decltype(&cuMemRelease) release = nullptr;
-};
-
-absl::StatusOr<const CuMemApi*> Api() {
-  static const absl::StatusOr<CuMemApi> api = []() -> absl::StatusOr<CuMemApi> {
-    CuMemApi a;
-    const absl::Status resolved = ResolveDriverFunctions({
-        {"cuMemImportFromShareableHandle", reinterpret_cast<void**>(&a.import)},
-        {"cuMemAddressReserve", reinterpret_cast<void**>(&a.reserve)},
-        {"cuMemMap", reinterpret_cast<void**>(&a.map)},
-        {"cuMemSetAccess", reinterpret_cast<void**>(&a.set_access)},
-        {"cuMemUnmap", reinterpret_cast<void**>(&a.unmap)},
-        {"cuMemAddressFree", reinterpret_cast<void**>(&a.address_free)},
-        {"cuMemRelease", reinterpret_cast<void**>(&a.release)},
-    });
-    if (!resolved.ok()) return resolved;
-    return a;
-  }();
-  if (!api.ok()) return api.status();
-  return &*api;
-}
-
 class CuMemMapping final : public Mapping {
  public:
-  CuMemMapping(const CuMemApi* api, CUmemGenericAllocationHandle h, CUdeviceptr p, size_t n)
+  CuMemMapping(const CudaDriverApi* api, CUmemGenericAllocationHandle h, CUdeviceptr p, size_t n)
       : api_(api), handle_(h), ptr_(p), bytes_(n) {}
   ~CuMemMapping() override {
-    api_->unmap(ptr_, bytes_);
-    api_->address_free(ptr_, bytes_);
-    api_->release(handle_);
+    api_->mem_unmap(ptr_, bytes_);
+    api_->mem_address_free(ptr_, bytes_);
+    api_->mem_release(handle_);
   }
   void* data() const override { return reinterpret_cast<void*>(ptr_); }
 
  private:
-  const CuMemApi* api_;
+  const CudaDriverApi* api_;
   CUmemGenericAllocationHandle handle_;
   CUdeviceptr ptr_;
   size_t bytes_;
 };
 
+// A legacy IPC buffer opened in the device's primary context, which the mapping holds.
 class IpcMapping final : public Mapping {
  public:
-  explicit IpcMapping(void* p) : ptr_(p) {}
-  ~IpcMapping() override { cudaIpcCloseMemHandle(ptr_); }
-  void* data() const override { return ptr_; }
+  IpcMapping(const CudaDriverApi* api, CUdevice device, CUcontext ctx, CUdeviceptr p)
+      : api_(api), device_(device), ctx_(ctx), ptr_(p) {}
+  ~IpcMapping() override {
+    if (api_->ctx_push_current(ctx_) == CUDA_SUCCESS) {
+      api_->ipc_close_mem_handle(ptr_);
+      CUcontext ignored;
+      api_->ctx_pop_current(&ignored);
+    }
+    api_->primary_ctx_release(device_);
+  }
+  void* data() const override { return reinterpret_cast<void*>(ptr_); }
 
  private:
-  void* ptr_;
+  const CudaDriverApi* api_;
+  CUdevice device_;
+  CUcontext ctx_;
+  CUdeviceptr ptr_;
 };
 
-absl::StatusOr<std::unique_ptr<Mapping>> MapCuMem(const CuMemApi& api, int fd, size_t bytes,
+absl::StatusOr<std::unique_ptr<Mapping>> OpenIpc(const CudaDriverApi& api,
+                                                 const CUipcMemHandle& ipc, int local_device) {
+  CUdevice device;
+  CU_RETURN_IF_ERROR(api.device_get(&device, local_device));
+  CUcontext ctx = nullptr;
+  CU_RETURN_IF_ERROR(api.primary_ctx_retain(&ctx, device));
+  CUresult r = api.ctx_push_current(ctx);
+  CUdeviceptr ptr = 0;
+  if (r == CUDA_SUCCESS) {
+    r = api.ipc_open_mem_handle(&ptr, ipc, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    CUcontext ignored;
+    api.ctx_pop_current(&ignored);
+  }
+  if (r != CUDA_SUCCESS) {
+    api.primary_ctx_release(device);
+    return absl::InternalError(
+        absl::StrCat("cuIpcOpenMemHandle on cuda:", local_device, ": ", CuErrorText(r)));
+  }
+  return std::make_unique<IpcMapping>(&api, device, ctx, ptr);
+}
+
+absl::StatusOr<std::unique_ptr<Mapping>> MapCuMem(const CudaDriverApi& api, int fd, size_t bytes,
                                                   int device) {
   CUmemGenericAllocationHandle handle;
-  CU_RETURN_IF_ERROR(api.import(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
-                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  CU_RETURN_IF_ERROR(api.mem_import_from_shareable_handle(
+      &handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
   CUdeviceptr ptr = 0;
-  if (CUresult r = api.reserve(&ptr, bytes, 0, 0, 0); r != CUDA_SUCCESS) {
-    api.release(handle);
+  if (CUresult r = api.mem_address_reserve(&ptr, bytes, 0, 0, 0); r != CUDA_SUCCESS) {
+    api.mem_release(handle);
     return absl::InternalError(absl::StrCat("cuMemAddressReserve: ", CuErrorText(r)));
   }
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  CUresult r = api.map(ptr, bytes, 0, handle, 0);
-  if (r == CUDA_SUCCESS) r = api.set_access(ptr, bytes, &access, 1);
+  CUresult r = api.mem_map(ptr, bytes, 0, handle, 0);
+  if (r == CUDA_SUCCESS) r = api.mem_set_access(ptr, bytes, &access, 1);
   if (r != CUDA_SUCCESS) {
-    api.unmap(ptr, bytes);
-    api.address_free(ptr, bytes);
-    api.release(handle);
+    api.mem_unmap(ptr, bytes);
+    api.mem_address_free(ptr, bytes);
+    api.mem_release(handle);
     return absl::InternalError(absl::StrCat("mapping a CUDA buffer: ", CuErrorText(r)));
   }
   return std::make_unique<CuMemMapping>(&api, handle, ptr, bytes);
@@ -117,20 +122,15 @@ absl::StatusOr<std::unique_ptr<Mapping>> MapHostBuffer(const UniqueFd& fd, size_
 absl::StatusOr<std::unique_ptr<Mapping>> MapCudaBuffer(const v1::BufferHandle& handle, UniqueFd fd,
                                                        int local_device) {
 #ifdef COMMD_HAVE_CUDA
-  if (fd.valid()) {
-    ASSIGN_OR_RETURN(const CuMemApi* api, Api());
-    return MapCuMem(*api, fd.get(), handle.mapped_bytes(), local_device);
-  }
-  cudaIpcMemHandle_t ipc;
+  ASSIGN_OR_RETURN(const CudaDriverApi* api, CudaDriver());
+  if (fd.valid()) return MapCuMem(*api, fd.get(), handle.mapped_bytes(), local_device);
+  CUipcMemHandle ipc;
   if (handle.opaque_handle().size() != sizeof(ipc)) {
     return absl::InternalError(absl::StrCat("CUDA buffer of rank ", handle.rank(),
                                             " came with neither an fd nor a legacy IPC handle"));
   }
   std::memcpy(&ipc, handle.opaque_handle().data(), sizeof(ipc));
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(local_device));
-  void* ptr = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaIpcOpenMemHandle(&ptr, ipc, cudaIpcMemLazyEnablePeerAccess));
-  return std::make_unique<IpcMapping>(ptr);
+  return OpenIpc(*api, ipc, local_device);
 #else
   return absl::UnimplementedError(
       absl::StrCat("buffer on ", handle.device(), ": this SDK was built without CUDA"));

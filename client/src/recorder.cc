@@ -13,6 +13,7 @@
 
 #ifdef COMMD_HAVE_CUDA
 #include "common/cuda_check.h"
+#include "common/cuda_driver_api.h"
 #endif
 
 namespace commd {
@@ -88,14 +89,14 @@ RecordId Recorder::Begin(CollectiveOp op, std::span<const TensorDesc> inputs,
 #ifdef COMMD_HAVE_CUDA
 Recorder::Impl::~Impl() {
   if (!registered_) return;
-  if (auto api = StreamMemApi(); api.ok()) (*api)->mem_host_unregister(block);
+  if (auto api = CudaDriver(); api.ok()) (*api)->mem_host_unregister(block);
 }
 
 absl::StatusOr<uint64_t> Recorder::Impl::DeviceAddress(void* cuda_stream, uint64_t offset) {
   if (!ProbeCudaDriver().available) return NoCuda(cuda_stream);
   if (!registered_ && registration_.ok()) {
     registration_ = [&]() -> absl::Status {
-      ASSIGN_OR_RETURN(const CuStreamMemApi* api, StreamMemApi());
+      ASSIGN_OR_RETURN(const CudaDriverApi* api, CudaDriver());
       CUcontext ctx = nullptr;
       CU_RETURN_IF_ERROR(api->stream_get_ctx(static_cast<CUstream>(cuda_stream), &ctx));
       CU_RETURN_IF_ERROR(api->ctx_push_current(ctx));
@@ -122,7 +123,7 @@ absl::StatusOr<uint64_t> Recorder::Impl::DeviceAddress(void* cuda_stream, uint64
 
 absl::Status Recorder::Impl::WriteOnStream(void* cuda_stream, uint64_t offset, uint64_t value) {
   ASSIGN_OR_RETURN(const uint64_t address, DeviceAddress(cuda_stream, offset));
-  ASSIGN_OR_RETURN(const CuStreamMemApi* api, StreamMemApi());
+  ASSIGN_OR_RETURN(const CudaDriverApi* api, CudaDriver());
   // Default flags: the write is ordered after the stream's earlier work and its writes.
   CU_RETURN_IF_ERROR(api->stream_write_value64(static_cast<CUstream>(cuda_stream), address, value,
                                                CU_STREAM_WRITE_VALUE_DEFAULT));

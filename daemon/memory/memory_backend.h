@@ -43,7 +43,7 @@ struct MemoryBlock {
   size_t bytes = 0;             // the size actually allocated (granularity applied)
   UniqueFd fd;                  // host: the sealed memfd; cuda: the cuMem handle's POSIX fd
   uint64_t handle = 0;          // cuda: CUmemGenericAllocationHandle; 0 otherwise
-  uint64_t device_pointer = 0;  // cuda legacy IPC: the cudaMalloc'd pointer; 0 otherwise
+  uint64_t device_pointer = 0;  // cuda legacy IPC: the cuMemAlloc'd pointer; 0 otherwise
   std::string opaque_handle;    // cuda: fabric or legacy IPC handle bytes; empty for host
 };
 
