@@ -398,9 +398,19 @@ void Watchdog::OnRankDeath(const groups::RankDeath& death) {
     view.job_id = g.job_id;
     view.uid = g.uid;
     view.group = g.name;
+    bool aborted = !t.abort_reason.empty();
     for (size_t r = 0; r < g.members.size(); ++r) {
       ReadRank(g.members[r], t.ranks[r], now_ns, g.name);
       view.ranks.push_back(t.ranks[r].last);
+      aborted = aborted || t.ranks[r].abort_reason != 0;
+    }
+    if (aborted) {
+      // Its survivors were stopped already (an earlier death, a finding, an operator), and
+      // under TERMINATE this death may be the watchdog's own doing: the finding and the dump
+      // that stopped the group stay the ones that explain it.
+      COMMD_LOG(WARNING, "watchdog")
+          << g.job_id << "/" << g.name << ": " << death.text << " (group already aborted)";
+      return;
     }
     view.frontier_seq = FrontierSeq(view);
     const v1::Diagnosis d =

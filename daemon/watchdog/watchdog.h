@@ -93,7 +93,8 @@ class Watchdog {
   absl::StatusOr<int> Abort(const HealthFilter& filter, const std::string& reason);
 
   // The registry's hook: a member's process exited. Aborts the group's collectives on every
-  // surviving rank (abort word and event) and queues one dump; never blocks.
+  // surviving rank (abort word and event) and queues one dump; never blocks. A death in a
+  // group already aborted is only logged: what stopped the group has its finding and dump.
   void OnRankDeath(const groups::RankDeath& death);
 
   // The registry's hook: a rendezvous timed out.
