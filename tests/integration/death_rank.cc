@@ -8,9 +8,13 @@
 //               kill   3 all-reduces; VICTIM prints "VICTIM" and sleeps (to be SIGKILLed)
 //               exit3  3 all-reduces; VICTIM exits with status 3 without closing anything
 //               exit0  3 all-reduces; VICTIM exits with status 0 without closing anything
-// In kill/exit3/exit0 the other ranks print "WAITING", run a 4th all-reduce, which cannot
-// complete, and print "FAILED <status>"; then a 5th: "LATER <status>"; then exit 0 after
-// destroying their Client. Any other outcome prints "ERROR <what>" and exits 1.
+//               leave  3 all-reduces; VICTIM destroys its Client (closing its session) and
+//                      exits 0; the others wait for the file $DEATH_RANK_GO before their 4th,
+//                      whose wait gives up after 1 s
+// The other ranks print "WAITING", run a 4th all-reduce, which cannot complete, and print
+// "FAILED <status>"; then a 5th: "LATER <status>"; then exit 0 after destroying their Client.
+// Any other outcome prints "ERROR <what>" and exits 1.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -41,10 +45,11 @@ commd::GroupOptions::WatchdogPolicy PolicyOf(const std::string& name) {
 }
 
 // One all-reduce of 64 floats, each rank contributing rank + 1; checks the sum.
-absl::Status AllReduce(commd::Group& g, commd::SymmetricBuffer& buf) {
+absl::Status AllReduce(commd::Group& g, commd::SymmetricBuffer& buf,
+                       const commd::CollectiveOptions& options = {}) {
   auto* p = static_cast<float*>(buf.data());
   for (int i = 0; i < 64; ++i) p[i] = static_cast<float>(g.rank() + 1);
-  absl::Status s = g.AllReduce(buf, 64, commd::DataType::kFloat32, commd::ReduceOp::kSum);
+  absl::Status s = g.AllReduce(buf, 64, commd::DataType::kFloat32, commd::ReduceOp::kSum, options);
   if (!s.ok()) return s;
   const float want = g.world_size() * (g.world_size() + 1) / 2.0f;
   for (int i = 0; i < 64; ++i) {
@@ -73,15 +78,23 @@ int Run(int rank, int world, const std::string& policy, const std::string& scena
     return 0;
   }
   if (rank == victim) {
+    if (scenario == "leave") return 0;  // the Client is destroyed on the way out
     if (scenario == "exit3") ::_exit(3);
     if (scenario == "exit0") ::_exit(0);
     Say("VICTIM");
     for (;;) ::pause();
   }
   Say("WAITING");
-  absl::Status pending = AllReduce(**group, **buf);
+  commd::CollectiveOptions options;
+  if (scenario == "leave") {
+    const char* go = std::getenv("DEATH_RANK_GO");
+    struct stat st;
+    while (go != nullptr && ::stat(go, &st) != 0) absl::SleepFor(absl::Milliseconds(10));
+    options.timeout = absl::Seconds(1);
+  }
+  absl::Status pending = AllReduce(**group, **buf, options);
   Say("FAILED " + pending.ToString());
-  absl::Status later = AllReduce(**group, **buf);
+  absl::Status later = AllReduce(**group, **buf, options);
   Say("LATER " + later.ToString());
   return pending.ok() || later.ok() ? Error("an all-reduce completed without the victim") : 0;
 }

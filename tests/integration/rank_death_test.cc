@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,16 +36,18 @@ class RankDeathTest : public ::testing::Test {
 
   void Ranks(const std::string& policy, const std::string& scenario, int victim) {
     for (int r = 0; r < kWorld; ++r) {
-      auto c = ChildProcess::Start({DEATH_RANK, std::to_string(r), std::to_string(kWorld), policy,
-                                    scenario, std::to_string(victim)},
-                                   {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir()});
+      auto c = ChildProcess::Start(
+          {DEATH_RANK, std::to_string(r), std::to_string(kWorld), policy, scenario,
+           std::to_string(victim)},
+          {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "DEATH_RANK_GO=" + tmp_.Join("go")});
       ASSERT_TRUE(c.ok()) << c.status();
       ranks_.push_back(std::move(*c));
     }
   }
 
-  // The survivors' two failures, each ABORTED with `death` in its message, and a clean exit.
-  void ExpectSurvivorsAborted(int victim, const std::string& death) {
+  // The survivors' two failures, each with `code` and `death` in its message, and a clean exit.
+  void ExpectSurvivorsFailed(int victim, const std::string& death,
+                             const std::string& code = "ABORTED: group d aborted: ") {
     for (int r = 0; r < kWorld; ++r) {
       if (r == victim) continue;
       SCOPED_TRACE(absl::StrCat("rank ", r));
@@ -52,8 +55,8 @@ class RankDeathTest : public ::testing::Test {
       auto result = ranks_[r]->Wait(absl::Seconds(60));
       ASSERT_TRUE(result.ok()) << result.status() << "\n" << ranks_[r]->Log();
       EXPECT_EQ(result->exit_code, 0) << result->output;
-      EXPECT_THAT(result->output, HasSubstr("FAILED ABORTED: group d aborted: "));
-      EXPECT_THAT(result->output, HasSubstr("LATER ABORTED: group d aborted: "));
+      EXPECT_THAT(result->output, HasSubstr("FAILED " + code));
+      EXPECT_THAT(result->output, HasSubstr("LATER " + code));
       for (const char* line : {"FAILED", "LATER"}) {
         const size_t at = result->output.find(line);
         ASSERT_NE(at, std::string::npos);
@@ -137,7 +140,7 @@ TEST_F(RankDeathTest, KilledRankAbortsPendingAndLaterCollectivesUnderReport) {
   absl::SleepFor(absl::Milliseconds(300));
   const pid_t victim = ranks_[2]->pid();
   ASSERT_TRUE(ranks_[2]->Stop(SIGKILL).ok());
-  ExpectSurvivorsAborted(2, absl::StrCat("rank 2 (pid ", victim, ") exited: killed by SIGKILL"));
+  ExpectSurvivorsFailed(2, absl::StrCat("rank 2 (pid ", victim, ") exited: killed by SIGKILL"));
   ExpectOneDeathDump();
   const auto [closed, exited] = ClosedAndExited();
   EXPECT_EQ(closed, kWorld - 1);  // the survivors finished normally
@@ -159,7 +162,7 @@ TEST_F(RankDeathTest, RankExitingWithStatus3IsNamedSo) {
   auto result = ranks_[1]->Wait(absl::Seconds(60));
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->exit_code, 3) << result->output;
-  ExpectSurvivorsAborted(1, absl::StrCat("rank 1 (pid ", victim, ") exited with status 3"));
+  ExpectSurvivorsFailed(1, absl::StrCat("rank 1 (pid ", victim, ") exited with status 3"));
   ExpectOneDeathDump();
 }
 
@@ -171,8 +174,31 @@ TEST_F(RankDeathTest, ExitWithStatus0WithoutClosingIsADeathForThePeers) {
   auto result = ranks_[3]->Wait(absl::Seconds(60));
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->exit_code, 0) << result->output;
-  ExpectSurvivorsAborted(3, absl::StrCat("rank 3 (pid ", victim, ") exited with status 0"));
+  ExpectSurvivorsFailed(3, absl::StrCat("rank 3 (pid ", victim, ") exited with status 0"));
   ExpectOneDeathDump();
+}
+
+}  // namespace
+}  // namespace commd::testing
+
+namespace commd::testing {
+namespace {
+
+// A rank that closed its session and then exited is no death: no abort, no dump. A peer's
+// wait on it gives up at its own deadline, naming it as exited rather than "not arrived".
+TEST_F(RankDeathTest, PeerThatClosedAndExitedIsNamedWhenAWaitTimesOut) {
+  Ranks("report", "leave", 1);
+  const pid_t victim = ranks_[1]->pid();
+  auto result = ranks_[1]->Wait(absl::Seconds(60));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 0) << result->output;
+  std::ofstream(tmp_.Join("go")) << "go";
+  ExpectSurvivorsFailed(1, absl::StrCat("rank 1 (pid ", victim, ") exited ("),
+                        "DEADLINE_EXCEEDED: group d: ");
+  EXPECT_EQ(Metric(R"(commd_flight_recorder_dumps_total{trigger="rank_death"})"), 0);
+  const auto [closed, exited] = ClosedAndExited();
+  EXPECT_EQ(closed, kWorld);
+  EXPECT_EQ(exited, 0);
 }
 
 }  // namespace
