@@ -23,6 +23,7 @@
 
 #include "absl/time/clock.h"
 #include "commd/commd.h"
+#include "tests/integration/policy_arg.h"
 
 namespace {
 
@@ -34,14 +35,6 @@ void Say(const std::string& line) {
 int Error(const std::string& what) {
   Say("ERROR " + what);
   return 1;
-}
-
-commd::GroupOptions::WatchdogPolicy PolicyOf(const std::string& name) {
-  using P = commd::GroupOptions::WatchdogPolicy;
-  if (name == "report") return P::kReport;
-  if (name == "notify") return P::kNotify;
-  if (name == "terminate") return P::kTerminate;
-  return P::kDefault;
 }
 
 // One all-reduce of 64 floats, each rank contributing rank + 1; checks the sum.
@@ -65,7 +58,7 @@ int Run(int rank, int world, const std::string& policy, const std::string& scena
                                      .rank = rank,
                                      .world_size = world,
                                      .timeout = absl::Minutes(10),
-                                     .watchdog_policy = PolicyOf(policy)});
+                                     .watchdog_policy = commd::testing::ParsePolicy(policy)});
   if (!group.ok()) return Error("join: " + group.status().ToString());
   auto buf = (*group)->AllocateSymmetric(64 * sizeof(float));
   if (!buf.ok()) return Error("allocate: " + buf.status().ToString());

@@ -103,6 +103,15 @@ class RankDeathTest : public ::testing::Test {
     EXPECT_EQ(Metric(R"(commd_flight_recorder_dumps_total{trigger="rank_death"})"), 1);
   }
 
+  // Waits for the victim, which ends by itself, to exit with `code`; returns its pid.
+  pid_t WaitForVictim(int victim, int code) {
+    const pid_t pid = ranks_[victim]->pid();
+    auto result = ranks_[victim]->Wait(absl::Seconds(60));
+    EXPECT_TRUE(result.ok()) << result.status();
+    if (result.ok()) EXPECT_EQ(result->exit_code, code) << result->output;
+    return pid;
+  }
+
   double Metric(const std::string& key) { return MetricValue(*daemon_, key); }
 
   TempDir tmp_;
@@ -158,10 +167,7 @@ TEST_F(RankDeathTest, KilledRankAbortsPendingAndLaterCollectivesUnderReport) {
 
 TEST_F(RankDeathTest, RankExitingWithStatus3IsNamedSo) {
   Ranks("report", "exit3", 1);
-  const pid_t victim = ranks_[1]->pid();
-  auto result = ranks_[1]->Wait(absl::Seconds(60));
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->exit_code, 3) << result->output;
+  const pid_t victim = WaitForVictim(1, 3);
   ExpectSurvivorsFailed(1, absl::StrCat("rank 1 (pid ", victim, ") exited with status 3"));
   ExpectOneDeathDump();
 }
@@ -170,28 +176,16 @@ TEST_F(RankDeathTest, RankExitingWithStatus3IsNamedSo) {
 // doing so, while its group's peers may still need it, is a death like any other exit.
 TEST_F(RankDeathTest, ExitWithStatus0WithoutClosingIsADeathForThePeers) {
   Ranks("report", "exit0", 3);
-  const pid_t victim = ranks_[3]->pid();
-  auto result = ranks_[3]->Wait(absl::Seconds(60));
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->exit_code, 0) << result->output;
+  const pid_t victim = WaitForVictim(3, 0);
   ExpectSurvivorsFailed(3, absl::StrCat("rank 3 (pid ", victim, ") exited with status 0"));
   ExpectOneDeathDump();
 }
-
-}  // namespace
-}  // namespace commd::testing
-
-namespace commd::testing {
-namespace {
 
 // A rank that closed its session and then exited is no death: no abort, no dump. A peer's
 // wait on it gives up at its own deadline, naming it as exited rather than "not arrived".
 TEST_F(RankDeathTest, PeerThatClosedAndExitedIsNamedWhenAWaitTimesOut) {
   Ranks("report", "leave", 1);
-  const pid_t victim = ranks_[1]->pid();
-  auto result = ranks_[1]->Wait(absl::Seconds(60));
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->exit_code, 0) << result->output;
+  const pid_t victim = WaitForVictim(1, 0);
   std::ofstream(tmp_.Join("go")) << "go";
   ExpectSurvivorsFailed(1, absl::StrCat("rank 1 (pid ", victim, ") exited ("),
                         "DEADLINE_EXCEEDED: group d: ");
