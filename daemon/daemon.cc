@@ -104,8 +104,13 @@ absl::Status Daemon::StartMemory() {
                               .dump_bytes_per_uid = per_uid.dump_bytes()},
       &metrics_->registry());
   COMMD_LOG(INFO, "recorder") << "dumps go to " << dumper_->dump_dir();
-  options.on_rank_death = [this](std::vector<recorder::DumpSource> sources) {
-    dumper_->DumpLater("rank_death", std::move(sources));
+  // The watchdog aborts the dead rank's group (under every policy) and writes the one dump.
+  options.on_rank_death = [this](const groups::RankDeath& death) {
+    if (watchdog_ != nullptr) {
+      watchdog_->OnRankDeath(death);
+    } else {
+      dumper_->DumpLater("rank_death", death.sources);
+    }
   };
   // The watchdog starts with the servers (it pushes on Attach streams); no group can time out
   // its rendezvous before clients can join.
@@ -127,8 +132,8 @@ absl::Status Daemon::StartMemory() {
                          .max_bytes_per_uid = per_uid.store_bytes(),
                          .max_wait = absl::Milliseconds(config_.groups().max_timeout_ms())},
       timers_.get());
-  sessions_->AddEndListener([this](const server::Session& s, absl::string_view reason) {
-    groups_->OnSessionEnd(s, reason);
+  sessions_->AddEndListener([this](const server::Session& s, const server::SessionEnd& end) {
+    groups_->OnSessionEnd(s, end);
     persistent_->OnSessionEnd(s);
   });
   return absl::OkStatus();

@@ -24,6 +24,8 @@ namespace {
 
 constexpr char kClientVersion[] = COMMD_VERSION;
 constexpr size_t kMaxPacketBytes = 64 * 1024;
+// How long destroying a Client waits for the daemon to confirm the session's close.
+constexpr absl::Duration kCloseWait = absl::Seconds(5);
 
 std::string ResolveJobId(const std::string& explicit_job) {
   if (!explicit_job.empty()) return explicit_job;
@@ -77,6 +79,17 @@ Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
 Client::Impl::~Impl() {
+  // Say goodbye before the sockets close: a session that merely disconnects looks like a
+  // process on its way out, and one whose process then exits looks dead to its peers (a
+  // rank_death dump, its groups aborted). Bounded, and best effort: a daemon that is gone or
+  // does not answer ends the session when the sockets close.
+  if (!token.empty() && handles.get() >= 0) {
+    v1::HandleRequest request;
+    request.mutable_close_session()->set_session_token(token);
+    absl::MutexLock lock(&handles_mu);
+    (void)Exchange(handles.get(), request,
+                   absl::Now() + std::min(options.call_timeout, kCloseWait));
+  }
   if (attach_ctx != nullptr) attach_ctx->TryCancel();
   if (attach_thread.joinable()) attach_thread.join();
 }

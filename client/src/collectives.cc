@@ -146,6 +146,7 @@ absl::Status CheckBuffer(const char* what, bool owned, const SymmetricBuffer& bu
 struct GroupCollectives {
   const v1::CollectiveSettings& settings;
   Recorder::Impl& recorder;
+  const PeerProcesses& peers;
 };
 
 const char* OpName(CollectiveOp op) {
@@ -211,6 +212,16 @@ absl::Status Recorded(Group& group, const GroupCollectives& gc, CollectiveOp op,
   }
   if (status.ok() && result.nonfinite_ranks > 0 && settings.nan_policy() == v1::NAN_POLICY_FAIL) {
     status = NanFailure(op, id, result);
+  }
+  if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+    if (group.abort_requested()) {
+      // Aborted while this rank gave up waiting: the abort says why, the deadline does not.
+      status = absl::AbortedError(status.message());
+    } else if (const std::string gone = gc.peers.Exited(); !gone.empty()) {
+      // The kernels see only signals that never came; a peer that exited will never send them.
+      status = absl::DeadlineExceededError(
+          absl::StrCat("group ", group.name(), ": ", gone, " (", status.message(), ")"));
+    }
   }
   if (status.code() == absl::StatusCode::kAborted && group.abort_requested()) {
     // The kernels know only the abort word's code; the daemon's text says why.
@@ -289,8 +300,8 @@ absl::Status Group::Barrier() {
   CollectiveOptions no_data;  // nothing to check
   no_data.nan_check = CollectiveOptions::NanCheck::kOff;
   return Recorded(
-      *this, {state_->joined.collectives(), *state_->recorder_impl}, CollectiveOp::kBarrier, {}, {},
-      collective_timeout(), no_data,
+      *this, {state_->joined.collectives(), *state_->recorder_impl, state_->peers},
+      CollectiveOp::kBarrier, {}, {}, collective_timeout(), no_data,
       [&](kernels::NanCheck, kernels::CollectiveResult*) { return kernels::Barrier(s.view); });
 }
 
@@ -321,7 +332,7 @@ absl::Status Group::AllReduce(SymmetricBuffer& buf, size_t count, DataType dtype
 #endif
   ViewStorage s;
   MakeView(*this, buf, WaitLimit(collective_timeout(), options), &s);
-  return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl},
+  return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl, state_->peers},
                   CollectiveOp::kAllReduce, d.descs, d.descs, collective_timeout(), options,
                   [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
                     return kernels::AllReduce(s.view, buf.data(), buf.data(), count,
@@ -376,7 +387,7 @@ absl::Status Group::AllReduceCoalesced(SymmetricBuffer& buf,
 #endif
   ViewStorage s;
   MakeView(*this, buf, WaitLimit(collective_timeout(), options), &s);
-  return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl},
+  return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl, state_->peers},
                   CollectiveOp::kAllReduce, descs, descs, collective_timeout(), options,
                   [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
                     return kernels::AllReduceCoalesced(
@@ -408,7 +419,7 @@ absl::Status Group::AllGather(SymmetricBuffer& in, SymmetricBuffer& out, size_t 
 #endif
   ViewStorage s;
   MakeView(*this, in, WaitLimit(collective_timeout(), options), &s);
-  return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl},
+  return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl, state_->peers},
                   CollectiveOp::kAllGather, {d.descs[0]}, {d.descs[1]}, collective_timeout(),
                   options, [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
                     return kernels::AllGather(s.view, in.data(), out.data(), count,
@@ -442,7 +453,7 @@ absl::Status Group::ReduceScatter(SymmetricBuffer& in, SymmetricBuffer& out, siz
 #endif
   ViewStorage s;
   MakeView(*this, in, WaitLimit(collective_timeout(), options), &s);
-  return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl},
+  return Recorded(*this, {state_->joined.collectives(), *state_->recorder_impl, state_->peers},
                   CollectiveOp::kReduceScatter, {d.descs[0]}, {d.descs[1]}, collective_timeout(),
                   options, [&](kernels::NanCheck nan, kernels::CollectiveResult* r) {
                     return kernels::ReduceScatter(s.view, in.data(), out.data(), count,

@@ -1,8 +1,13 @@
 // Groups, symmetric buffers and persistent buffers: the SDK side of daemon-owned memory.
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/src/client_impl.h"
 #include "client/src/group_state.h"
 #include "client/src/recorder_impl.h"
@@ -69,7 +74,12 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   state->options = options;
   RETURN_IF_ERROR(FromGrpcStatus(impl_->groups->JoinGroup(
       impl_->WaitingContext(options.timeout).get(), request, &state->joined)));
-  for (const v1::Member& m : state->joined.members()) state->pids.push_back(m.pid());
+  for (const v1::Member& m : state->joined.members()) {
+    state->peers.pids.push_back(m.pid());
+    const bool self = static_cast<int>(state->peers.pidfds.size()) == state->joined.rank();
+    state->peers.pidfds.emplace_back(
+        self ? -1 : static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(m.pid()), 0)));
+  }
   ASSIGN_OR_RETURN(auto maps, impl_->MapBuffers({&state->joined.control_block()}, -1));
   state->control_block = std::move(maps[0]);
   auto recorder = std::make_unique<Recorder::Impl>();
@@ -90,6 +100,17 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
     impl_->abort_hooks.emplace(state->joined.name(), &state->hook);
   }
   return std::unique_ptr<Group>(new Group(std::move(state)));
+}
+
+std::string PeerProcesses::Exited() const {
+  std::vector<std::string> gone;
+  for (size_t r = 0; r < pidfds.size(); ++r) {
+    if (pidfds[r].get() < 0) continue;
+    pollfd p{pidfds[r].get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) == 1)
+      gone.push_back(absl::StrCat("rank ", r, " (pid ", pids[r], ") exited"));
+  }
+  return absl::StrJoin(gone, ", ");
 }
 
 Group::Group(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -137,7 +158,7 @@ int Group::world_size() const { return state_->joined.world_size(); }
 int Group::global_rank() const { return state_->joined.members(rank()).global_rank(); }
 const std::string& Group::name() const { return state_->joined.name(); }
 Device Group::device() const { return state_->options.device; }
-const std::vector<int64_t>& Group::member_pids() const { return state_->pids; }
+const std::vector<int64_t>& Group::member_pids() const { return state_->peers.pids; }
 Recorder& Group::recorder() { return *state_->recorder; }
 absl::Duration Group::collective_timeout() const { return state_->options.timeout; }
 bool Group::owns(const SymmetricBuffer& buffer) const {

@@ -18,14 +18,26 @@
 #include "client/src/recorder_impl.h"
 #include "commd/group.h"
 #include "commd/v1/groups.pb.h"
+#include "common/unique_fd.h"
 
 namespace commd {
+
+// The group's other ranks' processes, watched with pidfds opened at join: a wait that times
+// out can then tell a peer that exited from a slow one. (The daemon aborts the group when a
+// member dies; this covers a peer that closed its session before it exited, or a daemon that
+// could not act.)
+struct PeerProcesses {
+  std::vector<int64_t> pids;     // by rank
+  std::vector<UniqueFd> pidfds;  // by rank; empty for this rank or where pidfd_open failed
+  // "rank 1 (pid 4711) exited" for every peer whose process is gone, comma-separated; "" if none.
+  std::string Exited() const;
+};
 
 struct Group::State {
   std::shared_ptr<Client::Impl> client;
   v1::JoinGroupResponse joined;
   GroupOptions options;
-  std::vector<int64_t> pids;
+  PeerProcesses peers;
   std::unique_ptr<Mapping> control_block;
   std::unique_ptr<Recorder> recorder;
   Recorder::Impl* recorder_impl = nullptr;  // recorder's, for what the public API lacks

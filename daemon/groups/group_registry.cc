@@ -1,5 +1,6 @@
 #include "daemon/groups/group_registry.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -69,6 +70,16 @@ namespace {
 
 // How long a cancelled join waits for its session's end to say why it was cancelled.
 constexpr absl::Duration kCancelSettleTime = absl::Milliseconds(300);
+
+// "rank 2 (pid 4711) exited: killed by SIGKILL", "rank 2 (pid 4711) exited with status 3",
+// "rank 2 (pid 4711) closed its session".
+std::string DepartureText(int rank, int64_t pid, const server::SessionEnd& end) {
+  const std::string who = absl::StrCat("rank ", rank, " (pid ", pid, ")");
+  if (!end.process_exited()) return absl::StrCat(who, " closed its session");
+  const std::string how = end.exit.ToString();
+  return absl::StartsWith(how, "exited") ? absl::StrCat(who, " ", how)
+                                         : absl::StrCat(who, " exited: ", how);
+}
 
 std::string RankList(const std::vector<int>& ranks) {
   return absl::StrCat("[", absl::StrJoin(ranks, ", "), "]");
@@ -609,17 +620,22 @@ std::vector<recorder::DumpSource> GroupRegistry::DumpSources(const DumpFilter& f
   return out;
 }
 
-void GroupRegistry::MemberGone(Group& g, int rank, absl::string_view reason, Deferred& deferred) {
+void GroupRegistry::MemberGone(Group& g, int rank, const server::SessionEnd& end,
+                               Deferred& deferred) {
   Member& m = g.members[rank];
   m.gone = true;
-  m.died = reason == "process_exited";
-  if (reason == "process_exited" && options_.on_rank_death) {
+  m.died = end.process_exited();
+  const std::string text = DepartureText(rank, m.session->pid, end);
+  if (m.died && options_.on_rank_death) {
     // The dead rank's last entries, and its peers' view of the same moment.
-    deferred.push_back([hook = options_.on_rank_death, sources = SourcesOf(g)] { hook(sources); });
+    deferred.push_back(
+        [hook = options_.on_rank_death,
+         death = RankDeath{
+             .group = WatchedOf(g), .rank = rank, .text = text, .sources = SourcesOf(g)}] {
+          hook(death);
+        });
   }
-  const absl::Status status = absl::AbortedError(
-      absl::StrCat("rank ", rank, " (pid ", m.session->pid, ") of group ", g.name(), " ",
-                   reason == "process_exited" ? "exited" : "closed its session"));
+  const absl::Status status = absl::AbortedError(absl::StrCat(text, " (group ", g.name(), ")"));
   // Nobody can complete an allocation this rank will never ask for.
   for (auto& [index, round] : g.rounds) FailRound(g, index, status, deferred);
   std::vector<uint64_t> ids;
@@ -642,7 +658,7 @@ void GroupRegistry::Retire(Group& g, Deferred& deferred) {
   UpdateMetrics();
 }
 
-void GroupRegistry::OnSessionEnd(const server::Session& session, absl::string_view reason) {
+void GroupRegistry::OnSessionEnd(const server::Session& session, const server::SessionEnd& end) {
   Deferred deferred;
   {
     absl::MutexLock lock(&mu_);
@@ -653,15 +669,14 @@ void GroupRegistry::OnSessionEnd(const server::Session& session, absl::string_vi
         Member& m = g->members[r];
         if (!m.joined || m.gone || m.session->token != session.token) continue;
         if (g->active) {
-          MemberGone(*g, r, reason, deferred);
+          MemberGone(*g, r, end, deferred);
         } else {
           // Its JoinGroup died with the session: the group can no longer form as asked.
-          FailRendezvous(*g,
-                         absl::AbortedError(absl::StrCat(
-                             "rank ", r, " (pid ", session.pid, ") of group ", g->name(), " ",
-                             reason == "process_exited" ? "exited" : "closed its session",
-                             " during rendezvous")),
-                         deferred);
+          FailRendezvous(
+              *g,
+              absl::AbortedError(absl::StrCat(DepartureText(r, session.pid, end),
+                                              " during the rendezvous of group ", g->name())),
+              deferred);
           break;
         }
       }

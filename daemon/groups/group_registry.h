@@ -6,7 +6,8 @@
 // Groups are namespaced by (uid, job id, name); another job's group is NOT_FOUND.
 //
 // What ends a wait early:
-//   - a rank whose process exits while others wait for it fails them with ABORTED naming it;
+//   - a rank whose process exits while others wait for it fails them with ABORTED naming it,
+//     its pid and how it ended; on_rank_death then aborts the group's collectives too;
 //   - the deadline fails the waiting ranks with DEADLINE_EXCEEDED naming the ranks missing;
 //   - a rank whose Join call dies without its process exiting fails them too (ABORTED).
 // A departed member's memory is released after session.release_grace_ms, so a dump can still
@@ -62,6 +63,15 @@ struct WatchedGroup {
   std::vector<WatchedMember> members;                           // by rank
 };
 
+// A member's process exited while it was in a formed group: certain, unlike any hang.
+struct RankDeath {
+  WatchedGroup group;  // as it is now (the dead member marked died, every block still mapped)
+  int rank = 0;
+  // "rank 2 (pid 4711) exited: killed by SIGKILL", "rank 2 (pid 4711) exited with status 3"
+  std::string text;
+  std::vector<recorder::DumpSource> sources;  // every rank's block, for the one dump
+};
+
 struct GroupsOptions {
   absl::Duration default_timeout = absl::Minutes(10);
   absl::Duration max_timeout = absl::Hours(24);
@@ -72,9 +82,9 @@ struct GroupsOptions {
   // The config's collectives settings (every field set), which a group's first rank may
   // override (nan check, sample period, policy).
   v1::CollectiveSettings collectives;
-  // Called (on the thread that noticed, with no lock held) with every rank of a group whose
-  // member's process exited, so its flight recorder can be dumped while still mapped.
-  std::function<void(std::vector<recorder::DumpSource>)> on_rank_death;
+  // Called (on the thread that noticed, with no lock held) once per member whose process
+  // exited while in a formed group; the watchdog aborts the group and writes the dump.
+  std::function<void(const RankDeath&)> on_rank_death;
   // Called (with no lock held) when a rendezvous times out: the ranks that joined and those
   // that never did. The watchdog turns it into a diagnosis.
   std::function<void(const WatchedGroup&, std::vector<int> joined, std::vector<int> missing)>
@@ -113,7 +123,10 @@ class GroupRegistry {
   // Every formed group (rendezvous ones too), for the watchdog's poll. Takes the lock briefly.
   std::vector<WatchedGroup> Watch() const;
 
-  void OnSessionEnd(const server::Session& session, absl::string_view reason);
+  // A session ended: its ranks leave their groups. A "closed" session left them on purpose; a
+  // process that exited with the session open died (even with status 0: its peers cannot
+  // complete a collective without it).
+  void OnSessionEnd(const server::Session& session, const server::SessionEnd& end);
   size_t size() const;
 
  private:
@@ -144,7 +157,7 @@ class GroupRegistry {
   void FailRound(Group& group, uint64_t round, const absl::Status& status, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnRoundTimeout(uint64_t group_id, uint64_t round);
-  void MemberGone(Group& group, int rank, absl::string_view reason, Deferred& deferred)
+  void MemberGone(Group& group, int rank, const server::SessionEnd& end, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLater(std::vector<uint64_t> allocation_ids, Deferred& deferred);
   void Retire(Group& group, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -103,6 +105,19 @@ v1::HandleResponse HandleChannel::Dispatch(const v1::HandleRequest& request,
     }
     case v1::HandleRequest::kImport:
       return Import(request.import(), peer, fds);
+    case v1::HandleRequest::kCloseSession: {
+      // Only a session this connection opened: the token alone proves nothing here.
+      auto& tokens = connection->session_tokens;
+      auto it = std::find(tokens.begin(), tokens.end(), request.close_session().session_token());
+      if (it == tokens.end() || !sessions_->Close(*it)) {
+        response.set_code(static_cast<int>(absl::StatusCode::kNotFound));
+        response.set_message("no open session with that token on this connection");
+        break;
+      }
+      tokens.erase(it);
+      response.mutable_close_session();
+      break;
+    }
     case v1::HandleRequest::REQUEST_NOT_SET:
       response.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
       response.set_message("empty request");

@@ -59,7 +59,7 @@ class SessionService::Stream final : public grpc::ServerWriteReactor<v1::Session
 SessionService::SessionService(RpcContext* rpc, SessionRegistry* sessions)
     : rpc_(rpc), sessions_(sessions) {
   sessions_->AddEndListener(
-      [this](const Session& session, absl::string_view) { OnSessionEnd(session); });
+      [this](const Session& session, const SessionEnd&) { OnSessionEnd(session); });
 }
 
 SessionService::~SessionService() = default;

@@ -82,23 +82,29 @@ void SessionRegistry::AddEndListener(EndListener listener) {
   listeners_.push_back(std::move(listener));
 }
 
-void SessionRegistry::Close(absl::string_view token, absl::string_view reason) {
+bool SessionRegistry::Close(absl::string_view token) { return End(token, {.reason = "closed"}); }
+
+bool SessionRegistry::End(absl::string_view token, SessionEnd end) {
   Entry entry;
   std::vector<EndListener> listeners;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(std::string(token));
-    if (it == sessions_.end()) return;
+    if (it == sessions_.end()) return false;
     entry = std::move(it->second);
     sessions_.erase(it);
     listeners = listeners_;
     metrics_->SetSessions(static_cast<double>(sessions_.size()));
   }
   loop_->Remove(entry.pidfd.get());
-  metrics_->SessionReleased(reason);
-  for (const EndListener& listener : listeners) listener(*entry.session, reason);
-  COMMD_LOG(INFO, "sessions") << "session closed (" << reason << "): job " << entry.session->job_id
-                              << " pid " << entry.session->pid;
+  if (end.process_exited()) end.exit = ReadProcessExit(entry.pidfd.get(), entry.session->pid);
+  metrics_->SessionReleased(end.reason);
+  for (const EndListener& listener : listeners) listener(*entry.session, end);
+  COMMD_LOG(INFO, "sessions") << "session closed (" << end.reason
+                              << (end.process_exited() ? ": " + end.exit.ToString() : "")
+                              << "): job " << entry.session->job_id << " pid "
+                              << entry.session->pid;
+  return true;
 }
 
 void SessionRegistry::CloseForDisconnect(absl::string_view token) {
@@ -110,14 +116,19 @@ void SessionRegistry::CloseForDisconnect(absl::string_view token) {
     pollfd p{it->second.pidfd.get(), POLLIN, 0};
     exited = ::poll(&p, 1, 0) == 1;  // a pidfd turns readable when its process exits
   }
-  if (exited) return Close(token, "process_exited");
+  if (exited) {
+    End(token, {.reason = "process_exited"});
+    return;
+  }
   // If the process is on its way out, its pidfd closes the session as "process_exited"
   // within this delay and the timer finds nothing left to close.
   timers_->Schedule(absl::Now() + kExitSettleTime,
-                    [this, t = std::string(token)] { Close(t, "closed"); });
+                    [this, t = std::string(token)] { End(t, {.reason = "closed"}); });
 }
 
-void SessionRegistry::OnProcessExit(const std::string& token) { Close(token, "process_exited"); }
+void SessionRegistry::OnProcessExit(const std::string& token) {
+  End(token, {.reason = "process_exited"});
+}
 
 size_t SessionRegistry::size() const {
   absl::MutexLock lock(&mu_);

@@ -29,6 +29,7 @@
 #include "common/unix_socket.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/server/event_loop.h"
+#include "daemon/server/process_exit.h"
 #include "daemon/server/timer_queue.h"
 
 namespace commd::server {
@@ -41,6 +42,15 @@ struct Session {
   pid_t pid = 0;
   bool admin = false;  // uid 0 or a member of the admin group
   absl::Time opened;
+};
+
+// Why a session ended. `reason` is the metric label: "closed" (the client closed it, or its
+// connection closed while its process lives on) or "process_exited" (its process exited with
+// the session open). `exit` says how that process ended (process_exited only).
+struct SessionEnd {
+  std::string reason;
+  ProcessExit exit;
+  bool process_exited() const { return reason == "process_exited"; }
 };
 
 struct SessionLimits {
@@ -63,8 +73,10 @@ class SessionRegistry {
   // The session holding `token`, or UNAUTHENTICATED.
   absl::StatusOr<std::shared_ptr<const Session>> Authenticate(absl::string_view token) const;
 
-  // Ends the session; `reason` is a metric label ("closed", "process_exited").
-  void Close(absl::string_view token, absl::string_view reason);
+  // Ends the session as the client asked ("closed"): the SDK does this before it closes its
+  // sockets, so a finished rank is never taken for a dead one. Returns false when `token` is
+  // no open session.
+  bool Close(absl::string_view token);
 
   // Ends the session because its fd-channel connection or its Attach stream closed:
   // "process_exited" when its process is gone, "closed" when the client closed it. A dying
@@ -76,7 +88,7 @@ class SessionRegistry {
 
   // Runs `listener` (on the thread that ends a session, with no registry lock held) for
   // every session that ends from now on. Register before serving; not removable.
-  using EndListener = std::function<void(const Session&, absl::string_view reason)>;
+  using EndListener = std::function<void(const Session&, const SessionEnd& end)>;
   void AddEndListener(EndListener listener);
 
  private:
@@ -85,6 +97,7 @@ class SessionRegistry {
     UniqueFd pidfd;
   };
   void OnProcessExit(const std::string& token);
+  bool End(absl::string_view token, SessionEnd end);
 
   EventLoop* const loop_;
   TimerQueue* const timers_;

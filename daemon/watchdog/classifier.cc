@@ -106,6 +106,26 @@ std::optional<v1::Diagnosis> FindDead(const GroupView& view, uint64_t now_ns) {
   return d;
 }
 
+}  // namespace
+
+v1::Diagnosis DeathDiagnosis(const GroupView& view, int rank, const std::string& summary,
+                             uint64_t now_ns) {
+  const uint64_t seq = rank >= 0 && static_cast<size_t>(rank) < view.ranks.size()
+                           ? view.ranks[rank].completed + 1
+                           : view.frontier_seq;
+  v1::Diagnosis d = Base(view, v1::DEAD, seq, now_ns);
+  d.add_ranks_dead(rank);
+  d.add_ranks_behind(rank);
+  for (const RankView& r : view.ranks) {
+    if (r.liveness == Liveness::kAlive && r.enqueued >= seq) d.add_ranks_ahead(r.rank);
+  }
+  d.set_since_unix_ms(now_ns / kNsPerMs);
+  d.set_summary(summary);
+  return d;
+}
+
+namespace {
+
 // Ranks that entered the same seq and disagree about it; looks at the oldest seqs first.
 std::optional<v1::Diagnosis> FindMismatch(const GroupView& view, uint64_t now_ns) {
   const uint64_t last = MaxEnqueued(view, false);

@@ -104,6 +104,11 @@ v1::Diagnosis RendezvousDiagnosis(const std::string& job_id, uint32_t uid, const
                                   const std::vector<int>& joined, const std::vector<int>& missing,
                                   uint64_t since_ns, uint64_t now_ns);
 
+// A member whose process exited (groups::RankDeath): certain, so a finding whatever the others
+// do. `rank` is behind at its completed seq + 1; `summary` says who and how it ended.
+v1::Diagnosis DeathDiagnosis(const GroupView& view, int rank, const std::string& summary,
+                             uint64_t now_ns);
+
 // "HEALTHY", "SUSPECT" (work pending past half the timeout) or nothing to say beyond Classify.
 bool IsSuspect(const GroupView& view, const Thresholds& thresholds, uint64_t now_ns);
 

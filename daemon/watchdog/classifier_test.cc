@@ -203,6 +203,22 @@ TEST_F(ClassifierTest, CleanExitWhileOthersWaitIsDead) {
   EXPECT_EQ(d->ranks(2).liveness(), "left");
 }
 
+// A death is a finding even with nothing pending: the dead rank can join no later collective.
+TEST_F(ClassifierTest, DeathIsAFindingWhateverTheOthersDo) {
+  MakeGroup(3, 9);
+  Enter(0, 10);
+  view_.ranks[1].liveness = Liveness::kDead;
+  const v1::Diagnosis d =
+      DeathDiagnosis(view_, 1, "group g: rank 1 (pid 101) exited: killed by SIGKILL", now_);
+  EXPECT_EQ(d.kind(), v1::DEAD);
+  EXPECT_EQ(d.seq(), 10u);
+  EXPECT_THAT(d.ranks_dead(), ElementsAre(1));
+  EXPECT_THAT(d.ranks_behind(), ElementsAre(1));
+  EXPECT_THAT(d.ranks_ahead(), ElementsAre(0));
+  EXPECT_EQ(d.ranks(1).liveness(), "dead");
+  EXPECT_EQ(d.summary(), "group g: rank 1 (pid 101) exited: killed by SIGKILL");
+}
+
 TEST_F(ClassifierTest, EveryRankLeavingAfterTheLastCollectiveIsNoFinding) {
   MakeGroup(3, 9);
   view_.ranks[0].liveness = Liveness::kLeft;

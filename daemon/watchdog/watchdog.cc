@@ -227,7 +227,11 @@ void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
   std::optional<v1::Diagnosis> d = Classify(view, thresholds, now_ns);
   if (d.has_value()) {
     const std::string key = absl::StrCat(d->kind(), ":", d->seq());
-    if (key != t.acted_key && !aborted) {
+    // Deaths are acted upon by OnRankDeath, which the registry calls once for each.
+    const bool died =
+        d->kind() == v1::DEAD && std::all_of(d->ranks_dead().begin(), d->ranks_dead().end(),
+                                             [&](int r) { return g.members[r].died; });
+    if (key != t.acted_key && !aborted && !died) {
       t.acted_key = key;
       t.last = *d;
       Act(t, *d, deferred);
@@ -250,19 +254,31 @@ void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
   PublishMetrics(t);
 }
 
-void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred) {
+void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
+                   const groups::RankDeath* death) {
   const groups::WatchedGroup& g = t.info;
   const v1::WatchdogPolicy policy = PolicyOf(g);
   group_metrics_->CountHang(g.job_id, g.name, KindLabel(d.kind()));
   COMMD_LOG(WARNING, "watchdog") << g.job_id << "/" << g.name << ": " << KindLabel(d.kind()) << ": "
                                  << d.summary() << " (policy " << v1::WatchdogPolicy_Name(policy)
                                  << ")";
-  deferred.push_back([this, uid = g.uid, job = g.job_id, name = g.name, json = ToJson(d),
-                      kind = KindLabel(d.kind())] {
-    auto sources = groups_->DumpSources({.job = std::make_pair(uid, job), .group = name});
-    if (!sources.empty()) dumper_->DumpLater(absl::StrCat("hang-", kind), std::move(sources), json);
-  });
-  if (policy == v1::NOTIFY || policy == v1::TERMINATE) {
+  if (death != nullptr) {
+    // Its sources were taken as it died: the group may be gone from the registry by now.
+    deferred.push_back([this, sources = death->sources, json = ToJson(d)]() mutable {
+      if (!sources.empty()) dumper_->DumpLater("rank_death", std::move(sources), json);
+    });
+  } else {
+    deferred.push_back([this, uid = g.uid, job = g.job_id, name = g.name, json = ToJson(d),
+                        kind = KindLabel(d.kind())] {
+      auto sources = groups_->DumpSources({.job = std::make_pair(uid, job), .group = name});
+      if (!sources.empty()) {
+        dumper_->DumpLater(absl::StrCat("hang-", kind), std::move(sources), json);
+      }
+    });
+  }
+  // A death is certain and the survivors can never complete with the dead rank: waiting out
+  // their timeout would only hide what happened, so REPORT aborts it too.
+  if (death != nullptr || policy == v1::NOTIFY || policy == v1::TERMINATE) {
     t.abort_reason = AbortReasonName(static_cast<uint32_t>(ReasonOf(d.kind())));
     deferred.push_back(
         [this, g, reason = ReasonOf(d.kind()), text = d.summary()] { Notify(g, reason, text); });
@@ -274,6 +290,47 @@ void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred) {
       Terminate(g);
     });
   }
+}
+
+void Watchdog::OnRankDeath(const groups::RankDeath& death) {
+  const groups::WatchedGroup& g = death.group;
+  const uint64_t now_ns = clock_->NowNs();
+  Deferred deferred;
+  {
+    absl::MutexLock lock(&mu_);
+    // The group may have formed since the last poll: it is tracked from here on.
+    Tracked& t = tracked_[g.id];
+    t.info = g;
+    if (t.ranks.size() != g.members.size()) t.ranks.resize(g.members.size());
+    GroupView view;
+    view.job_id = g.job_id;
+    view.uid = g.uid;
+    view.group = g.name;
+    bool aborted = !t.abort_reason.empty();
+    for (size_t r = 0; r < g.members.size(); ++r) {
+      ReadRank(g.members[r], t.ranks[r], now_ns, g);
+      view.ranks.push_back(t.ranks[r].last);
+      aborted = aborted || t.ranks[r].abort_reason != 0;
+    }
+    if (aborted) {
+      // Its survivors were stopped already (an earlier death, a finding, an operator), and
+      // under TERMINATE this death may be the watchdog's own doing: the finding and the dump
+      // that stopped the group stay the ones that explain it.
+      COMMD_LOG(WARNING, "watchdog")
+          << g.job_id << "/" << g.name << ": " << death.text << " (group already aborted)";
+      return;
+    }
+    view.frontier_seq = FrontierSeq(view);
+    const v1::Diagnosis d =
+        DeathDiagnosis(view, death.rank, absl::StrCat("group ", g.name, ": ", death.text), now_ns);
+    // The polls after this one see the same death as a `dead` finding: already acted upon.
+    t.acted_key = absl::StrCat(d.kind(), ":", d.seq());
+    t.last = d;
+    t.state = v1::ABORTED;
+    Act(t, d, deferred, &death);
+    PublishMetrics(t);
+  }
+  for (auto& f : deferred) f();
 }
 
 int Watchdog::Notify(const groups::WatchedGroup& g, AbortReason reason, const std::string& text) {

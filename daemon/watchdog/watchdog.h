@@ -1,5 +1,8 @@
 // The watchdog: every poll_interval it reads each group's control blocks (shared memory
-// only), classifies what it sees (classifier.h) and applies the group's policy to a finding:
+// only), classifies what it sees (classifier.h) and applies the group's policy to a finding.
+// A rank's death (OnRankDeath, from the group registry the moment its pidfd fires) is not a
+// suspicion but a fact: it aborts the group as NOTIFY does under every policy, with one dump
+// (trigger rank_death), and TERMINATE still ends the survivors. The policies for findings:
 //   REPORT     log, metrics, and a flight-recorder dump of every rank with the diagnosis inside;
 //   NOTIFY     also set the abort word in every rank's control block (which wakes futex
 //              waiters) and send an abort event on each rank's Attach stream;
@@ -90,6 +93,11 @@ class Watchdog {
   // The per-group series ({job, group}); the daemon serves it on /metrics.
   std::shared_ptr<prometheus::Collectable> group_metrics() const { return group_metrics_; }
 
+  // The registry's hook: a member's process exited. Aborts the group's collectives on every
+  // surviving rank (abort word and event) and queues one dump; never blocks. A death in a
+  // group already aborted is only logged: what stopped the group has its finding and dump.
+  void OnRankDeath(const groups::RankDeath& death);
+
   // The registry's hook: a rendezvous timed out.
   void OnRendezvousTimeout(const groups::WatchedGroup& group, const std::vector<int>& joined,
                            const std::vector<int>& missing);
@@ -127,8 +135,9 @@ class Watchdog {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `death`: the finding is a rank's death, acted on under every policy.
+  void Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
+           const groups::RankDeath* death = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int Notify(const groups::WatchedGroup& g, AbortReason reason, const std::string& text);
   void Terminate(const groups::WatchedGroup& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishMetrics(const Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

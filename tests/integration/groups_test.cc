@@ -108,9 +108,9 @@ TEST_F(GroupsTest, RankKilledMidRendezvousFailsTheOthersNamingIt) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->exit_code, 1);
   EXPECT_THAT(result->output, HasSubstr("ABORTED"));
-  EXPECT_THAT(result->output, HasSubstr(absl::StrCat("rank 1 (pid ", doomed_pid,
-                                                     ") of group g exited during "
-                                                     "rendezvous")));
+  EXPECT_THAT(result->output, HasSubstr(absl::StrCat(
+                                  "rank 1 (pid ", doomed_pid,
+                                  ") exited: killed by SIGKILL during the rendezvous of group g")));
 }
 
 TEST_F(GroupsTest, RankKilledMidAllocationFailsTheOthersAndIsReleasedAfterGrace) {

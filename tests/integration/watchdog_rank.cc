@@ -32,6 +32,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "commd/commd.h"
+#include "tests/integration/policy_arg.h"
 
 namespace {
 
@@ -111,14 +112,6 @@ class Rank {
   int64_t entered_ns_ = 0;
 };
 
-commd::GroupOptions::WatchdogPolicy ParsePolicy(const std::string& s) {
-  using P = commd::GroupOptions::WatchdogPolicy;
-  if (s == "report") return P::kReport;
-  if (s == "notify") return P::kNotify;
-  if (s == "terminate") return P::kTerminate;
-  return P::kDefault;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,7 +137,7 @@ int main(int argc, char** argv) {
   if (!client.ok()) return Fail(client.status());
   commd::GroupOptions options{.name = argv[1], .rank = rank, .world_size = world};
   options.timeout = absl::Milliseconds(timeout_ms);
-  options.watchdog_policy = ParsePolicy(argv[4]);
+  options.watchdog_policy = commd::testing::ParsePolicy(argv[4]);
   auto group = (*client)->JoinGroup(options);
   if (!group.ok()) return Fail(group.status());
   (*group)->SetAbortCallback([](const absl::Status& s) { Say("CALLBACK " + s.ToString()); });

@@ -4,6 +4,7 @@
 // processes gone under terminate). And no false alarm for fast collectives and a long gap.
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -71,8 +72,8 @@ class WatchdogTest : public ::testing::Test {
     return last;
   }
 
-  // rank<N>.json of the dump the watchdog wrote for `kind`, once all are there.
-  std::vector<nlohmann::json> WaitForDump(const std::string& kind) {
+  // rank<N>.json of the dump with `trigger` (hang-<kind>, rank_death), once all are there.
+  std::vector<nlohmann::json> WaitForDump(const std::string& trigger) {
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     while (absl::Now() < deadline) {
       std::vector<nlohmann::json> out;
@@ -80,7 +81,7 @@ class WatchdogTest : public ::testing::Test {
       for (auto it = fs::recursive_directory_iterator(tmp_.Join("dumps"), ec);
            !ec && it != fs::end(it); it.increment(ec)) {
         const std::string path = it->path().string();
-        if (it->path().extension() == ".json" && path.find("-hang-" + kind + "/") != path.npos) {
+        if (it->path().extension() == ".json" && path.find("-" + trigger + "/") != path.npos) {
           std::ifstream in(path);
           out.push_back(nlohmann::json::parse(in, nullptr, false));
         }
@@ -88,7 +89,7 @@ class WatchdogTest : public ::testing::Test {
       if (out.size() == kWorld) return out;
       absl::SleepFor(absl::Milliseconds(50));
     }
-    ADD_FAILURE() << "no complete hang-" << kind << " dump under " << tmp_.Join("dumps");
+    ADD_FAILURE() << "no complete " << trigger << " dump under " << tmp_.Join("dumps");
     return {};
   }
 
@@ -134,7 +135,7 @@ TEST_F(WatchdogTest, LaggingNamesTheSleepingRankAndNotifyAbortsTheOthers) {
   }
   EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"lagging\"}"), 1);
   EXPECT_GE(Metric("commd_aborts_total{reason=\"lagging\"}"), 1);
-  ExpectDumpDiagnosis("lagging", "LAGGING", {2});
+  ExpectDumpDiagnosis("hang-lagging", "LAGGING", {2});
   auto after = client_->GetHealth("g");
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->groups(0).state(), v1::ABORTED);
@@ -152,7 +153,7 @@ TEST_F(WatchdogTest, MismatchIsReportedAndAnAdminAbortStopsTheGroup) {
   EXPECT_EQ(d.ranks(1).op(), "all_gather");
   EXPECT_EQ(d.ranks(0).op(), "all_reduce");
   EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"mismatch\"}"), 1);
-  ExpectDumpDiagnosis("mismatch", "MISMATCH", {1});
+  ExpectDumpDiagnosis("hang-mismatch", "MISMATCH", {1});
   // Report only: nobody was told to stop.
   for (auto& r : ranks_) EXPECT_THAT(r->Log(), ::testing::Not(HasSubstr("ABORTED")));
 
@@ -228,7 +229,7 @@ TEST_F(WatchdogTest, StuckRankIsNamedAndTerminateEndsTheGroup) {
   }
   EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"stuck\"}"), 1);
   EXPECT_GE(Metric("commd_aborts_total{reason=\"stuck\"}"), 1);
-  ExpectDumpDiagnosis("stuck", "STUCK", {3});
+  ExpectDumpDiagnosis("hang-stuck", "STUCK", {3});
 }
 
 TEST_F(WatchdogTest, KilledRankIsDeadAndTheOthersAreAborted) {
@@ -236,19 +237,28 @@ TEST_F(WatchdogTest, KilledRankIsDeadAndTheOthersAreAborted) {
   Ranks("notify", 60000, "dead", 3, 1);
   WaitForLog(1, "VICTIM");
   for (int r : {0, 2, 3}) WaitForLog(r, "WAITING 3");
+  const pid_t victim = ranks_[1]->pid();
   ASSERT_TRUE(ranks_[1]->Stop(SIGKILL).ok());
   const v1::Diagnosis d = WaitForDiagnosis().last_diagnosis();
   EXPECT_EQ(d.kind(), v1::DEAD) << d.DebugString();
   EXPECT_EQ(d.seq(), 3u);
   EXPECT_THAT(d.ranks_dead(), ElementsAre(1));
   EXPECT_EQ(d.ranks(1).liveness(), "dead");
+  const std::string death = absl::StrCat("rank 1 (pid ", victim, ") exited: killed by SIGKILL");
+  EXPECT_THAT(d.summary(), HasSubstr(death));
   for (int r : {0, 2, 3}) {
-    WaitForLog(r, "ABORTED group g: rank(s) [1] gone");
+    WaitForLog(r, "ABORTED group g: " + death);
     WaitForLog(r, "CALLBACK ABORTED");
   }
-  EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"dead\"}"), 1);
-  EXPECT_GE(Metric("commd_aborts_total{reason=\"peer_dead\"}"), 1);
-  ExpectDumpDiagnosis("dead", "DEAD", {1});
+  EXPECT_EQ(Metric("commd_hangs_detected_total{kind=\"dead\"}"), 1);
+  EXPECT_EQ(Metric("commd_aborts_total{reason=\"peer_dead\"}"), 1);
+  // One dump for the death, with the diagnosis inside; not a second one as a hang.
+  ExpectDumpDiagnosis("rank_death", "DEAD", {1});
+  EXPECT_FALSE(fs::exists(tmp_.Join("dumps/job")) &&
+               std::any_of(fs::directory_iterator(tmp_.Join("dumps/job")), fs::directory_iterator(),
+                           [](const fs::directory_entry& e) {
+                             return e.path().string().find("-hang-") != std::string::npos;
+                           }));
 }
 
 TEST_F(WatchdogTest, RankThatLeftCleanlyWhileOthersWaitIsDead) {
@@ -276,7 +286,7 @@ TEST_F(WatchdogTest, SilentRankHoldingWorkIsUnresponsive) {
   for (int r = 0; r < kWorld; ++r) WaitForLog(r, "ABORTED group g: rank(s) [0] stopped");
   EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"unresponsive\"}"), 1);
   EXPECT_GE(Metric("commd_aborts_total{reason=\"unresponsive\"}"), 1);
-  ExpectDumpDiagnosis("unresponsive", "UNRESPONSIVE", {0});
+  ExpectDumpDiagnosis("hang-unresponsive", "UNRESPONSIVE", {0});
 }
 
 TEST_F(WatchdogTest, RendezvousThatNeverCompletesIsDiagnosed) {
