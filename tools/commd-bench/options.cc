@@ -329,18 +329,4 @@ const char* TypeName(DataType t) {
   return "?";
 }
 
-const char* RedopName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-  }
-  return "?";
-}
-
 }  // namespace commd::bench

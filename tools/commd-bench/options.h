@@ -68,7 +68,6 @@ const char* PathName(Path path);
 // What the path runs for `op`, for the header line: "Group::AllReduce", "kernels::AllReduce".
 const char* PathCall(Path path, Op op);
 const char* TypeName(kernels::DataType t);
-const char* RedopName(kernels::ReduceOp op);
 
 }  // namespace commd::bench
 

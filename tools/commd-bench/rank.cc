@@ -269,7 +269,7 @@ class Rank {
     if (o_.op == Op::kAllReduce || o_.op == Op::kAllReduceCoalesced) factor *= 2;
     const bool bw = o_.op != Op::kBarrier;
     const char* type = bw ? TypeName(o_.dtype) : "-";
-    const char* redop = Reduces(o_.op) ? RedopName(o_.redop) : "-";
+    const char* redop = Reduces(o_.op) ? kernels::ReduceOpName(o_.redop) : "-";
     shared_->wrong += wrong;
     const std::string wrong_text = o_.check && bw ? absl::StrCat(wrong) : "N/A";
     if (o_.csv) {
