@@ -5,7 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <set>
+#include <map>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -13,140 +13,7 @@
 namespace commd {
 namespace {
 
-using json = nlohmann::json;
-
 constexpr size_t kMaxGuessedGroups = 16;
-
-json Sizes(const std::vector<std::vector<int64_t>>& sizes) {
-  json out = json::array();
-  for (const auto& dims : sizes) out.push_back(dims);
-  return out;
-}
-
-json Dtypes(const std::vector<RecordDtype>& dtypes) {
-  json out = json::array();
-  for (RecordDtype d : dtypes) out.push_back(RecordDtypeTorchName(static_cast<uint32_t>(d)));
-  return out;
-}
-
-template <typename T>
-json OptionalNumber(const std::optional<T>& v) {
-  return v.has_value() ? json(*v) : json(nullptr);
-}
-
-json EncodeEntry(const RecordedEntry& e, const DumpOptions& options, int32_t rank) {
-  json j = json::object();
-  j["record_id"] = e.record_id;
-  j["pg_id"] = e.pg_id;
-  j["process_group"] = json::array({e.pg_name, e.pg_desc});
-  j["collective_seq_id"] = e.collective_seq_id;
-  j["p2p_seq_id"] = e.p2p_seq_id;
-  j["op_id"] = e.op_id;
-  j["profiling_name"] = ProfilingName(options.profiling_lib, e, rank);
-  j["time_created_ns"] = e.time_created_ns;
-  j["input_sizes"] = Sizes(e.input_sizes);
-  j["input_dtypes"] = Dtypes(e.input_dtypes);
-  j["output_sizes"] = Sizes(e.output_sizes);
-  j["output_dtypes"] = Dtypes(e.output_dtypes);
-  j["state"] = RecordStateName(static_cast<uint32_t>(e.state));
-  j["time_discovered_started_ns"] = OptionalNumber(e.time_discovered_started_ns);
-  j["time_discovered_completed_ns"] = OptionalNumber(e.time_discovered_completed_ns);
-  j["retired"] = e.retired;
-  j["timeout_ms"] = e.timeout_ms;
-  j["is_p2p"] = e.is_p2p;
-  j["duration_ms"] = OptionalNumber(e.duration_ms);
-  j["frames"] = json::array();  // no stack traces: the analyzer reads it with a default
-  j["commd"] = {
-      {"time_started_ns", e.time_started_ns},
-      {"time_completed_ns", e.time_completed_ns},
-      {"bytes", e.bytes},
-      {"nan_found", e.nan_found},
-      {"truncated", e.truncated},
-      {"total_inputs", e.total_inputs},
-      {"total_outputs", e.total_outputs},
-      {"peer", e.peer},
-  };
-  return j;
-}
-
-json PgConfig(const RingSnapshot& s, const DumpOptions& options) {
-  json out = json::object();
-  for (const ProcessGroupConfig& pg : options.process_groups) {
-    out[pg.name] = {{"name", pg.name}, {"desc", pg.desc}, {"ranks", RanksString(pg.ranks)}};
-  }
-  // Groups only the entries name. An honest writer has at most RingWriter::kMaxProcessGroups;
-  // a hostile one could name one per entry, so the guesses stop there.
-  std::string fallback;
-  size_t guessed = 0;
-  for (const RecordedEntry& e : s.entries) {
-    if (out.contains(e.pg_name) || guessed >= kMaxGuessedGroups) continue;
-    if (fallback.empty()) {
-      std::vector<int32_t> ranks;
-      for (int32_t r = 0; r < s.world_size; ++r) ranks.push_back(r);
-      fallback = RanksString(ranks);
-    }
-    out[e.pg_name] = {{"name", e.pg_name}, {"desc", e.pg_desc}, {"ranks", fallback}};
-    ++guessed;
-  }
-  return out;
-}
-
-json PgStatus(const RingSnapshot& s, const DumpOptions& options) {
-  uint64_t pg_id = 0;
-  if (!options.process_groups.empty()) {
-    pg_id = options.process_groups.front().pg_id;
-  } else if (!s.entries.empty()) {
-    pg_id = s.entries.front().pg_id;
-  }
-  return {{std::to_string(pg_id),
-           {{"last_enqueued_collective", s.last_enqueued_seq},
-            {"last_started_collective", s.last_started_seq},
-            {"last_completed_collective", s.last_completed_seq}}}};
-}
-
-json CommdSection(const RankDumpInput& in, const DumpOptions& options) {
-  const RingSnapshot& s = *in.snapshot;
-  json invalid = json::object();
-  for (size_t i = 0; i < kInvalidReasonCount; ++i) {
-    if (s.invalid_by_reason[i] != 0) {
-      invalid[InvalidReasonName(static_cast<InvalidReason>(i))] = s.invalid_by_reason[i];
-    }
-  }
-  json per_op = json::object();
-  for (uint32_t op = 0; op < kRecordOpCount; ++op) {
-    if (s.per_op[op] != 0) per_op[RecordOpTorchName(op)] = s.per_op[op];
-  }
-  const char* abort_name = AbortReasonName(s.abort_reason);
-  json c = {
-      {"host", in.host},
-      {"pid", in.pid},
-      {"device", in.device},
-      {"rank", s.rank},
-      {"world_size", s.world_size},
-      {"global_rank", s.global_rank},
-      {"trigger", options.trigger},
-      {"abi_version", s.abi_version},
-      {"ring_capacity", s.ring_capacity},
-      {"next_record_id", s.next_record_id},
-      {"dropped", s.dropped},
-      {"invalid_entries", s.invalid_entries},
-      {"invalid_by_reason", invalid},
-      {"heartbeat_ns", s.heartbeat_ns},
-      {"counters",
-       {{"collectives", s.collectives},
-        {"bytes", s.bytes},
-        {"nan_checks", s.nan_checks},
-        {"nans_found", s.nans_found},
-        {"abandoned", s.abandoned},
-        {"per_op", per_op}}},
-      {"abort",
-       {{"reason", abort_name != nullptr ? abort_name : "unknown"},
-        {"text", s.abort_text},
-        {"time_ns", s.abort_time_ns}}},
-  };
-  if (options.diagnosis.has_value()) c["diagnosis"] = *options.diagnosis;
-  return c;
-}
 
 }  // namespace
 
@@ -162,26 +29,6 @@ std::string RanksString(const std::vector<int32_t>& ranks) {
   for (size_t i = 0; i < ranks.size(); ++i) absl::StrAppend(&out, i ? ", " : "", ranks[i]);
   return out + "]";
 }
-
-nlohmann::json EncodeRankDump(const RankDumpInput& in, const DumpOptions& options) {
-  const RingSnapshot& s = *in.snapshot;
-  json entries = json::array();
-  for (const RecordedEntry& e : s.entries) entries.push_back(EncodeEntry(e, options, s.rank));
-  return {
-      {"version", kFlightRecorderVersion}, {"comm_lib_version", options.comm_lib_version},
-      {"pg_config", PgConfig(s, options)}, {"pg_status", PgStatus(s, options)},
-      {"entries", std::move(entries)},     {"commd", CommdSection(in, options)},
-  };
-}
-
-std::map<int32_t, nlohmann::json> EncodeRankDumps(std::span<const RankDumpInput> ranks,
-                                                  const DumpOptions& options) {
-  std::map<int32_t, nlohmann::json> out;
-  for (const RankDumpInput& r : ranks) out[r.snapshot->global_rank] = EncodeRankDump(r, options);
-  return out;
-}
-
-// ---- Streaming encoder: the same bytes as EncodeRankDump(...).dump(), without the tree ----
 
 namespace {
 
@@ -392,6 +239,153 @@ void AppendEntries(std::string* out, const RingSnapshot& s, const DumpOptions& o
   out->resize(len);
 }
 
+// ---- The small sections: appended key by key, in nlohmann's sorted key order (the schema
+// the readers know, and byte-stable output) ----
+
+// `"key":` (a literal key: no escaping needed).
+void AppendKey(std::string* out, std::string_view key, bool first = false) {
+  if (!first) out->push_back(',');
+  out->push_back('"');
+  out->append(key);
+  out->append("\":");
+}
+
+template <typename Int>
+void AppendInt(std::string* out, std::string_view key, Int v, bool first = false) {
+  AppendKey(out, key, first);
+  absl::StrAppend(out, v);
+}
+
+void AppendString(std::string* out, std::string_view key, std::string_view v, bool first = false) {
+  AppendKey(out, key, first);
+  AppendJsonString(out, v);
+}
+
+// {"name": count, ...} for the nonzero counts, names sorted.
+void AppendCounts(std::string* out, const std::map<std::string, uint64_t>& counts) {
+  out->push_back('{');
+  bool first = true;
+  for (const auto& [name, n] : counts) {
+    if (!first) out->push_back(',');
+    first = false;
+    AppendJsonString(out, name);
+    out->push_back(':');
+    absl::StrAppend(out, n);
+  }
+  out->push_back('}');
+}
+
+void AppendCounters(std::string* out, const RingSnapshot& s) {
+  std::map<std::string, uint64_t> per_op;
+  for (uint32_t op = 0; op < kRecordOpCount; ++op) {
+    if (s.per_op[op] != 0) per_op[RecordOpTorchName(op)] = s.per_op[op];
+  }
+  out->push_back('{');
+  AppendInt(out, "abandoned", s.abandoned, /*first=*/true);
+  AppendInt(out, "bytes", s.bytes);
+  AppendInt(out, "collectives", s.collectives);
+  AppendInt(out, "nan_checks", s.nan_checks);
+  AppendInt(out, "nans_found", s.nans_found);
+  AppendKey(out, "per_op");
+  AppendCounts(out, per_op);
+  out->push_back('}');
+}
+
+// The "commd" object: the rank's identity, ring state, counters, abort and the diagnosis.
+void AppendCommdSection(std::string* out, const RankDumpInput& in, const DumpOptions& options) {
+  const RingSnapshot& s = *in.snapshot;
+  std::map<std::string, uint64_t> invalid;
+  for (size_t i = 0; i < kInvalidReasonCount; ++i) {
+    if (s.invalid_by_reason[i] != 0) {
+      invalid[InvalidReasonName(static_cast<InvalidReason>(i))] = s.invalid_by_reason[i];
+    }
+  }
+  const char* abort_name = AbortReasonName(s.abort_reason);
+  out->push_back('{');
+  AppendInt(out, "abi_version", s.abi_version, /*first=*/true);
+  AppendKey(out, "abort");
+  out->push_back('{');
+  AppendString(out, "reason", abort_name != nullptr ? abort_name : "unknown", /*first=*/true);
+  AppendString(out, "text", s.abort_text);
+  AppendInt(out, "time_ns", s.abort_time_ns);
+  out->append("},\"counters\":");
+  AppendCounters(out, s);
+  AppendString(out, "device", in.device);
+  if (options.diagnosis.has_value()) {
+    AppendKey(out, "diagnosis");
+    out->append(options.diagnosis->dump());
+  }
+  AppendInt(out, "dropped", s.dropped);
+  AppendInt(out, "global_rank", s.global_rank);
+  AppendInt(out, "heartbeat_ns", s.heartbeat_ns);
+  AppendString(out, "host", in.host);
+  AppendKey(out, "invalid_by_reason");
+  AppendCounts(out, invalid);
+  AppendInt(out, "invalid_entries", s.invalid_entries);
+  AppendInt(out, "next_record_id", s.next_record_id);
+  AppendInt(out, "pid", in.pid);
+  AppendInt(out, "rank", s.rank);
+  AppendInt(out, "ring_capacity", s.ring_capacity);
+  AppendString(out, "trigger", options.trigger);
+  AppendInt(out, "world_size", s.world_size);
+  out->push_back('}');
+}
+
+// pg_config: the options' groups (a repeated name: the last wins), then the groups only the
+// entries name. An honest writer has at most RingWriter::kMaxProcessGroups; a hostile one
+// could name one per entry, so the guesses stop at kMaxGuessedGroups.
+void AppendPgConfig(std::string* out, const RingSnapshot& s, const DumpOptions& options) {
+  struct Group {
+    std::string desc;
+    std::string ranks;
+  };
+  std::map<std::string, Group> groups;
+  for (const ProcessGroupConfig& pg : options.process_groups) {
+    groups[pg.name] = {pg.desc, RanksString(pg.ranks)};
+  }
+  std::string fallback;
+  size_t guessed = 0;
+  for (const RecordedEntry& e : s.entries) {
+    if (groups.count(e.pg_name) != 0 || guessed >= kMaxGuessedGroups) continue;
+    if (fallback.empty()) {
+      std::vector<int32_t> ranks;
+      for (int32_t r = 0; r < s.world_size; ++r) ranks.push_back(r);
+      fallback = RanksString(ranks);
+    }
+    groups[e.pg_name] = {e.pg_desc, fallback};
+    ++guessed;
+  }
+  out->push_back('{');
+  bool first = true;
+  for (const auto& [name, g] : groups) {
+    if (!first) out->push_back(',');
+    first = false;
+    AppendJsonString(out, name);
+    out->append(":{");
+    AppendString(out, "desc", g.desc, /*first=*/true);
+    AppendString(out, "name", name);
+    AppendString(out, "ranks", g.ranks);
+    out->push_back('}');
+  }
+  out->push_back('}');
+}
+
+// pg_status: the progress of the block's own group (the first of the options', else the
+// first entry's).
+void AppendPgStatus(std::string* out, const RingSnapshot& s, const DumpOptions& options) {
+  uint64_t pg_id = 0;
+  if (!options.process_groups.empty()) {
+    pg_id = options.process_groups.front().pg_id;
+  } else if (!s.entries.empty()) {
+    pg_id = s.entries.front().pg_id;
+  }
+  absl::StrAppend(out, "{\"", pg_id, "\":{");
+  AppendInt(out, "last_completed_collective", s.last_completed_seq, /*first=*/true);
+  AppendInt(out, "last_enqueued_collective", s.last_enqueued_seq);
+  AppendInt(out, "last_started_collective", s.last_started_seq);
+  out->append("}}");
+}
+
 }  // namespace
 
 std::string EncodeRankDumpJson(const RankDumpInput& in, const DumpOptions& options) {
@@ -401,13 +395,13 @@ std::string EncodeRankDumpJson(const RankDumpInput& in, const DumpOptions& optio
   out.append("{\"comm_lib_version\":");
   AppendJsonString(&out, options.comm_lib_version);
   out.append(",\"commd\":");
-  out.append(CommdSection(in, options).dump());
+  AppendCommdSection(&out, in, options);
   out.append(",\"entries\":[");
   AppendEntries(&out, s, options);
   out.append("],\"pg_config\":");
-  out.append(PgConfig(s, options).dump());
+  AppendPgConfig(&out, s, options);
   out.append(",\"pg_status\":");
-  out.append(PgStatus(s, options).dump());
+  AppendPgStatus(&out, s, options);
   out.append(",\"version\":");
   AppendJsonString(&out, kFlightRecorderVersion);
   out.push_back('}');

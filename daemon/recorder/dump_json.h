@@ -3,10 +3,14 @@
 //   DumpOptions opts{.comm_lib_version = "commd 0.1.0", .trigger = "hang",
 //                    .process_groups = {{.pg_id = 0, .name = "0", .desc = "default_pg",
 //                                        .ranks = {0, 1}}}};
-//   nlohmann::json dump = EncodeRankDump({.snapshot = &snap, .host = "node7", .pid = 4242,
-//                                         .device = "cuda:0"}, opts);
-//   // write dump.dump() to "<dir>/<prefix><global_rank>.json", or EncodePickle(dump)
+//   std::string json = EncodeRankDumpJson({.snapshot = &snap, .host = "node7", .pid = 4242,
+//                                          .device = "cuda:0"}, opts);
+//   // write json to "<dir>/<prefix><global_rank>.json", or EncodePickleFromJson(json)
 //   // (pickle_writer.h) to "<dir>/<prefix><global_rank>" for torchfrtrace.
+//
+// The one encoder of the schema: written straight into a string (no JSON tree; the tree cost
+// most of a big dump's time), objects' keys sorted as nlohmann's dump() sorts them.
+// dump_json_test holds it byte for byte to an independent nlohmann-tree encoding.
 //
 // What PyTorch's analyzer (torch/distributed/flight_recorder, "torchfrtrace") relies on:
 // - `version` is "<major>.<minor>" and equal across the rank files;
@@ -23,9 +27,7 @@
 #define COMMD_DAEMON_RECORDER_DUMP_JSON_H_
 
 #include <cstdint>
-#include <map>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -68,16 +70,9 @@ std::string ProfilingName(const std::string& lib, const RecordedEntry& e, int32_
 // Python's str() of a list of ints: "[0, 1, 2]".
 std::string RanksString(const std::vector<int32_t>& ranks);
 
-// One rank's dump. Allocates; never fails (the snapshot was validated when read).
-nlohmann::json EncodeRankDump(const RankDumpInput& rank, const DumpOptions& options);
-
-// The same dump as EncodeRankDump(rank, options).dump(), byte for byte, written straight into
-// a string without building the tree (a few times faster for big rings).
+// One rank's dump as JSON text. Allocates; never fails (the snapshot was validated when
+// read). Strings are copied as they are (the ring reader made names valid UTF-8).
 std::string EncodeRankDumpJson(const RankDumpInput& rank, const DumpOptions& options);
-
-// Dumps of several ranks, keyed by global rank.
-std::map<int32_t, nlohmann::json> EncodeRankDumps(std::span<const RankDumpInput> ranks,
-                                                  const DumpOptions& options);
 
 }  // namespace commd
 

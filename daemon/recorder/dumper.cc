@@ -228,11 +228,12 @@ absl::Status Dumper::DumpRank(const std::string& trigger, const DumpSource& src,
   const RankDumpInput input{
       .snapshot = &*snapshot, .host = options_.host, .pid = src.pid, .device = src.device};
   const std::string name = absl::StrCat("rank", src.global_rank, ".json");
-  // Streamed, not through an nlohmann tree: the tree cost most of a big dump's time.
-  RETURN_IF_ERROR(WriteAtomically(group_dir, name, EncodeRankDumpJson(input, options)));
+  const std::string json = EncodeRankDumpJson(input, options);
+  RETURN_IF_ERROR(WriteAtomically(group_dir, name, json));
   out->files.push_back(absl::StrCat(group_dir, "/", name));
   if (options_.write_torch_pickle) {
-    ASSIGN_OR_RETURN(std::string pickle, EncodePickle(EncodeRankDump(input, options)));
+    // From the JSON text, as `commctl fr export` does: the pickle says what the file says.
+    ASSIGN_OR_RETURN(std::string pickle, EncodePickleFromJson(json));
     const std::string pname = absl::StrCat(kTorchTracePrefix, src.global_rank);
     RETURN_IF_ERROR(WriteAtomically(group_dir, pname, pickle));
     out->files.push_back(absl::StrCat(group_dir, "/", pname));

@@ -143,4 +143,15 @@ absl::StatusOr<std::string> EncodePickle(const nlohmann::json& value) {
   return out;
 }
 
+absl::StatusOr<std::string> EncodePickleFromJson(std::string_view json_text) {
+  // nlohmann's parser also rejects invalid UTF-8 in strings.
+  const nlohmann::json value =
+      nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat("pickle: the input (", json_text.size(),
+                                                   " bytes) is not JSON or not valid UTF-8"));
+  }
+  return EncodePickle(value);
+}
+
 }  // namespace commd

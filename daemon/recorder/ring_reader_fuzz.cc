@@ -1,6 +1,7 @@
 // Fuzz target for the untrusting ring reader: any byte string is a control block mapping.
-// Checks that reading, stamping and both dump encodings never crash, never read out of the
-// buffer (ASan, in the libFuzzer build) and keep the snapshot's invariants.
+// Checks that reading, stamping and the dump encodings (JSON, and the pickle made from it)
+// never crash, never read out of the buffer (ASan, in the libFuzzer build) and keep the
+// snapshot's invariants.
 //
 //   libFuzzer (clang, -DCOMMD_FUZZ=ON):  ring_reader_fuzz -max_total_time=60 CORPUS SEEDS
 //   plain (any compiler):                ring_reader_fuzz_driver SEEDS --mutations=4000
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "daemon/recorder/dump_json.h"
@@ -55,8 +57,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& e : tail->entries) Check(e.record_id >= from);
   Check(tail->entries.size() <= 1 + size % 9);
   commd::RankDumpInput in{.snapshot = &*again, .host = "fuzz", .pid = 1, .device = "host"};
-  nlohmann::json j = commd::EncodeRankDump(in, {.comm_lib_version = "fuzz"});
-  Check(!j.dump().empty());  // throws (and aborts) on invalid UTF-8
-  Check(commd::EncodePickle(j).ok());
+  // What the dumper writes: the JSON must parse back (valid JSON, valid UTF-8), and the
+  // pickle is made from it.
+  const std::string json = commd::EncodeRankDumpJson(in, {.comm_lib_version = "fuzz"});
+  Check(commd::EncodePickleFromJson(json).ok());
   return 0;
 }

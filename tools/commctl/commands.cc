@@ -15,7 +15,6 @@
 #include "daemon/recorder/pickle_writer.h"
 #include "daemon/topology/topology_text.h"
 #include "google/protobuf/util/json_util.h"
-#include "nlohmann/json.hpp"
 
 namespace commd::ctl {
 namespace {
@@ -158,18 +157,19 @@ absl::Status FrExport(const GlobalOptions& options, std::ostream& out) {
     if (!it->is_regular_file() || name.rfind("rank", 0) != 0 || it->path().extension() != ".json") {
       continue;
     }
-    std::ifstream in(it->path());
-    nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (json.is_discarded()) {
-      return absl::InvalidArgumentError(absl::StrCat(it->path().string(), " is not JSON"));
+    std::ifstream in(it->path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    absl::StatusOr<std::string> pickle = EncodePickleFromJson(text);
+    if (!pickle.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(it->path().string(), ": ", pickle.status().message()));
     }
-    ASSIGN_OR_RETURN(std::string pickle, EncodePickle(json));
     const auto rel = std::filesystem::relative(it->path().parent_path(), options.in_dir);
     const auto dir = std::filesystem::path(options.out_dir) / rel;
     std::filesystem::create_directories(dir, ec);
     const std::string rank = name.substr(4, name.size() - 4 - 5);
     std::ofstream(dir / absl::StrCat(recorder::kTorchTracePrefix, rank), std::ios::binary)
-        << pickle;
+        << *pickle;
     ++written;
   }
   if (ec)

@@ -1,0 +1,323 @@
+#include "tools/commd-bench/rank.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "commd/commd.h"
+#include "kernels/float16.h"
+#include "tools/commd-bench/collective_path.h"
+
+namespace commd::bench {
+namespace {
+
+using kernels::DataType;
+using kernels::ReduceOp;
+
+// ---------------------------------------------------------------------------------------
+// Check values: small integers, exact in every type and in every sum of up to 64 ranks.
+
+double InputValue(int rank, size_t i) { return static_cast<double>((rank * 7 + i * 13) % 17 + 1); }
+
+double ReadAs(DataType t, const std::byte* p, size_t i) {
+  switch (t) {
+    case DataType::kFloat32:
+      return reinterpret_cast<const float*>(p)[i];
+    case DataType::kFloat16:
+      return kernels::HalfToFloat(reinterpret_cast<const kernels::Half*>(p)[i]);
+    case DataType::kBFloat16:
+      return kernels::BFloat16ToFloat(reinterpret_cast<const kernels::BFloat16*>(p)[i]);
+    case DataType::kInt32:
+      return reinterpret_cast<const int32_t*>(p)[i];
+    case DataType::kInt64:
+      return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
+  }
+  return 0;
+}
+
+void WriteAs(DataType t, std::byte* p, size_t i, double v) {
+  switch (t) {
+    case DataType::kFloat32:
+      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
+      return;
+    case DataType::kFloat16:
+      reinterpret_cast<kernels::Half*>(p)[i] = kernels::FloatToHalf(static_cast<float>(v));
+      return;
+    case DataType::kBFloat16:
+      reinterpret_cast<kernels::BFloat16*>(p)[i] = kernels::FloatToBFloat16(static_cast<float>(v));
+      return;
+    case DataType::kInt32:
+      reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      return;
+    case DataType::kInt64:
+      reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      return;
+  }
+}
+
+double Expected(ReduceOp op, DataType t, int world, size_t i) {
+  double sum = 0, lo = 1e300, hi = -1e300;
+  for (int r = 0; r < world; ++r) {
+    const double v = InputValue(r, i);
+    sum += v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  switch (op) {
+    case ReduceOp::kSum:
+      return sum;
+    case ReduceOp::kMin:
+      return lo;
+    case ReduceOp::kMax:
+      return hi;
+    case ReduceOp::kAvg:
+      if (t == DataType::kInt32 || t == DataType::kInt64) {
+        return static_cast<double>(static_cast<int64_t>(sum) / world);
+      }
+      return sum / world;
+  }
+  return 0;
+}
+
+bool Close(DataType t, double got, double want) {
+  double tol = 0;
+  switch (t) {
+    case DataType::kFloat32:
+      tol = 1e-6;
+      break;
+    case DataType::kFloat16:
+      tol = 1e-3;
+      break;
+    case DataType::kBFloat16:
+      tol = 8e-3;
+      break;
+    default:
+      return got == want;
+  }
+  return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+}
+
+bool Reduces(Op op) {
+  return op == Op::kAllReduce || op == Op::kReduceScatter || op == Op::kAllReduceCoalesced;
+}
+
+// The bytes of each rank's input (and all-gather / reduce-scatter output) buffer for the
+// whole sweep.
+struct BufferSizes {
+  size_t in = 64;
+  size_t out = 0;
+};
+
+BufferSizes Need(const Options& o, const std::vector<Size>& sizes) {
+  BufferSizes need;
+  const size_t ts = kernels::DataTypeSize(o.dtype);
+  for (const Size& s : sizes) {
+    switch (o.op) {
+      case Op::kAllReduce:
+      case Op::kAllReduceCoalesced:
+        need.in = std::max(need.in, s.per_rank * ts);
+        break;
+      case Op::kAllGather:
+        need.in = std::max(need.in, s.per_rank * ts);
+        need.out = std::max(need.out, s.per_rank * ts * o.ranks);
+        break;
+      case Op::kReduceScatter:
+        need.in = std::max(need.in, s.per_rank * ts * o.ranks);
+        need.out = std::max(need.out, s.per_rank * ts);
+        break;
+      case Op::kBarrier:
+        break;
+    }
+  }
+  return need;
+}
+
+class Rank {
+ public:
+  Rank(const Options& o, int rank, Shared* shared) : o_(o), rank_(rank), shared_(shared) {}
+
+  void Run(const std::string& dir, const std::string& group_name, const std::vector<Size>& sizes) {
+    auto client = Client::Connect(
+        {.runtime_dir = dir, .job_id = "commd-bench", .connect_timeout = absl::Seconds(30)});
+    if (!client.ok()) Die(client.status());
+    client_ = std::move(*client);
+    auto group = client_->JoinGroup(
+        {.name = group_name, .rank = rank_, .world_size = o_.ranks, .timeout = absl::Minutes(2)});
+    if (!group.ok()) Die(group.status());
+    group_ = std::move(*group);
+    const BufferSizes need = Need(o_, sizes);
+    in_ = Allocate(need.in);
+    if (need.out > 0) out_ = Allocate(need.out);
+    path_ = MakeCollectivePath(o_, *group_, {.in = in_.get(), .out = out_.get()});
+    // Touch every page the sweep uses once, so first-touch faults stay out of the timings.
+    std::memset(in_->data(), 0, in_->size());
+    if (out_ != nullptr) std::memset(out_->data(), 0, out_->size());
+    Sync();
+    for (const Size& s : sizes) RunSize(s);
+  }
+
+ private:
+  [[noreturn]] void Die(const absl::Status& status) {
+    Fail(shared_, absl::StrCat("rank ", rank_, ": ", status.ToString()));
+  }
+
+  std::unique_ptr<SymmetricBuffer> Allocate(size_t bytes) {
+    auto buf = group_->AllocateSymmetric(bytes);
+    if (!buf.ok()) Die(buf.status());
+    return std::move(*buf);
+  }
+
+  // Between sizes, untimed: the group's barrier on both paths.
+  void Sync() {
+    if (absl::Status st = group_->Barrier(); !st.ok()) Die(st);
+  }
+
+  void Step(const Size& s) {
+    if (absl::Status st = path_->Step(s); !st.ok()) Die(st);
+  }
+
+  void RunSize(const Size& s) {
+    path_->NewSize();
+    if (o_.check || o_.op != Op::kAllReduce) Fill(s);  // non-zero, finite inputs
+    for (int i = 0; i < o_.warmup; ++i) Step(s);
+    Sync();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o_.iters; ++i) Step(s);
+    const auto t1 = std::chrono::steady_clock::now();
+    shared_->row.seconds[rank_] = std::chrono::duration<double>(t1 - t0).count() / o_.iters;
+    uint64_t wrong = 0;
+    if (o_.check && o_.op != Op::kBarrier) {
+      Fill(s);
+      Sync();
+      Step(s);
+      wrong = Verify(s);
+    }
+    shared_->row.wrong[rank_] = wrong;
+    Sync();  // every rank's figures are in
+    if (rank_ == 0) PrintRow(s);
+    Sync();  // rank 0 has read them
+  }
+
+  // This rank's input for size `s`, element i of the rank-major input (all-gather: its own
+  // contribution only).
+  void Fill(const Size& s) {
+    auto* mine = static_cast<std::byte*>(in_->data());
+    const size_t n = o_.op == Op::kReduceScatter ? s.per_rank * o_.ranks : s.per_rank;
+    for (size_t i = 0; i < n; ++i) WriteAs(o_.dtype, mine, i, InputValue(rank_, i));
+  }
+
+  uint64_t Verify(const Size& s) const {
+    uint64_t wrong = 0;
+    switch (o_.op) {
+      case Op::kAllReduce:
+      case Op::kAllReduceCoalesced:
+        for (size_t i = 0; i < s.per_rank; ++i) {
+          const double got = ReadAs(o_.dtype, static_cast<const std::byte*>(in_->data()), i);
+          if (!Close(o_.dtype, got, Expected(o_.redop, o_.dtype, o_.ranks, i))) ++wrong;
+        }
+        break;
+      case Op::kAllGather:
+        for (int p = 0; p < o_.ranks; ++p) {
+          for (size_t i = 0; i < s.per_rank; ++i) {
+            const double got =
+                ReadAs(o_.dtype, static_cast<const std::byte*>(out_->data()), p * s.per_rank + i);
+            if (got != InputValue(p, i)) ++wrong;
+          }
+        }
+        break;
+      case Op::kReduceScatter:
+        for (size_t i = 0; i < s.per_rank; ++i) {
+          const size_t g = static_cast<size_t>(rank_) * s.per_rank + i;
+          const double got = ReadAs(o_.dtype, static_cast<const std::byte*>(out_->data()), i);
+          if (!Close(o_.dtype, got, Expected(o_.redop, o_.dtype, o_.ranks, g))) ++wrong;
+        }
+        break;
+      case Op::kBarrier:
+        break;
+    }
+    return wrong;
+  }
+
+  // "oneshot" / "twoshot" for all-reduce; "auto" when a daemon of its own config chose.
+  const char* AlgoName(const Size& s) const {
+    if (o_.op != Op::kAllReduce && o_.op != Op::kAllReduceCoalesced) return "-";
+    if (o_.path == Path::kSdk && !o_.runtime_dir.empty()) return "auto";
+    const size_t ts = kernels::DataTypeSize(o_.dtype);
+    const size_t min_count = o_.op == Op::kAllReduce ? s.per_rank : s.per_rank / o_.tensors;
+    return AllReduceAlgorithm(o_, s.per_rank * ts, min_count) == kernels::Algorithm::kOneShot
+               ? "oneshot"
+               : "twoshot";
+  }
+
+  void PrintRow(const Size& s) const {
+    double worst = 0;
+    uint64_t wrong = 0;
+    for (int r = 0; r < o_.ranks; ++r) {
+      worst = std::max(worst, shared_->row.seconds[r]);
+      wrong += shared_->row.wrong[r];
+    }
+    const double us = worst * 1e6;
+    const double algbw = s.bytes / worst / 1e9;
+    const int n = o_.ranks;
+    double factor = static_cast<double>(n - 1) / n;  // all-gather, reduce-scatter
+    if (o_.op == Op::kAllReduce || o_.op == Op::kAllReduceCoalesced) factor *= 2;
+    const bool bw = o_.op != Op::kBarrier;
+    const char* type = bw ? TypeName(o_.dtype) : "-";
+    const char* redop = Reduces(o_.op) ? kernels::ReduceOpName(o_.redop) : "-";
+    shared_->wrong += wrong;
+    const std::string wrong_text = o_.check && bw ? absl::StrCat(wrong) : "N/A";
+    if (o_.csv) {
+      std::printf("%s,%s,%d,%zu,%zu,%s,%s,%s,%.3f,%.4f,%.4f,%s\n", OpName(o_.op), PathName(o_.path),
+                  n, s.bytes, s.count, type, redop, AlgoName(s), us, bw ? algbw : 0.0,
+                  bw ? algbw * factor : 0.0, wrong_text.c_str());
+    } else {
+      std::printf("%12zu %12zu %9s %6s %8s %11.2f %8.3f %8.3f %7s\n", s.bytes, s.count, type, redop,
+                  AlgoName(s), us, bw ? algbw : 0.0, bw ? algbw * factor : 0.0, wrong_text.c_str());
+    }
+    std::fflush(stdout);
+  }
+
+  const Options& o_;
+  int rank_;
+  Shared* shared_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<Group> group_;
+  std::unique_ptr<SymmetricBuffer> in_;
+  std::unique_ptr<SymmetricBuffer> out_;
+  std::unique_ptr<CollectivePath> path_;
+};
+
+}  // namespace
+
+void Fail(Shared* shared, const std::string& message) {
+  if (shared->failed.exchange(1) == 0) {
+    std::snprintf(shared->error, sizeof(shared->error), "%s", message.c_str());
+  }
+  ::_exit(1);
+}
+
+void RunRank(const Options& o, int rank, Shared* shared, const std::string& runtime_dir,
+             const std::string& group_name, const std::vector<Size>& sizes) {
+  Rank(o, rank, shared).Run(runtime_dir, group_name, sizes);
+  std::fflush(stdout);
+  ::_exit(0);
+}
+
+void PrintHeader(const Options& o) {
+  if (o.csv) {
+    std::printf("op,path,ranks,size,count,type,redop,algo,time_us,algbw_gbps,busbw_gbps,wrong\n");
+  } else {
+    std::printf("%12s %12s %9s %6s %8s %11s %8s %8s %7s\n", "size(B)", "count", "type", "redop",
+                "algo", "time(us)", "algbw", "busbw", "#wrong");
+    std::printf("%12s %12s %9s %6s %8s %11s %8s %8s %7s\n", "", "(elements)", "", "", "", "",
+                "(GB/s)", "(GB/s)", "");
+  }
+}
+
+}  // namespace commd::bench
