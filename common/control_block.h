@@ -35,6 +35,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace commd {
 
@@ -320,6 +321,33 @@ constexpr const char* AbortReasonName(uint32_t reason) {
                                                      "lagging",      "mismatch", "peer_dead",
                                                      "unresponsive", "nan",      "daemon_shutdown"};
   return reason < kAbortReasonCount ? kNames[reason] : nullptr;
+}
+
+// The AbortReason for AbortReasonName's spelling (as GetHealth's abort_reason carries it), or
+// kAbortReasonCount for anything else.
+constexpr uint32_t AbortReasonFromName(std::string_view name) {
+  for (uint32_t r = 0; r < kAbortReasonCount; ++r) {
+    if (name == AbortReasonName(r)) return r;
+  }
+  return kAbortReasonCount;
+}
+
+// Who stopped the group and why, in words that follow "group G aborted", as the SDK's errors
+// and commctl print them: "group G aborted by the watchdog (a collective is stuck): <text>".
+// Never null; a value outside the enum (a corrupt block) has words too.
+constexpr const char* AbortReasonWords(uint32_t reason) {
+  constexpr const char* kWords[kAbortReasonCount] = {
+      "(not aborted)",
+      "on request",  // the text names the uid and program that asked
+      "by the watchdog (a collective is stuck: started on every rank, not completed in time)",
+      "by the watchdog (some ranks never entered a collective the others are in)",
+      "by the watchdog (ranks disagree on a collective's op, sizes or types)",
+      "because a rank of the group died",
+      "by the watchdog (a rank stopped its heartbeat with work unfinished)",
+      "on a NaN or Inf (the group's nan_policy is fail)",
+      "because the daemon is shutting down",
+  };
+  return reason < kAbortReasonCount ? kWords[reason] : "for a reason this build does not know";
 }
 
 }  // namespace commd

@@ -77,6 +77,14 @@ TEST(ControlBlockAbi, NameTablesCoverEveryValue) {
   EXPECT_STREQ(RecordOpTorchName(uint32_t(RecordOp::kAllReduce)), "all_reduce");
   EXPECT_STREQ(RecordDtypeTorchName(uint32_t(RecordDtype::kBFloat16)), "BFloat16");
   EXPECT_STREQ(AbortReasonName(uint32_t(AbortReason::kStuck)), "stuck");
+  for (uint32_t r = 0; r < kAbortReasonCount; ++r) {
+    EXPECT_EQ(AbortReasonFromName(AbortReasonName(r)), r);
+    EXPECT_EQ(std::string_view(AbortReasonWords(r)).find("reason "), std::string_view::npos) << r;
+  }
+  EXPECT_EQ(AbortReasonFromName("no such reason"), kAbortReasonCount);
+  EXPECT_STREQ(AbortReasonWords(uint32_t(AbortReason::kPeerDead)),
+               "because a rank of the group died");
+  EXPECT_STREQ(AbortReasonWords(kAbortReasonCount), "for a reason this build does not know");
 }
 
 TEST(ControlBlockInit, WritesHeader) {

@@ -11,28 +11,40 @@ bool Allowed(char c, bool slash) {
          c == '_' || c == '-' || c == ':' || (slash && c == '/');
 }
 
+// "group name "a/b" is invalid: <why>".
+absl::Status Invalid(absl::string_view kind, absl::string_view value, absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(kind, " ", QuoteForError(value), " is invalid: ", why));
+}
+
 absl::Status Validate(absl::string_view kind, absl::string_view value, size_t max_length,
                       bool slash) {
-  if (value.empty() || value.size() > max_length) {
-    return absl::InvalidArgumentError(absl::StrCat(kind, " '", absl::CEscape(value),
-                                                   "' has length ", value.size(), "; allowed 1 to ",
-                                                   max_length));
+  if (value.empty()) {
+    return Invalid(kind, value, absl::StrCat("empty; allowed 1 to ", max_length, " bytes"));
+  }
+  if (value.size() > max_length) {
+    return Invalid(kind, value, absl::StrCat("longer than ", max_length, " bytes"));
   }
   if (value.front() == '.' || value.front() == '-' || value.front() == '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kind, " '", absl::CEscape(value), "' must not start with '.', '-' or '/'"));
+    return Invalid(kind, value, "must not start with '.', '-' or '/'");
   }
-  for (char c : value) {
-    if (!Allowed(c, slash)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          kind, " '", absl::CEscape(value), "' has character '", absl::CEscape(std::string(1, c)),
-          "'; allowed letters, digits and . _ - :", slash ? " /" : ""));
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (!Allowed(value[i], slash)) {
+      return Invalid(kind, value,
+                     absl::StrCat("character '", absl::CEscape(value.substr(i, 1)), "' at byte ", i,
+                                  "; allowed letters, digits and . _ - :", slash ? " /" : ""));
     }
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+std::string QuoteForError(absl::string_view value) {
+  if (value.size() <= kMaxEchoedBytes) return absl::StrCat("\"", absl::CEscape(value), "\"");
+  return absl::StrCat("\"", absl::CEscape(value.substr(0, kMaxEchoedBytes)), "…\" (", value.size(),
+                      " bytes)");
+}
 
 absl::Status ValidateJobId(absl::string_view job_id) {
   return Validate("job id", job_id, 128, /*slash=*/false);

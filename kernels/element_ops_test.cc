@@ -38,6 +38,8 @@ TEST(TypesTest, SizesAndNames) {
   EXPECT_STREQ(DataTypeName(DataType::kBFloat16), "bfloat16");
   EXPECT_STREQ(ReduceOpName(ReduceOp::kAvg), "avg");
   EXPECT_STREQ(AlgorithmName(Algorithm::kTwoShot), "two_shot");
+  EXPECT_STREQ(AlgorithmWords(Algorithm::kOneShot),
+               "one-shot (every rank reads all peers' inputs)");
   EXPECT_STREQ(DataTypeName(static_cast<DataType>(-1)), "?");
   EXPECT_FALSE(IsValid(static_cast<ReduceOp>(4)));
 }

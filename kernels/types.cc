@@ -32,6 +32,16 @@ const char* ReduceOpName(ReduceOp op) {
   return "?";
 }
 
+const char* AlgorithmWords(Algorithm a) {
+  switch (a) {
+    case Algorithm::kOneShot:
+      return "one-shot (every rank reads all peers' inputs)";
+    case Algorithm::kTwoShot:
+      return "two-shot (reduce-scatter, then all-gather)";
+  }
+  return "?";
+}
+
 const char* AlgorithmName(Algorithm a) {
   switch (a) {
     case Algorithm::kOneShot:

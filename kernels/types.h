@@ -64,6 +64,10 @@ COMMD_HOST_DEVICE constexpr bool IsFloatingPoint(DataType t) {
 const char* DataTypeName(DataType t);
 const char* ReduceOpName(ReduceOp op);
 const char* AlgorithmName(Algorithm a);
+// The algorithm as error messages name it, saying what it does: "one-shot (every rank reads
+// all peers' inputs)", "two-shot (reduce-scatter, then all-gather)"; docs/operations.md
+// ("All-reduce algorithms") says when each is chosen. "?" outside the enum.
+const char* AlgorithmWords(Algorithm a);
 
 }  // namespace commd::kernels
 

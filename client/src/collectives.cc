@@ -225,8 +225,8 @@ absl::Status Recorded(Group& group, const GroupCollectives& gc, CollectiveOp op,
   }
   if (status.code() == absl::StatusCode::kAborted && group.abort_requested()) {
     // The kernels know only the abort word's code; the daemon's text says why.
-    status = absl::AbortedError(absl::StrCat(
-        "group ", group.name(), " aborted: ", group.abort_reason(), " (", status.message(), ")"));
+    status = absl::AbortedError(absl::StrCat("group ", group.name(), " aborted ",
+                                             group.abort_reason(), " (", status.message(), ")"));
   }
   if (status.ok()) {
     rec.Completed(id);
@@ -280,7 +280,7 @@ kernels::NanCheck ResolveNanCheck(const CollectiveOptions& o, const v1::Collecti
 
 absl::Status Group::Barrier() {
   if (abort_requested())
-    return absl::AbortedError(absl::StrCat("group ", name(), " aborted: ", abort_reason()));
+    return absl::AbortedError(absl::StrCat("group ", name(), " aborted ", abort_reason()));
   // kernels::Barrier needs only a buffer's signal pads: the group allocates a small one on
   // its first barrier (every rank does, since every rank calls Barrier).
   if (barrier_buffer_ == nullptr) {

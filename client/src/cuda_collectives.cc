@@ -215,7 +215,7 @@ absl::Status CheckSupported(const CudaGroupContext& g, const CollectiveOptions& 
   }
   if (g.group.abort_requested()) {
     return absl::AbortedError(
-        absl::StrCat("group ", g.group.name(), " aborted: ", g.group.abort_reason()));
+        absl::StrCat("group ", g.group.name(), " aborted ", g.group.abort_reason()));
   }
   return absl::OkStatus();
 }

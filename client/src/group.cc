@@ -135,16 +135,19 @@ bool Group::abort_requested() const {
   return cb_atomic::LoadAcquire(&abort->reason) != 0;
 }
 
-std::string Group::abort_reason() const {
-  if (!abort_requested()) return "";
+std::string Group::State::AbortReason() const {
   const auto* abort = reinterpret_cast<const ControlBlockAbort*>(
-      static_cast<const char*>(state_->control_block->data()) + kAbortOffset);
+      static_cast<const char*>(control_block->data()) + kAbortOffset);
+  const uint32_t reason = cb_atomic::LoadAcquire(&abort->reason);
+  if (reason == 0) return "";
   // Written once, before the reason word: copied as words, as the ABI asks.
   char text[kAbortTextBytes];
   cb_atomic::CopyWordsRelaxed(abort->text, text, sizeof(text));
   text[sizeof(text) - 1] = '\0';
-  return text;
+  return absl::StrCat(AbortReasonWords(reason), ": ", text);
 }
+
+std::string Group::abort_reason() const { return state_->AbortReason(); }
 
 void Group::SetAbortCallback(std::function<void(const absl::Status&)> callback) {
   {

@@ -46,10 +46,18 @@ struct Group::State {
   absl::Mutex callback_mu;
   std::function<void(const absl::Status&)> callback ABSL_GUARDED_BY(callback_mu);
   std::atomic<bool> callback_ran{false};
-  void RunCallbackOnce(const std::string& reason) {
+  // The control block's abort reason in words and its text (see Group::abort_reason), empty
+  // while no abort was requested.
+  std::string AbortReason() const;
+  // `event_text`: the text of the daemon's abort event, used only when the control block
+  // carries no abort (it is written before the event is sent).
+  void RunCallbackOnce(const std::string& event_text) {
     absl::MutexLock lock(&callback_mu);
     if (!callback || callback_ran.exchange(true)) return;
-    callback(absl::AbortedError(absl::StrCat("group ", joined.name(), " aborted: ", reason)));
+    const std::string why = AbortReason();
+    callback(
+        absl::AbortedError(absl::StrCat("group ", joined.name(), " aborted ",
+                                        why.empty() ? absl::StrCat("(", event_text, ")") : why)));
   }
 #ifdef COMMD_HAVE_CUDA
   // CUDA collectives' state (made on the first one). Last, so destroyed first: it waits for

@@ -55,6 +55,7 @@ absl::StatusOr<v1::PersistentBuffer> PersistentBuffers::Create(
 
 absl::StatusOr<v1::PersistentBuffer> PersistentBuffers::Attach(const server::Session& session,
                                                                const std::string& name) {
+  RETURN_IF_ERROR(ValidateName("buffer name", name));
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find({session.uid, session.job_id, name});
   if (it == buffers_.end()) {
@@ -69,6 +70,7 @@ absl::StatusOr<v1::PersistentBuffer> PersistentBuffers::Attach(const server::Ses
 }
 
 absl::Status PersistentBuffers::Delete(const server::Session& session, const std::string& name) {
+  RETURN_IF_ERROR(ValidateName("buffer name", name));
   std::shared_ptr<const Allocation> allocation;
   {
     absl::MutexLock lock(&mu_);

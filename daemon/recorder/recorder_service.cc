@@ -1,6 +1,7 @@
 #include "daemon/recorder/recorder_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 
 namespace commd::recorder {
@@ -14,9 +15,9 @@ grpc::ServerUnaryReactor* RecorderService::Dump(grpc::CallbackServerContext* ctx
     const bool other_job = !request->job_id().empty() && request->job_id() != session.job_id;
     if ((other_job || request->all_jobs()) && !session.admin) {
       // Another job's groups are invisible, not forbidden.
-      return absl::NotFoundError(absl::StrCat("no job ",
-                                              request->all_jobs() ? "(all)" : request->job_id(),
-                                              " visible to this session"));
+      return absl::NotFoundError(
+          absl::StrCat("no job ", request->all_jobs() ? "(all)" : QuoteForError(request->job_id()),
+                       " visible to this session"));
     }
     if (!request->all_jobs()) {
       // An admin naming a job means that job under any uid; otherwise the caller's own.
@@ -32,7 +33,8 @@ grpc::ServerUnaryReactor* RecorderService::Dump(grpc::CallbackServerContext* ctx
     }
     if (sources.empty()) {
       return absl::NotFoundError(absl::StrCat(
-          "no formed group", request->group().empty() ? "" : " " + request->group(), " to dump"));
+          "no formed group", request->group().empty() ? "" : " " + QuoteForError(request->group()),
+          " to dump"));
     }
     // A user's requests count against its dump rate; an admin's do not.
     if (!session.admin) RETURN_IF_ERROR(dumper_->Admit(session.uid, "request"));

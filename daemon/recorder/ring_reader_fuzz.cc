@@ -49,9 +49,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CheckSnapshot(*again);
   // The watchdog's incremental read: from a record id, the newest few, chosen by the input.
   const uint64_t from = size >= 8 ? buf[0] % (again->next_record_id + 3) : 0;
-  auto tail = commd::ReadControlBlock(
-      buf.data(), size,
-      {.max_tries = 2, .retry_budget = 64, .from_record_id = from, .max_entries = 1 + size % 9});
+  auto tail = commd::ReadControlBlock(buf.data(), size,
+                                      {.max_tries = 2,
+                                       .retry_budget = 64,
+                                       .from_record_id = from,
+                                       .max_entries = static_cast<uint32_t>(1 + size % 9)});
   Check(tail.ok());
   CheckSnapshot(*tail);
   for (const auto& e : tail->entries) Check(e.record_id >= from);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "daemon/server/handle_packet.h"
 
 namespace commd::server {
 
@@ -63,18 +64,13 @@ void HandleChannel::OnReadable(int fd) {
   ReceivedMessage* message = &**received;
   auto peer = GetPeerCredentials(fd);
   if (!peer.ok()) return Drop(fd, peer.status().ToString());
-  v1::HandleRequest request;
-  if (message->truncated) {
-    return Drop(fd, absl::StrCat("packet from pid ", peer->pid, " exceeds ",
-                                 options_.max_packet_bytes, " bytes"));
-  }
-  if (!request.ParseFromString(message->bytes) ||
-      request.request_case() == v1::HandleRequest::REQUEST_NOT_SET) {
-    return Drop(fd, absl::StrCat("malformed packet of ", message->bytes.size(), " bytes from pid ",
-                                 peer->pid));
+  absl::StatusOr<v1::HandleRequest> request =
+      ParseHandlePacket(message->bytes, message->truncated, options_.max_packet_bytes);
+  if (!request.ok()) {
+    return Drop(fd, absl::StrCat(request.status().message(), " from pid ", peer->pid));
   }
   std::vector<UniqueFd> fds;
-  const v1::HandleResponse response = Dispatch(request, *peer, &connections_[fd], &fds);
+  const v1::HandleResponse response = Dispatch(*request, *peer, &connections_[fd], &fds);
   std::vector<int> raw;
   for (const UniqueFd& f : fds) raw.push_back(f.get());
   if (absl::Status s = SendMessage(fd, response.SerializeAsString(), raw); !s.ok()) {

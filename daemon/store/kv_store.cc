@@ -1,15 +1,36 @@
 #include "daemon/store/kv_store.h"
 
+#include <set>
+#include <string>
+#include <vector>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 
 namespace commd::store {
 namespace {
 
 constexpr size_t kMaxWaitKeys = 1024;
+// Missing keys a timed-out Wait names; the rest are counted.
+constexpr size_t kMaxNamedMissingKeys = 8;
+
+// "\"a\", \"b\" and 3 more": a Wait may name 1024 keys of up to limits.max_store_key_bytes each.
+std::string MissingKeys(const std::set<std::string>& keys) {
+  std::vector<std::string> quoted;
+  for (const std::string& key : keys) {
+    if (quoted.size() == kMaxNamedMissingKeys) break;
+    quoted.push_back(QuoteForError(key));
+  }
+  std::string out = absl::StrJoin(quoted, ", ");
+  if (keys.size() > kMaxNamedMissingKeys) {
+    absl::StrAppend(&out, " and ", keys.size() - kMaxNamedMissingKeys, " more");
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -125,7 +146,8 @@ absl::StatusOr<std::string> KvStore::Get(const Namespace& ns, const std::string&
   if (job != jobs_.end()) {
     if (auto it = job->second.keys.find(key); it != job->second.keys.end()) return it->second;
   }
-  return absl::NotFoundError(absl::StrCat("no store key '", key, "' in job '", ns.second, "'"));
+  return absl::NotFoundError(
+      absl::StrCat("no store key ", QuoteForError(key), " in job '", ns.second, "'"));
 }
 
 absl::StatusOr<int64_t> KvStore::Add(const Namespace& ns, const std::string& key, int64_t delta) {
@@ -139,14 +161,14 @@ absl::StatusOr<int64_t> KvStore::Add(const Namespace& ns, const std::string& key
     if (job != jobs_.end()) {
       if (auto it = job->second.keys.find(key); it != job->second.keys.end()) {
         if (!absl::SimpleAtoi(it->second, &current)) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("store key '", key, "' holds a value that is not a decimal integer"));
+          return absl::FailedPreconditionError(absl::StrCat(
+              "store key ", QuoteForError(key), " holds a value that is not a decimal integer"));
         }
       }
     }
     if (__builtin_add_overflow(current, delta, &sum)) {
-      return absl::OutOfRangeError(
-          absl::StrCat("adding ", delta, " to ", current, " under '", key, "' overflows int64"));
+      return absl::OutOfRangeError(absl::StrCat("adding ", delta, " to ", current, " under ",
+                                                QuoteForError(key), " overflows int64"));
     }
     RETURN_IF_ERROR(Put(ns, key, absl::StrCat(sum), &completed));
   }
@@ -248,7 +270,7 @@ void KvStore::OnTimeout(WaitId id) {
   }
   if (!waiter.has_value()) return;
   waiter->done(absl::DeadlineExceededError(
-      absl::StrCat("store keys still missing: ", absl::StrJoin(waiter->missing, ", "))));
+      absl::StrCat("store keys still missing: ", MissingKeys(waiter->missing))));
 }
 
 void KvStore::CancelWait(WaitId id) {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
@@ -162,9 +163,29 @@ TEST_F(KvStoreTest, WaitTimesOutNamingTheMissingKeys) {
                   .ok());
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_EQ(result.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(result.message(), "store keys still missing: x, y");
+  EXPECT_EQ(result.message(), "store keys still missing: \"x\", \"y\"");
   EXPECT_EQ(store_.waiter_count(), 0u);
   EXPECT_EQ(store_.byte_count(), 5u);  // "here" = "1"; the wait's bytes were given back
+}
+
+// A Wait may name 1024 keys: its timeout names a few, quoted, and counts the rest.
+TEST_F(KvStoreTest, TimedOutWaitNamesAFewMissingKeys) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 20; ++i) keys.push_back(absl::StrCat("k", i));
+  absl::Notification done;
+  absl::Status result;
+  ASSERT_TRUE(store_
+                  .Wait(kJob, keys, absl::Milliseconds(10),
+                        [&](absl::Status s) {
+                          result = s;
+                          done.Notify();
+                        })
+                  .ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_EQ(result.message(),
+            "store keys still missing: \"k0\", \"k1\", \"k10\", \"k11\", \"k12\", "
+            "\"k13\", \"k14\", \"k15\" and 12 more");
+  EXPECT_EQ(store_.Get(kJob, "k\x01").status().message(), "no store key \"k\\001\" in job 'job'");
 }
 
 TEST_F(KvStoreTest, CancelledWaitNeverCalls) {

@@ -14,9 +14,8 @@ namespace {
 class GpuWarnings {
  public:
   GpuWarnings(unsigned index, std::vector<std::string>* out) : index_(index), out_(out) {}
-  void Add(const absl::Status& status) {
-    out_->push_back(absl::StrCat("GPU ", index_, ": ", status.message()));
-  }
+  void Add(absl::string_view text) { out_->push_back(absl::StrCat("GPU ", index_, ": ", text)); }
+  void Add(const absl::Status& status) { Add(status.message()); }
   void AddForLink(unsigned link, const absl::Status& status) {
     std::string call(status.message().substr(0, status.message().find(':')));
     if (!reported_.insert(call).second) return;
@@ -69,31 +68,64 @@ unsigned ProbeNvLinks(NvmlApi& nvml, nvmlDevice_t device, GpuNvLinks* links,
   return active;
 }
 
+// Failed identity queries of one GPU: each costs its field and a warning, except that
+// NVML_ERROR_GPU_IS_LOST marks the whole GPU lost, said once.
+class GpuFailures {
+ public:
+  explicit GpuFailures(GpuWarnings* warnings) : warnings_(warnings) {}
+  void Add(const absl::Status& status) {
+    if (NvmlReturnOf(status) != NVML_ERROR_GPU_IS_LOST) return warnings_->Add(status);
+    if (lost_.ok()) lost_ = status;
+  }
+  bool lost() const { return !lost_.ok(); }
+  // "lost (0000:1b:00.0): nvmlDeviceGetName: GPU is lost (NVML 15); ..."
+  void ReportLost(const v1::Gpu& gpu) {
+    warnings_->Add(absl::StrCat(
+        "lost", gpu.pci_bus_id().empty() ? "" : absl::StrCat(" (", gpu.pci_bus_id(), ")"), ": ",
+        lost_.message(),
+        "; it fell off the bus or stopped answering (see dmesg for Xid 79), needs a reset or "
+        "replacement, and no path to it works (LOST in the link matrix)"));
+  }
+
+ private:
+  GpuWarnings* warnings_;
+  absl::Status lost_;
+};
+
 void ProbeGpu(NvmlApi& nvml, unsigned index, GpuProbeResult* out, std::set<std::string>* switches) {
   GpuWarnings warnings(index, &out->warnings);
+  GpuFailures failures(&warnings);
   v1::Gpu& gpu = out->gpus.emplace_back();
   GpuNvLinks& links = out->nvlinks.emplace_back();
   gpu.set_index(index);
   gpu.set_numa_node(-1);
   absl::StatusOr<nvmlDevice_t> device = nvml.DeviceHandleByIndex(index);
-  if (!device.ok()) return warnings.Add(device.status());
-  if (absl::StatusOr<std::string> name = nvml.DeviceName(*device); name.ok()) {
-    gpu.set_name(*name);
+  if (device.ok()) {
+    if (absl::StatusOr<std::string> name = nvml.DeviceName(*device); name.ok()) {
+      gpu.set_name(*name);
+    } else {
+      failures.Add(name.status());
+    }
+    if (absl::StatusOr<std::string> uuid = nvml.DeviceUuid(*device); uuid.ok()) {
+      gpu.set_uuid(*uuid);
+    } else {
+      failures.Add(uuid.status());
+    }
+    if (absl::StatusOr<nvmlPciInfo_t> pci = nvml.DevicePciInfo(*device); pci.ok()) {
+      gpu.set_pci_bus_id(BusIdOf(*pci));
+      links.pci_bus_id = gpu.pci_bus_id();
+    } else {
+      failures.Add(pci.status());
+    }
   } else {
-    warnings.Add(name.status());
+    failures.Add(device.status());
   }
-  if (absl::StatusOr<std::string> uuid = nvml.DeviceUuid(*device); uuid.ok()) {
-    gpu.set_uuid(*uuid);
-  } else {
-    warnings.Add(uuid.status());
+  if (failures.lost()) {
+    gpu.set_lost(true);
+    links.lost = true;
+    return failures.ReportLost(gpu);  // its links would answer "lost" too
   }
-  if (absl::StatusOr<nvmlPciInfo_t> pci = nvml.DevicePciInfo(*device); pci.ok()) {
-    gpu.set_pci_bus_id(BusIdOf(*pci));
-    links.pci_bus_id = gpu.pci_bus_id();
-  } else {
-    warnings.Add(pci.status());
-  }
-  gpu.set_nvlinks_active(ProbeNvLinks(nvml, *device, &links, switches, &warnings));
+  if (device.ok()) gpu.set_nvlinks_active(ProbeNvLinks(nvml, *device, &links, switches, &warnings));
 }
 
 }  // namespace

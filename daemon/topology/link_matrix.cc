@@ -14,6 +14,8 @@ unsigned DirectLinks(const GpuNvLinks& from, const GpuNvLinks& to) {
 
 v1::Link GpuPairLink(const GpuNvLinks& na, const PciLocation& la, const GpuNvLinks& nb,
                      const PciLocation& lb) {
+  // A lost GPU's PCI place is where it was, not a path that works: never draw one.
+  if (na.lost || nb.lost) return MakeLink(v1::LINK_LOST);
   unsigned nvlinks = NvLinkCount(na, nb);
   if (nvlinks > 0) return MakeLink(v1::LINK_NVLINK, nvlinks);
   return MakeLink(PciLinkType(la, lb));
@@ -62,7 +64,8 @@ void FillLinkMatrices(const std::vector<GpuNvLinks>& nvlinks,
     }
     v1::LinkRow* nic_row = topology->add_gpu_nic_links();
     for (const PciLocation& nic : nic_locations) {
-      *nic_row->add_links() = MakeLink(PciLinkType(gpu_locations[i], nic));
+      *nic_row->add_links() =
+          MakeLink(nvlinks[i].lost ? v1::LINK_LOST : PciLinkType(gpu_locations[i], nic));
     }
   }
   for (size_t k = 0; k < nic_locations.size(); ++k) {

@@ -39,6 +39,7 @@ struct GpuNvLinks {
   std::string pci_bus_id;                 // normalized, see pci_address.h
   std::map<std::string, unsigned> peers;  // remote GPU bus id -> active direct links
   unsigned switch_links = 0;              // active links to NVSwitches
+  bool lost = false;                      // NVML reports the GPU lost: no path to it
 };
 
 // A Link with its label filled in (nvlinks only matters for LINK_NVLINK).
@@ -59,8 +60,9 @@ v1::LinkType PciLinkType(const PciLocation& a, const PciLocation& b);
 // links, the smaller of their switch-link counts (traffic is bounded by the thinner side).
 unsigned NvLinkCount(const GpuNvLinks& a, const GpuNvLinks& b);
 
-// Fills gpu_links (X on the diagonal, NV# where NvLinkCount > 0, else the PCIe type),
-// gpu_nic_links and nic_links. `nvlinks` and `gpu_locations` are indexed like the GPUs.
+// Fills gpu_links (X on the diagonal, LOST in a lost GPU's row and column, NV# where
+// NvLinkCount > 0, else the PCIe type), gpu_nic_links (LOST in a lost GPU's row) and
+// nic_links. `nvlinks` and `gpu_locations` are indexed like the GPUs.
 void FillLinkMatrices(const std::vector<GpuNvLinks>& nvlinks,
                       const std::vector<PciLocation>& gpu_locations,
                       const std::vector<PciLocation>& nic_locations, v1::Topology* topology);

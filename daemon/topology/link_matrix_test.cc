@@ -106,6 +106,30 @@ TEST(FillLinkMatricesTest, FillsEveryCell) {
   EXPECT_EQ(t.nic_links(0).links(0).type(), v1::LINK_SELF);
 }
 
+// A lost GPU keeps its NVLink facts and PCI place from before, but no path to it works.
+TEST(FillLinkMatricesTest, LostGpuIsLostInItsRowAndColumn) {
+  std::vector<GpuNvLinks> nvlinks(3);
+  std::vector<PciLocation> locations;
+  for (int i = 0; i < 3; ++i) {
+    nvlinks[i].pci_bus_id = "0000:0" + std::to_string(i) + ":00.0";
+    nvlinks[i].switch_links = 18;
+    locations.push_back(At({static_cast<uint64_t>(10 + i), 100}, 0));
+  }
+  nvlinks[1].lost = true;
+  v1::Topology t;
+  FillLinkMatrices(nvlinks, locations, {At({99, 100}, 0)}, &t);
+  const char* expected[3][3] = {
+      {"X", "LOST", "NV18"}, {"LOST", "X", "LOST"}, {"NV18", "LOST", "X"}};
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(t.gpu_links(i).links(j).label(), expected[i][j]);
+  }
+  EXPECT_EQ(t.gpu_links(0).links(1).type(), v1::LINK_LOST);
+  EXPECT_EQ(t.gpu_links(0).links(1).nvlinks(), 0u);
+  EXPECT_EQ(t.gpu_nic_links(0).links(0).type(), v1::LINK_PHB);
+  EXPECT_EQ(t.gpu_nic_links(1).links(0).type(), v1::LINK_LOST);
+  EXPECT_EQ(Classify(t), v1::PARTIAL);
+}
+
 TEST(ClassifyTest, Classes) {
   EXPECT_EQ(Classify(WithNvLinks(0, {})), v1::NONE);
   EXPECT_EQ(Classify(WithNvLinks(1, {})), v1::NONE);

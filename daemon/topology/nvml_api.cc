@@ -2,13 +2,18 @@
 
 #include <dlfcn.h>
 
+#include <string>
 #include <utility>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace commd::topology {
 namespace {
+
+constexpr char kNvmlReturnPayload[] = "commd.topology/nvml-return";
 
 absl::StatusCode NvmlCode(nvmlReturn_t rc) {
   switch (rc) {
@@ -151,8 +156,17 @@ absl::Status DlNvml::Resolve(const std::string& path) {
 absl::Status NvmlStatus(nvmlReturn_t rc, absl::string_view call, nvmlErrorString_fn error_string) {
   if (rc == NVML_SUCCESS) return absl::OkStatus();
   const char* text = error_string != nullptr ? error_string(rc) : nullptr;
-  return absl::Status(NvmlCode(rc), absl::StrCat(call, ": ", text != nullptr ? text : "error",
+  absl::Status status(NvmlCode(rc), absl::StrCat(call, ": ", text != nullptr ? text : "error",
                                                  " (NVML ", static_cast<int>(rc), ")"));
+  status.SetPayload(kNvmlReturnPayload, absl::Cord(absl::StrCat(static_cast<int>(rc))));
+  return status;
+}
+
+nvmlReturn_t NvmlReturnOf(const absl::Status& status) {
+  const auto payload = status.GetPayload(kNvmlReturnPayload);
+  int rc = 0;
+  if (!payload.has_value() || !absl::SimpleAtoi(std::string(*payload), &rc)) return NVML_SUCCESS;
+  return static_cast<nvmlReturn_t>(rc);
 }
 
 absl::StatusOr<std::unique_ptr<NvmlApi>> LoadNvml(const std::string& library_path) {

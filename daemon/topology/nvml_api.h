@@ -53,8 +53,13 @@ class NvmlApi {
 absl::StatusOr<std::unique_ptr<NvmlApi>> LoadNvml(const std::string& library_path);
 
 // The status for an NVML return code: the closest absl code, and "<call>: <text> (NVML <rc>)"
-// where text is nvmlErrorString's (or a built-in name when `error_string` is null).
+// where text is nvmlErrorString's (or a built-in name when `error_string` is null). The
+// return code itself rides along as a payload, for NvmlReturnOf.
 absl::Status NvmlStatus(nvmlReturn_t rc, absl::string_view call, nvmlErrorString_fn error_string);
+
+// The NVML return code behind a status made by NvmlStatus; NVML_SUCCESS for any other status
+// (absl codes alone cannot tell NVML_ERROR_GPU_IS_LOST from NVML_ERROR_IN_USE). Pure.
+nvmlReturn_t NvmlReturnOf(const absl::Status& status);
 
 }  // namespace commd::topology
 

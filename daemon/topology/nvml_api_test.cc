@@ -100,6 +100,14 @@ TEST_F(NvmlApiTest, NoConfigLooksLikeNoDriver) {
   EXPECT_EQ(init.message(), "nvmlInit_v2: Driver Not Loaded (NVML 9)");
 }
 
+TEST(NvmlStatusTest, CarriesTheReturnCode) {
+  EXPECT_EQ(NvmlReturnOf(NvmlStatus(NVML_ERROR_GPU_IS_LOST, "nvmlDeviceGetName", nullptr)),
+            NVML_ERROR_GPU_IS_LOST);
+  EXPECT_EQ(NvmlReturnOf(absl::UnavailableError("nvmlDeviceGetName: GPU is lost (NVML 15)")),
+            NVML_SUCCESS);
+  EXPECT_EQ(NvmlReturnOf(absl::OkStatus()), NVML_SUCCESS);
+}
+
 TEST(NvmlStatusTest, WithoutErrorStringFunction) {
   EXPECT_TRUE(NvmlStatus(NVML_SUCCESS, "nvmlInit_v2", nullptr).ok());
   EXPECT_EQ(NvmlStatus(NVML_ERROR_NO_PERMISSION, "nvmlInit_v2", nullptr).code(),

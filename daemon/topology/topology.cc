@@ -52,7 +52,7 @@ std::vector<PciLocation> LocateGpus(const HwlocProbe* hwloc, v1::Topology* t,
     PciLocation& location = locations.emplace_back();
     if (hwloc == nullptr || gpu.pci_bus_id().empty()) continue;
     location = hwloc->Locate(gpu.pci_bus_id());
-    if (!location.found) {
+    if (!location.found && !gpu.lost()) {
       warnings->push_back(absl::StrCat("GPU ", gpu.index(), " (", gpu.pci_bus_id(),
                                        ") is not in the PCI tree; its links count as SYS"));
     }

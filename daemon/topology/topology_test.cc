@@ -456,6 +456,38 @@ TEST_F(TopologyTest, LiveMachineWithMissingLibrary) {
   EXPECT_EQ(t.nic_links_size(), t.nics_size());
 }
 
+// NVML answers GPU_IS_LOST for GPU 3 (as after an Xid 79): it stays in the report, marked
+// lost, and every cell of its row and column says LOST, never a PCIe or SMP path.
+TEST_F(TopologyTest, LostGpuIsLostNotAPath) {
+  nlohmann::json nvml = ReadJsonFile(kFixtures + "/dgx_h100.nvml.json");
+  nvml["devices"][3]["lost"] = true;
+  v1::Topology t = DiscoverTopology(FixtureConfig("dgx_h100", &nvml));
+  EXPECT_EQ(t.nvml_status(), "ok");
+  ASSERT_EQ(t.gpus_size(), 8);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(t.gpus(i).lost(), i == 3) << i;
+  EXPECT_EQ(t.gpus(3).name(), "");
+  EXPECT_EQ(t.gpus(3).nvlinks_active(), 0u);
+  ASSERT_EQ(t.warnings_size(), 1) << absl::StrJoin(t.warnings(), "\n");
+  EXPECT_TRUE(absl::StartsWith(t.warnings(0),
+                               "GPU 3: lost: nvmlDeviceGetName: GPU is lost (NVML 15); it fell off "
+                               "the bus or stopped answering"))
+      << t.warnings(0);
+  EXPECT_EQ(Labels(t.gpu_links(3)), "LOST LOST LOST X LOST LOST LOST LOST");
+  EXPECT_EQ(Labels(t.gpu_links(0)), "X NV18 NV18 LOST NV18 NV18 NV18 NV16");
+  for (const v1::Link& link : t.gpu_nic_links(3).links()) EXPECT_EQ(link.type(), v1::LINK_LOST);
+  EXPECT_EQ(Labels(t.gpu_nic_links(2)), kDgxH100.gpu_nic_links[2]);
+  EXPECT_EQ(t.classification(), v1::PARTIAL);
+
+  const std::string text = RenderTopologyText(t);
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  ASSERT_GT(lines.size(), 5u);
+  EXPECT_TRUE(absl::StartsWith(lines[4], "GPU3  LOST  LOST  LOST   X    LOST")) << text;
+  EXPECT_FALSE(absl::StrContains(lines[4], "SYS")) << text;
+  EXPECT_TRUE(absl::StrContains(lines[1], "NV18  LOST  NV18")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "\nGPU3 is LOST: NVML reports it lost")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "  LOST = GPU that NVML reports lost: no path\n")) << text;
+}
+
 TEST_F(TopologyTest, RendersFixtureText) {
   std::string text = RenderTopologyText(DiscoverTopology(FixtureConfig("dgx_h100")));
   std::vector<std::string> lines = absl::StrSplit(text, '\n');

@@ -100,6 +100,19 @@ std::string Summary(const v1::Topology& t) {
   return out;
 }
 
+// One line per lost GPU, before everything else a reader might take for a working path.
+std::string LostGpus(const v1::Topology& t) {
+  std::string out;
+  for (const v1::Gpu& gpu : t.gpus()) {
+    if (!gpu.lost()) continue;
+    absl::StrAppend(&out, "GPU", gpu.index(), " is LOST",
+                    gpu.pci_bus_id().empty() ? "" : absl::StrCat(" (", gpu.pci_bus_id(), ")"),
+                    ": NVML reports it lost (fallen off the bus or not answering); no path to it "
+                    "works until it is reset or replaced\n");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string LinkLabel(const v1::Link& link) {
@@ -118,6 +131,8 @@ std::string LinkLabel(const v1::Link& link) {
       return "NODE";
     case v1::LINK_SYS:
       return "SYS";
+    case v1::LINK_LOST:
+      return "LOST";
     default:
       return "?";
   }
@@ -126,8 +141,10 @@ std::string LinkLabel(const v1::Link& link) {
 std::string RenderTopologyText(const v1::Topology& t) {
   std::string out;
   if (t.gpus_size() + t.nics_size() > 0) {
-    absl::StrAppend(&out, FormatTable(BuildTable(t)), "\nLegend:\n\n", absl::StrJoin(kLegend, "\n"),
-                    "\n");
+    const std::string lost = LostGpus(t);
+    absl::StrAppend(&out, FormatTable(BuildTable(t)), lost.empty() ? "" : "\n", lost,
+                    "\nLegend:\n\n", absl::StrJoin(kLegend, "\n"), "\n");
+    if (!lost.empty()) absl::StrAppend(&out, "  LOST = GPU that NVML reports lost: no path\n");
   } else {
     absl::StrAppend(&out, "No GPUs or NICs found.\n");
   }

@@ -13,12 +13,12 @@
 
 namespace commd::topology {
 
-// "X", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS"; "?" for an unspecified type. Pure.
+// "X", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS", "LOST"; "?" for an unspecified type. Pure.
 std::string LinkLabel(const v1::Link& link);
 
 // The matrix (GPU rows, then NIC rows; GPU then NIC columns; CPU and NUMA affinity per GPU),
-// the legend, the NIC legend, then the classification, NVML status and warnings, each line
-// ending in '\n'. Pure; never fails (missing rows or cells print as "?").
+// a line per lost GPU, the legend, the NIC legend, then the classification, NVML status and
+// warnings, each line ending in '\n'. Pure; never fails (missing rows or cells print as "?").
 std::string RenderTopologyText(const v1::Topology& topology);
 
 }  // namespace commd::topology

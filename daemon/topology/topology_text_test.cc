@@ -27,6 +27,7 @@ TEST(LinkLabelTest, AllTypes) {
   EXPECT_EQ(LinkLabel(L(v1::LINK_PHB)), "PHB");
   EXPECT_EQ(LinkLabel(L(v1::LINK_NODE)), "NODE");
   EXPECT_EQ(LinkLabel(L(v1::LINK_SYS)), "SYS");
+  EXPECT_EQ(LinkLabel(L(v1::LINK_LOST)), "LOST");
   EXPECT_EQ(LinkLabel(L(v1::LINK_TYPE_UNSPECIFIED)), "?");
 }
 

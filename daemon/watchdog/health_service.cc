@@ -1,13 +1,32 @@
 #include "daemon/watchdog/health_service.h"
 
+#include <fstream>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 
 namespace commd::watchdog {
 
 namespace {
 
-constexpr size_t kMaxReasonBytes = kAbortTextBytes - 1;
+// The control block's abort text (255 bytes) carries who asked as well: at most 64 bytes
+// (AbortText), the reason gets the rest.
+constexpr size_t kMaxReasonBytes = kAbortTextBytes - 1 - 64;
+
+// "uid 1000 (commctl, pid 4242) says: <reason>": the ranks' errors name who stopped them.
+// The program name is the caller's /proc/<pid>/comm, for the reader only (a process names
+// itself); its non-printable bytes become '?'.
+std::string AbortText(const server::Session& session, const std::string& reason) {
+  std::string comm;
+  std::getline(std::ifstream(absl::StrCat("/proc/", session.pid, "/comm")), comm);
+  for (char& c : comm) {
+    if (!absl::ascii_isprint(static_cast<unsigned char>(c))) c = '?';
+  }
+  return absl::StrCat("uid ", session.uid, " (", comm.empty() ? "" : comm + ", ", "pid ",
+                      session.pid, ") says: ", reason);
+}
 
 // The groups a session may name: its own job's; any job's (or all) for an admin.
 absl::StatusOr<HealthFilter> FilterFor(const server::Session& session, const std::string& job,
@@ -16,8 +35,8 @@ absl::StatusOr<HealthFilter> FilterFor(const server::Session& session, const std
   f.group = group;
   const bool other_job = !job.empty() && job != session.job_id;
   if ((other_job || all_jobs) && !session.admin) {
-    return absl::NotFoundError(
-        absl::StrCat("no job ", all_jobs ? "(all)" : job, " visible to this session"));
+    return absl::NotFoundError(absl::StrCat("no job ", all_jobs ? "(all)" : QuoteForError(job),
+                                            " visible to this session"));
   }
   if (all_jobs) return f;
   if (other_job) {
@@ -38,7 +57,7 @@ grpc::ServerUnaryReactor* HealthService::GetHealth(grpc::CallbackServerContext* 
                      FilterFor(session, request->job_id(), request->all_jobs(), request->group()));
     for (auto& h : watchdog_->Health(filter)) *response->add_groups() = std::move(h);
     if (!request->group().empty() && response->groups_size() == 0) {
-      return absl::NotFoundError(absl::StrCat("no group ", request->group()));
+      return absl::NotFoundError(absl::StrCat("no group ", QuoteForError(request->group())));
     }
     return absl::OkStatus();
   });
@@ -52,12 +71,14 @@ grpc::ServerUnaryReactor* HealthService::Abort(grpc::CallbackServerContext* ctx,
       return absl::InvalidArgumentError("abort needs a group name (--group)");
     }
     if (request->reason().empty() || request->reason().size() > kMaxReasonBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("abort reason of ", request->reason().size(),
-                                                     " bytes; allowed 1 to ", kMaxReasonBytes));
+      return absl::InvalidArgumentError(
+          absl::StrCat("abort reason of ", request->reason().size(), " bytes; allowed 1 to ",
+                       kMaxReasonBytes, " (the control block's abort text of ", kAbortTextBytes - 1,
+                       " bytes also names who asked)"));
     }
     ASSIGN_OR_RETURN(HealthFilter filter,
                      FilterFor(session, request->job_id(), false, request->group()));
-    ASSIGN_OR_RETURN(int notified, watchdog_->Abort(filter, request->reason()));
+    ASSIGN_OR_RETURN(int notified, watchdog_->Abort(filter, AbortText(session, request->reason())));
     response->set_ranks_notified(notified);
     return absl::OkStatus();
   });

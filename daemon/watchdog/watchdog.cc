@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/control_block_admin.h"
 #include "common/log.h"
+#include "common/names.h"
 #include "daemon/recorder/ring_reader.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -487,8 +488,9 @@ absl::StatusOr<int> Watchdog::Abort(const HealthFilter& filter, const std::strin
     }
   }
   if (matched == 0) {
-    return absl::NotFoundError(absl::StrCat(
-        "no formed group", filter.group.empty() ? "" : " " + filter.group, " to abort"));
+    return absl::NotFoundError(
+        absl::StrCat("no formed group",
+                     filter.group.empty() ? "" : " " + QuoteForError(filter.group), " to abort"));
   }
   return notified;
 }

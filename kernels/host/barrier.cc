@@ -78,7 +78,7 @@ class BarrierWait {
     return std::atomic_ref<uint32_t>(
         view_.pads[view_.rank][PadSlot(kHostSleepChannel, view_.rank, view_.world_size)]);
   }
-  absl::Status Failure(int peer, bool aborted, uint32_t abort_value) const;
+  absl::Status Failure(int peer, bool aborted) const;
 
   const HostCommView& view_;
   absl::string_view collective_;
@@ -109,9 +109,9 @@ absl::Status BarrierWait::WaitFor(int peer) {
   }
   const absl::Time yield_until = start + kYieldTime;
   for (;;) {
-    if (const uint32_t abort = AbortValue(view_); abort != 0) return Failure(peer, true, abort);
+    if (AbortValue(view_) != 0) return Failure(peer, true);
     const absl::Time now = absl::Now();
-    if (now >= view_.deadline) return Failure(peer, false, 0);
+    if (now >= view_.deadline) return Failure(peer, false);
     if (now < yield_until) {
       sched_yield();
       if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();
@@ -136,7 +136,7 @@ absl::Status BarrierWait::WaitFor(int peer) {
   }
 }
 
-absl::Status BarrierWait::Failure(int peer, bool aborted, uint32_t abort_value) const {
+absl::Status BarrierWait::Failure(int peer, bool aborted) const {
   std::vector<int> missing;
   for (int p = 0; p < view_.world_size; ++p) {
     if (p != view_.rank && !Reached(Slot(p).load(std::memory_order_acquire), target_)) {
@@ -147,8 +147,8 @@ absl::Status BarrierWait::Failure(int peer, bool aborted, uint32_t abort_value) 
   const std::string where = absl::StrCat(
       collective_, " on rank ", view_.rank, " of ", view_.world_size, " waiting for rank ", peer,
       " (ranks not arrived: [", absl::StrJoin(missing, ", "), "], barrier #", target_, ")");
-  if (aborted)
-    return absl::AbortedError(absl::StrCat(where, ": abort requested (reason ", abort_value, ")"));
+  // The kernels see only the abort word; the SDK puts the daemon's words for it in front.
+  if (aborted) return absl::AbortedError(absl::StrCat(where, ": the daemon aborted the group"));
   return absl::DeadlineExceededError(absl::StrCat(where, ": deadline exceeded"));
 }
 
@@ -172,9 +172,9 @@ void Arrive(const HostCommView& view, uint32_t seq) {
 }  // namespace
 
 absl::Status CheckNotAborted(const HostCommView& view, absl::string_view collective) {
-  if (const uint32_t abort = AbortValue(view); abort != 0) {
+  if (AbortValue(view) != 0) {
     return absl::AbortedError(
-        absl::StrCat(collective, " on rank ", view.rank, ": abort requested (reason ", abort, ")"));
+        absl::StrCat(collective, " on rank ", view.rank, ": the daemon aborted the group"));
   }
   return absl::OkStatus();
 }

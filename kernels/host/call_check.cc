@@ -37,8 +37,8 @@ void StoreOwn(const HostCommView& view, int channel, uint32_t value) {
       .store(value, std::memory_order_relaxed);
 }
 
-// "100 x float32 (one_shot, sum)", "3 tensors, the first 100 x float32 (sum)", with the
-// collective's name in front when it is not `kind`.
+// "100 x float32 (sum, one-shot (every rank reads all peers' inputs))", "3 tensors, the first
+// 100 x float32 (sum)", with the collective's name in front when it is not `kind`.
 std::string DescribeCall(CollectiveKind kind, uint32_t count, uint32_t shape) {
   const auto other = static_cast<CollectiveKind>(shape & 0xF);
   const auto op = static_cast<ReduceOp>((shape >> 4) & 0xF);
@@ -51,7 +51,7 @@ std::string DescribeCall(CollectiveKind kind, uint32_t count, uint32_t shape) {
   absl::StrAppend(&out, count == UINT32_MAX ? ">= 4294967295" : absl::StrCat(count), " x ",
                   DataTypeName(dtype));
   if (other == CollectiveKind::kAllReduce) {
-    absl::StrAppend(&out, " (", AlgorithmName(algorithm), ", ", ReduceOpName(op), ")");
+    absl::StrAppend(&out, " (", ReduceOpName(op), ", ", AlgorithmWords(algorithm), ")");
   } else if (other == CollectiveKind::kReduceScatter) {
     absl::StrAppend(&out, " (", ReduceOpName(op), ")");
   }

@@ -67,7 +67,7 @@ TEST_P(MismatchTest, EveryRankFailsAndTheAllocationStaysUsable) {
     for (Algorithm a : {Algorithm::kOneShot, Algorithm::kTwoShot}) {
       RETURN_IF_ERROR(ExpectMismatch(AllReduce(v, in.data(), out.data(), count, DataType::kFloat32,
                                                ReduceOp::kSum, a, NanCheck::kOn, nullptr),
-                                     {"all_reduce", "disagree", even, odd, AlgorithmName(a)}));
+                                     {"all_reduce", "disagree", even, odd, AlgorithmWords(a)}));
       RETURN_IF_ERROR(ExactAllReduce(*mv, SplitMix64(seed + static_cast<int>(a)), 37, a));
     }
     RETURN_IF_ERROR(ExpectMismatch(

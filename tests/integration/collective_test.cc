@@ -231,7 +231,9 @@ TEST_F(CollectiveTest, AbortEndsACollectiveWaitWithTheReason) {
       RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job", "job", "abort",
                   "--group", "c", "--reason", "stop the collective test"});
   EXPECT_EQ(abort.exit_code, 0) << abort.output;
-  WaitForLog(ranks, 1, "ABORTED: group c aborted: stop the collective test");
+  WaitForLog(ranks, 1, "ABORTED: group c aborted on request: uid 0 (commctl, pid ");
+  WaitForLog(ranks, 1, ") says: stop the collective test (all_reduce on rank 1");
+  WaitForLog(ranks, 1, ": the daemon aborted the group)");
   Finish(ranks, "abort");
 }
 

@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "commd/commd.h"
@@ -76,10 +77,52 @@ TEST_F(DaemonClientTest, JobIdFromEnvironmentAndValidation) {
   auto bad = Connect("../etc");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(bad.status().message(), HasSubstr("job id '../etc'"));
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("job id \"../etc\" is invalid: must not start with '.', '-' or '/'"));
   auto too_long = Connect(std::string(129, 'j'));
   ASSERT_FALSE(too_long.ok());
-  EXPECT_THAT(too_long.status().message(), HasSubstr("allowed 1 to 128"));
+  EXPECT_THAT(too_long.status().message(), HasSubstr("longer than 128 bytes"));
+}
+
+// A name is echoed cut to its first 64 bytes plus its length: whole, a name from 8 KiB up
+// would overflow gRPC's trailer limit and come back as RESOURCE_EXHAUSTED "metadata size
+// exceeds limit" instead of the INVALID_ARGUMENT that says what is wrong.
+TEST_F(DaemonClientTest, LongNamesAreInvalidArgumentWithACutEcho) {
+  auto client = Connect();
+  ASSERT_TRUE(client.ok()) << client.status();
+  // 8 KiB, and 1 MiB less a little for the rest of the request (limits.max_message_bytes
+  // is 4 MiB).
+  for (const size_t bytes : {size_t{8} << 10, (size_t{1} << 20) - 256}) {
+    const std::string name(bytes, 'n');
+    const std::string echo = absl::StrCat("\"", std::string(64, 'n'), "…\" (", bytes, " bytes)");
+    auto join = (*client)->JoinGroup({.name = name, .rank = 0, .world_size = 1});
+    EXPECT_EQ(join.status().code(), absl::StatusCode::kInvalidArgument) << bytes;
+    EXPECT_EQ(join.status().message(),
+              absl::StrCat("group name ", echo, " is invalid: longer than 256 bytes"));
+    auto create = (*client)->AllocatePersistent(name, 4096);
+    EXPECT_EQ(create.status().code(), absl::StatusCode::kInvalidArgument) << bytes;
+    EXPECT_THAT(create.status().message(), HasSubstr(absl::StrCat("buffer name ", echo)));
+    auto attach = (*client)->AttachPersistent(name);
+    EXPECT_EQ(attach.status().code(), absl::StatusCode::kInvalidArgument) << bytes;
+    EXPECT_THAT(attach.status().message(), HasSubstr(absl::StrCat("buffer name ", echo)));
+    auto abort = (*client)->Abort(name, "stop");
+    EXPECT_EQ(abort.status().code(), absl::StatusCode::kNotFound) << bytes;
+    EXPECT_EQ(abort.status().message(), absl::StrCat("no formed group ", echo, " to abort"));
+    auto health = (*client)->GetHealth(name);
+    EXPECT_EQ(health.status().code(), absl::StatusCode::kNotFound) << bytes;
+    EXPECT_EQ(health.status().message(), absl::StrCat("no group ", echo));
+    auto dump = (*client)->Dump(name);
+    EXPECT_EQ(dump.status().code(), absl::StatusCode::kNotFound) << bytes;
+    EXPECT_EQ(dump.status().message(), absl::StrCat("no formed group ", echo, " to dump"));
+  }
+  // Job ids travel on the fd channel, whose packets stop at 64 KiB.
+  auto job = Connect(std::string(8 << 10, 'j'));
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job.status().message(),
+            absl::StrCat("job id \"", std::string(64, 'j'),
+                         "…\" (8192 bytes) is invalid: longer than 128 bytes"));
+  // The session still works.
+  EXPECT_TRUE((*client)->GetStatus().ok());
 }
 
 TEST_F(DaemonClientTest, CallsWithoutAValidTokenAreUnauthenticated) {
@@ -272,18 +315,24 @@ TEST_F(DaemonClientTest, DaemonFdsReturnToBaselineAfterClients) {
   EXPECT_EQ(Metric("commd_sessions"), 0);
 }
 
+// A daemon on the DGX H100-like fixture (hwloc XML, fake NVML reading `nvml_json`).
+absl::StatusOr<std::unique_ptr<DaemonProcess>> StartOnFakeDgxH100(TempDir& tmp,
+                                                                  const std::string& nvml_json) {
+  std::ofstream(tmp.Join("commd.textproto"))
+      << "topology {\n  hwloc_xml: \"" << COMMD_TOPOLOGY_FIXTURES
+      << "/dgx_h100.xml\"\n  nvml_library: \"" << COMMD_FAKE_NVML << "\"\n  sysfs_root: \""
+      << tmp.path() << "\"\n}\n";
+  return DaemonProcess::Start(tmp.Join("run"),
+                              {.extra_args = {"--config", tmp.Join("commd.textproto")},
+                               .extra_env = {"COMMD_FAKE_NVML_CONFIG=" + nvml_json}});
+}
+
 // The whole path from NVML (a fake library, as no GPU is here) and an hwloc topology of a
 // DGX H100-like node through the daemon to the SDK, commctl and /metrics.
 TEST(DaemonTopologyTest, FakeDgxH100ThroughDaemonSdkCommctlAndMetrics) {
   TempDir tmp;
-  const std::string fixtures = COMMD_TOPOLOGY_FIXTURES;
-  std::ofstream(tmp.Join("commd.textproto"))
-      << "topology {\n  hwloc_xml: \"" << fixtures << "/dgx_h100.xml\"\n  nvml_library: \""
-      << COMMD_FAKE_NVML << "\"\n  sysfs_root: \"" << tmp.path() << "\"\n}\n";
-  auto daemon = DaemonProcess::Start(
-      tmp.Join("run"),
-      {.extra_args = {"--config", tmp.Join("commd.textproto")},
-       .extra_env = {"COMMD_FAKE_NVML_CONFIG=" + fixtures + "/dgx_h100.nvml.json"}});
+  auto daemon =
+      StartOnFakeDgxH100(tmp, std::string(COMMD_TOPOLOGY_FIXTURES) + "/dgx_h100.nvml.json");
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   ClientOptions options;
   options.runtime_dir = (*daemon)->runtime_dir();
@@ -314,6 +363,41 @@ TEST(DaemonTopologyTest, FakeDgxH100ThroughDaemonSdkCommctlAndMetrics) {
             value == 1);
   }
   EXPECT_TRUE(info);
+}
+
+// A GPU that NVML reports lost reaches commctl as lost, in words and in JSON, never as SYS.
+TEST(DaemonTopologyTest, LostGpuIsShownLostByCommctl) {
+  TempDir tmp;
+  std::ifstream in(std::string(COMMD_TOPOLOGY_FIXTURES) + "/dgx_h100.nvml.json");
+  nlohmann::json nvml = nlohmann::json::parse(in);
+  nvml["devices"][5]["lost"] = true;
+  std::ofstream(tmp.Join("nvml.json")) << nvml.dump();
+  auto daemon = StartOnFakeDgxH100(tmp, tmp.Join("nvml.json"));
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+
+  ProcessResult text =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", (*daemon)->runtime_dir(), "topo"});
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output,
+              HasSubstr("\nGPU5  LOST  LOST  LOST  LOST  LOST   X    LOST  LOST  N/A"));
+  EXPECT_THAT(text.output, HasSubstr("\nGPU5 is LOST: NVML reports it lost"));
+  EXPECT_THAT(text.output, HasSubstr("Warning: GPU 5: lost: nvmlDeviceGetName: GPU is lost"));
+  for (absl::string_view line : absl::StrSplit(text.output, '\n')) {
+    if (absl::StartsWith(line, "GPU5 ")) {
+      EXPECT_THAT(line, ::testing::Not(HasSubstr("SYS")));
+    }
+  }
+
+  ProcessResult json =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", (*daemon)->runtime_dir(), "--json", "topo"});
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json t = nlohmann::json::parse(json.output, nullptr, false);
+  ASSERT_FALSE(t.is_discarded()) << json.output;
+  EXPECT_EQ(t["gpus"][5]["lost"], true) << json.output;
+  EXPECT_EQ(t["gpus"][4]["lost"], false) << json.output;
+  EXPECT_EQ(t["gpu_links"][0]["links"][5]["label"], "LOST");
+  EXPECT_EQ(t["gpu_links"][0]["links"][5]["type"], "LINK_LOST");
+  EXPECT_EQ(t["gpu_links"][5]["links"][0]["label"], "LOST");
 }
 
 TEST(ClientLibraryTest, SharedLibraryExportsOnlyTheSdk) {

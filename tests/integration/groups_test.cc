@@ -200,7 +200,7 @@ TEST_F(GroupsTest, BadJoinsFailOnlyTheOffender) {
   EXPECT_EQ((*c)->JoinGroup({.name = "", .rank = 0, .world_size = 1}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_THAT((*c)->JoinGroup({.name = "g h", .rank = 0, .world_size = 1}).status().message(),
-              HasSubstr("has character ' '"));
+              HasSubstr("group name \"g h\" is invalid: character ' ' at byte 1"));
   EXPECT_THAT((*c)->JoinGroup({.name = "x", .rank = 0, .world_size = 0}).status().message(),
               HasSubstr("world size 0 for group x; allowed 1 to 1024"));
   EXPECT_THAT((*c)->JoinGroup({.name = "x", .rank = 0, .world_size = 1, .device = Device::Cuda(0)})

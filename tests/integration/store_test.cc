@@ -99,7 +99,7 @@ TEST_F(StoreTest, WaitTimesOutNamingTheMissingKeys) {
   const absl::Status s =
       client->store().Wait({"present", "missing-a", "missing-b"}, absl::Milliseconds(200));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(s.message(), HasSubstr("store keys still missing: missing-a, missing-b"));
+  EXPECT_THAT(s.message(), HasSubstr("store keys still missing: \"missing-a\", \"missing-b\""));
 }
 
 TEST_F(StoreTest, AWaiterThatDiesLeavesNothingBehind) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "commd/commd.h"
 #include "gmock/gmock.h"
@@ -130,7 +131,9 @@ TEST_F(WatchdogTest, LaggingNamesTheSleepingRankAndNotifyAbortsTheOthers) {
   EXPECT_EQ(d.ranks(2).op(), "");
   EXPECT_EQ(d.ranks(2).last_completed_seq(), 4u);
   for (int r : {0, 1, 3}) {
-    WaitForLog(r, "ABORTED group g: rank(s) [2] never entered collective seq 5");
+    WaitForLog(r,
+               "ABORTED by the watchdog (some ranks never entered a collective the others are "
+               "in): group g: rank(s) [2] never entered collective seq 5");
     WaitForLog(r, "CALLBACK ABORTED");
   }
   EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"lagging\"}"), 1);
@@ -184,10 +187,16 @@ TEST_F(WatchdogTest, MismatchIsReportedAndAnAdminAbortStopsTheGroup) {
   EXPECT_EQ(abort.exit_code, 0) << abort.output;
   EXPECT_THAT(abort.output, HasSubstr("4 rank(s) notified"));
   for (int r = 0; r < kWorld; ++r) {
-    WaitForLog(r, "ABORTED operator says stop");
+    // Who asked, in words: the uid and program of the commctl call.
+    WaitForLog(r, "ABORTED on request: uid 0 (commctl, pid ");
+    WaitForLog(r, ") says: operator says stop");
     WaitForLog(r, "CALLBACK ABORTED");
   }
   EXPECT_GE(Metric("commd_aborts_total{reason=\"admin\"}"), 1);
+  ProcessResult aborted = RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(),
+                                      "--job", "job", "health", "--group", "g"});
+  EXPECT_EQ(aborted.exit_code, 0) << aborted.output;
+  EXPECT_THAT(aborted.output, HasSubstr("[aborted on request]"));
   // The abort left a dump of every rank, saying why.
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   int files = 0;
@@ -200,7 +209,12 @@ TEST_F(WatchdogTest, MismatchIsReportedAndAnAdminAbortStopsTheGroup) {
       if (it->path().extension() != ".json" || path.find("-abort/") == path.npos) continue;
       std::ifstream in(path);
       const nlohmann::json dump = nlohmann::json::parse(in, nullptr, false);
-      if (!dump.is_discarded() && dump["commd"]["diagnosis"]["summary"] == "operator says stop") {
+      if (dump.is_discarded()) continue;
+      const nlohmann::json& summary = dump["commd"]["diagnosis"]["summary"];
+      // Who asked, then why: "uid 0 (commctl, pid 4242) says: operator says stop".
+      if (summary.is_string() &&
+          absl::StartsWith(summary.get<std::string>(), "uid 0 (commctl, pid ") &&
+          absl::EndsWith(summary.get<std::string>(), ") says: operator says stop")) {
         ++files;
       }
     }
@@ -247,7 +261,7 @@ TEST_F(WatchdogTest, KilledRankIsDeadAndTheOthersAreAborted) {
   const std::string death = absl::StrCat("rank 1 (pid ", victim, ") exited: killed by SIGKILL");
   EXPECT_THAT(d.summary(), HasSubstr(death));
   for (int r : {0, 2, 3}) {
-    WaitForLog(r, "ABORTED group g: " + death);
+    WaitForLog(r, "ABORTED because a rank of the group died: group g: " + death);
     WaitForLog(r, "CALLBACK ABORTED");
   }
   EXPECT_EQ(Metric("commd_hangs_detected_total{kind=\"dead\"}"), 1);
@@ -271,7 +285,8 @@ TEST_F(WatchdogTest, RankThatLeftCleanlyWhileOthersWaitIsDead) {
   EXPECT_EQ(d.seq(), 2u);
   EXPECT_THAT(d.ranks_dead(), ElementsAre(3));
   EXPECT_EQ(d.ranks(3).liveness(), "left");
-  for (int r : {0, 1, 2}) WaitForLog(r, "ABORTED group g: rank(s) [3] gone (left)");
+  for (int r : {0, 1, 2})
+    WaitForLog(r, "ABORTED because a rank of the group died: group g: rank(s) [3] gone (left)");
 }
 
 TEST_F(WatchdogTest, SilentRankHoldingWorkIsUnresponsive) {
@@ -283,7 +298,10 @@ TEST_F(WatchdogTest, SilentRankHoldingWorkIsUnresponsive) {
   EXPECT_EQ(d.seq(), 2u);
   EXPECT_THAT(d.ranks_behind(), ElementsAre(0));
   EXPECT_GE(d.ranks(0).heartbeat_age_ms(), 500);
-  for (int r = 0; r < kWorld; ++r) WaitForLog(r, "ABORTED group g: rank(s) [0] stopped");
+  for (int r = 0; r < kWorld; ++r)
+    WaitForLog(r,
+               "ABORTED by the watchdog (a rank stopped its heartbeat with work unfinished): "
+               "group g: rank(s) [0] stopped");
   EXPECT_GE(Metric("commd_hangs_detected_total{kind=\"unresponsive\"}"), 1);
   EXPECT_GE(Metric("commd_aborts_total{reason=\"unresponsive\"}"), 1);
   ExpectDumpDiagnosis("hang-unresponsive", "UNRESPONSIVE", {0});

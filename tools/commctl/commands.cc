@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/control_block.h"
 #include "common/status_macros.h"
 #include "daemon/recorder/dumper.h"
 #include "daemon/recorder/pickle_writer.h"
@@ -99,8 +100,13 @@ std::string FormatHealth(const v1::GetHealthResponse& health) {
       absl::AsciiStrToLower(&kind);
       diagnosis = absl::StrCat(kind, ": ", d.summary());
     }
-    if (!g.abort_reason().empty())
-      absl::StrAppend(&diagnosis, " [aborted: ", g.abort_reason(), "]");
+    if (!g.abort_reason().empty()) {
+      // The daemon sends the reason's name (it is a metric label too); people read words.
+      const uint32_t reason = AbortReasonFromName(g.abort_reason());
+      absl::StrAppend(&diagnosis, " [aborted ",
+                      reason < kAbortReasonCount ? AbortReasonWords(reason) : g.abort_reason(),
+                      "]");
+    }
     absl::StrAppendFormat(&out, "%-24s %-16s %-8s %-10s %s\n", g.job_id(), g.group(), state, policy,
                           diagnosis);
   }

@@ -177,7 +177,9 @@ class COMMD_API Group {
   // True once the daemon asked this group to stop (watchdog finding or commctl abort): the
   // group's collectives fail with ABORTED from then on. Never blocks; thread-safe.
   bool abort_requested() const;
-  // The daemon's reason, empty while no abort was requested.
+  // Who aborted the group and why, in words that follow "group G aborted", e.g. "by the
+  // watchdog (a collective is stuck: ...): all_reduce seq 42 ..." or "on request: uid 1000
+  // (commctl, pid 4242) says: <its reason>"; empty while no abort was requested.
   std::string abort_reason() const;
   // Runs `callback` once, with ABORTED and the reason, when the daemon aborts this group: on
   // the SDK's event thread (keep it short; it must not call into this Group), or at once on
