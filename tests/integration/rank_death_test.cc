@@ -46,8 +46,9 @@ class RankDeathTest : public ::testing::Test {
   }
 
   // The survivors' two failures, each with `code` and `death` in its message, and a clean exit.
-  void ExpectSurvivorsFailed(int victim, const std::string& death,
-                             const std::string& code = "ABORTED: group d aborted: ") {
+  void ExpectSurvivorsFailed(
+      int victim, const std::string& death,
+      const std::string& code = "ABORTED: group d aborted because a rank of the group died: ") {
     for (int r = 0; r < kWorld; ++r) {
       if (r == victim) continue;
       SCOPED_TRACE(absl::StrCat("rank ", r));
