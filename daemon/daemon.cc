@@ -135,12 +135,15 @@ absl::Status Daemon::StartMemory() {
 
 absl::Status Daemon::StartServers() {
   const v1::TransportConfig& transport = config_.transport();
+  auto accept = [&](std::string path, uint32_t max_connections) {
+    return server::AcceptorOptions{.path = std::move(path),
+                                   .max_connections = max_connections,
+                                   .max_per_uid = config_.limits().per_uid().fd_connections(),
+                                   .backoff = absl::Milliseconds(transport.accept_backoff_ms())};
+  };
   server::HandleChannelOptions channel_options;
-  channel_options.path = dir_->handle_socket();
-  channel_options.max_connections = transport.max_fd_connections();
-  channel_options.max_connections_per_uid = config_.limits().per_uid().fd_connections();
+  channel_options.accept = accept(dir_->handle_socket(), transport.max_fd_connections());
   channel_options.session_timeout = absl::Milliseconds(transport.session_timeout_ms());
-  channel_options.accept_backoff = absl::Milliseconds(transport.accept_backoff_ms());
   channel_options.daemon_version = DaemonVersion();
   channel_options.importer = [table = table_.get()](
                                  const std::vector<std::string>& tokens,
@@ -156,11 +159,8 @@ absl::Status Daemon::StartServers() {
   ASSIGN_OR_RETURN(
       grpc_connections_,
       server::GrpcConnections::Start(
-          {.path = dir_->grpc_socket(),
-           .max_connections = transport.max_grpc_connections(),
-           .max_connections_per_uid = config_.limits().per_uid().fd_connections(),
+          {.accept = accept(dir_->grpc_socket(), transport.max_grpc_connections()),
            .session_timeout = absl::Milliseconds(transport.session_timeout_ms()),
-           .accept_backoff = absl::Milliseconds(transport.accept_backoff_ms()),
            .write_stall_timeout = absl::Milliseconds(transport.write_stall_timeout_ms())},
           loop_.get(), &metrics_->registry()));
 

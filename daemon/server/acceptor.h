@@ -43,7 +43,7 @@ struct AcceptorOptions {
   std::string max_connections_field;  // config field named in errors
   uint32_t max_per_uid = 1024;
   absl::Duration backoff = absl::Milliseconds(200);
-  // How often at most a line says how many connections the fd limit refused.
+  // How often at most a line says how many connections were refused, per reason.
   absl::Duration log_interval = absl::Seconds(5);
   // Tells a refused client why before its connection closes (optional; a seqpacket socket
   // can answer, an HTTP/2 one cannot).

@@ -29,14 +29,10 @@ absl::StatusOr<std::unique_ptr<GrpcConnections>> GrpcConnections::Start(
     GrpcConnectionsOptions options, EventLoop* loop, prometheus::Registry* registry) {
   std::unique_ptr<GrpcConnections> c(new GrpcConnections(std::move(options), loop));
   GrpcConnections* self = c.get();
-  AcceptorOptions accept;
-  accept.path = self->options_.path;
+  AcceptorOptions accept = self->options_.accept;
   accept.type = SOCK_STREAM;
   accept.socket_label = "commd.sock";
-  accept.max_connections = self->options_.max_connections;
   accept.max_connections_field = "transport.max_grpc_connections";
-  accept.max_per_uid = self->options_.max_connections_per_uid;
-  accept.backoff = self->options_.accept_backoff;
   ASSIGN_OR_RETURN(self->acceptor_,
                    Acceptor::Start(std::move(accept), loop, registry,
                                    [self](UniqueFd conn, const PeerCredentials& peer) {

@@ -44,11 +44,10 @@
 namespace commd::server {
 
 struct GrpcConnectionsOptions {
-  std::string path;
-  uint32_t max_connections = 4096;                     // transport.max_grpc_connections
-  uint32_t max_connections_per_uid = 1024;             // limits.per_uid.fd_connections
+  // Path, caps (transport.max_grpc_connections, limits.per_uid.fd_connections) and
+  // back-off; the rest is filled in here.
+  AcceptorOptions accept;
   absl::Duration session_timeout = absl::Seconds(10);  // transport.session_timeout_ms
-  absl::Duration accept_backoff = absl::Milliseconds(200);
   // A connection whose peer leaves the daemon's answers unread this long is shut down
   // (transport.write_stall_timeout_ms).
   absl::Duration write_stall_timeout = absl::Seconds(5);
@@ -56,7 +55,7 @@ struct GrpcConnectionsOptions {
 
 class GrpcConnections {
  public:
-  // Listens on options.path (mode 0660) but accepts nothing until Serve. `loop` and
+  // Listens on options.accept.path (mode 0660) but accepts nothing until Serve. `loop` and
   // `registry` must outlive this object; the loop must be stopped before it is destroyed.
   static absl::StatusOr<std::unique_ptr<GrpcConnections>> Start(GrpcConnectionsOptions options,
                                                                 EventLoop* loop,

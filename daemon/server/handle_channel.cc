@@ -14,14 +14,10 @@ absl::StatusOr<std::unique_ptr<HandleChannel>> HandleChannel::Start(
     prometheus::Registry* registry) {
   std::unique_ptr<HandleChannel> channel(new HandleChannel(std::move(options), loop, sessions));
   HandleChannel* self = channel.get();
-  AcceptorOptions accept;
-  accept.path = self->options_.path;
+  AcceptorOptions accept = self->options_.accept;
   accept.type = SOCK_SEQPACKET;
   accept.socket_label = "handles.sock";
-  accept.max_connections = self->options_.max_connections;
   accept.max_connections_field = "transport.max_fd_connections";
-  accept.max_per_uid = self->options_.max_connections_per_uid;
-  accept.backoff = self->options_.accept_backoff;
   // The client's first packet is an OpenSession; this answer arrives in its place, so the
   // client hears which limit it met instead of finding its connection closed.
   accept.explain = [](int fd, const absl::Status& why) {

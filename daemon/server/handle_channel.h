@@ -39,20 +39,19 @@ using Importer = std::function<absl::StatusOr<std::vector<ImportedFd>>(
     const std::vector<std::string>& tokens, pid_t pid)>;
 
 struct HandleChannelOptions {
-  std::string path;
+  // Path, caps (transport.max_fd_connections, limits.per_uid.fd_connections) and back-off;
+  // the channel fills in the rest.
+  AcceptorOptions accept;
   Importer importer;
   size_t max_packet_bytes = kMaxHandlePacketBytes;
-  uint32_t max_connections = 4096;          // transport.max_fd_connections
-  uint32_t max_connections_per_uid = 1024;  // limits.per_uid.fd_connections
   // A connection that opened no session within this is closed (transport.session_timeout_ms).
   absl::Duration session_timeout = absl::Seconds(10);
-  absl::Duration accept_backoff = absl::Milliseconds(200);
   std::string daemon_version;
 };
 
 class HandleChannel {
  public:
-  // Listens on options.path (mode 0660). `loop`, `sessions` and `registry` must outlive the
+  // Listens on options.accept.path (mode 0660). `loop`, `sessions` and `registry` must outlive the
   // channel, and the loop must be stopped before the channel is destroyed.
   static absl::StatusOr<std::unique_ptr<HandleChannel>> Start(HandleChannelOptions options,
                                                               EventLoop* loop,
