@@ -8,6 +8,7 @@
 #include "common/runtime_dir.h"
 #include "common/status_macros.h"
 #include "daemon/topology/topology.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 
 namespace commd {
@@ -63,7 +64,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const v1::DaemonConfig& co
   d->timers_ = std::make_unique<server::TimerQueue>();
   d->sessions_ = std::make_unique<server::SessionRegistry>(
       d->loop_.get(), d->timers_.get(), d->metrics_.get(),
-      server::SessionLimits{config.limits().max_sessions(), admin_gid});
+      server::SessionLimits{.max_sessions = config.limits().max_sessions(),
+                            .max_sessions_per_uid = config.limits().per_uid().sessions(),
+                            .admin_gid = admin_gid});
   RETURN_IF_ERROR(d->StartMemory());
   RETURN_IF_ERROR(d->StartServers());
   return d;
@@ -140,11 +143,16 @@ absl::Status Daemon::StartMemory() {
 }
 
 absl::Status Daemon::StartServers() {
+  const v1::TransportConfig& transport = config_.transport();
+  auto accept = [&](std::string path, uint32_t max_connections) {
+    return server::AcceptorOptions{.path = std::move(path),
+                                   .max_connections = max_connections,
+                                   .max_per_uid = config_.limits().per_uid().fd_connections(),
+                                   .backoff = absl::Milliseconds(transport.accept_backoff_ms())};
+  };
   server::HandleChannelOptions channel_options;
-  channel_options.path = dir_->handle_socket();
-  // Headroom above the session limit, so that a client over it hears the limit named rather
-  // than finding its connection closed.
-  channel_options.max_connections = config_.limits().max_sessions() + 64;
+  channel_options.accept = accept(dir_->handle_socket(), transport.max_fd_connections());
+  channel_options.session_timeout = absl::Milliseconds(transport.session_timeout_ms());
   channel_options.daemon_version = DaemonVersion();
   channel_options.importer = [table = table_.get()](
                                  const std::vector<std::string>& tokens,
@@ -154,18 +162,24 @@ absl::Status Daemon::StartServers() {
     for (auto& r : redeemed) out.push_back({std::move(r.fd), r.bytes});
     return out;
   };
-  ASSIGN_OR_RETURN(channel_,
-                   server::HandleChannel::Start(channel_options, loop_.get(), sessions_.get()));
+  ASSIGN_OR_RETURN(channel_, server::HandleChannel::Start(channel_options, loop_.get(),
+                                                          sessions_.get(), &metrics_->registry()));
   RETURN_IF_ERROR(dir_->SecureSocket(dir_->handle_socket()));
+  ASSIGN_OR_RETURN(
+      grpc_connections_,
+      server::GrpcConnections::Start(
+          {.accept = accept(dir_->grpc_socket(), transport.max_grpc_connections()),
+           .session_timeout = absl::Milliseconds(transport.session_timeout_ms()),
+           .write_stall_timeout = absl::Milliseconds(transport.write_stall_timeout_ms())},
+          loop_.get(), &metrics_->registry()));
 
-  rpc_ = std::make_unique<server::RpcContext>(sessions_.get(), metrics_.get());
+  rpc_ = std::make_unique<server::RpcContext>(sessions_.get(), metrics_.get(),
+                                              grpc_connections_.get());
   node_service_ = std::make_unique<server::NodeService>(
       rpc_.get(), [this](v1::NodeStatus* s) { FillStatus(s); }, [this] { return topology_; });
   grpc::ServerBuilder builder;
-  int bound = 0;
-  builder.AddListeningPort(absl::StrCat("unix:", dir_->grpc_socket()),
-                           grpc::InsecureServerCredentials(), &bound);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.limits().max_message_bytes()));
+  // No listening port: GrpcConnections accepts on commd.sock and hands each connection over.
+  ConfigureGrpcTransport(&builder);
   session_service_ = std::make_unique<server::SessionService>(rpc_.get(), sessions_.get());
   groups_service_ = std::make_unique<groups::GroupsService>(rpc_.get(), groups_.get());
   memory_service_ = std::make_unique<memory::MemoryService>(rpc_.get(), persistent_.get());
@@ -200,10 +214,31 @@ absl::Status Daemon::StartServers() {
   if (grpc_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", dir_->grpc_socket()));
   }
+  grpc_connections_->Serve(grpc_.get());
   RETURN_IF_ERROR(dir_->SecureSocket(dir_->grpc_socket()));
   COMMD_LOG(INFO, "server") << "gRPC on " << dir_->grpc_socket() << ", fd channel on "
                             << dir_->handle_socket();
   return absl::OkStatus();
+}
+
+void Daemon::ConfigureGrpcTransport(grpc::ServerBuilder* builder) {
+  const v1::TransportConfig& t = config_.transport();
+  builder->SetMaxReceiveMessageSize(static_cast<int>(config_.limits().max_message_bytes()));
+  // Every connection's buffers come out of one quota, so no number of clients can grow the
+  // daemon past it; over it gRPC stops reading rather than allocating.
+  grpc::ResourceQuota quota("commd-transport");
+  quota.Resize(t.grpc_memory_bytes());
+  quota.SetMaxThreads(static_cast<int>(t.grpc_max_threads()));
+  builder->SetResourceQuota(quota);
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                              static_cast<int>(t.max_streams_per_connection()));
+  // No ping strikes. gRPC 1.51 answers a strike-out by deferring the close until its pending
+  // writes finish, which never happens when the peer does not read, and meanwhile keeps one
+  // more error per further PING: the 850 MB of the PING flood. GrpcConnections closes such
+  // a peer instead (write_stall_timeout_ms), and acks alone cost the daemon a few bytes.
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                              static_cast<int>(t.max_connection_idle_ms()));
 }
 
 void Daemon::FillStatus(v1::NodeStatus* status) const {
@@ -238,6 +273,7 @@ void Daemon::DumpAll(const std::string& trigger) {
 }
 
 void Daemon::Shutdown(absl::Duration grace) {
+  if (grpc_connections_ != nullptr) grpc_connections_->Stop();
   if (grpc_ != nullptr) {
     grpc_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
     grpc_.reset();
@@ -262,6 +298,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   dumper_.reset();
   table_.reset();
   channel_.reset();
+  grpc_connections_.reset();
   sessions_.reset();
   dir_.reset();  // removes the sockets
   metrics_.reset();

@@ -25,6 +25,7 @@
 #include "daemon/recorder/dumper.h"
 #include "daemon/recorder/recorder_service.h"
 #include "daemon/server/event_loop.h"
+#include "daemon/server/grpc_connections.h"
 #include "daemon/server/handle_channel.h"
 #include "daemon/server/node_service.h"
 #include "daemon/server/rpc.h"
@@ -37,6 +38,7 @@
 #include "daemon/watchdog/health_service.h"
 #include "daemon/watchdog/watchdog.h"
 #include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
 
 namespace commd {
 
@@ -65,6 +67,8 @@ class Daemon {
   Daemon() = default;
   absl::Status StartMemory();
   absl::Status StartServers();
+  // Bounds on what gRPC connections may cost: memory quota, streams, ping policy, idleness.
+  void ConfigureGrpcTransport(grpc::ServerBuilder* builder);
   void FillStatus(v1::NodeStatus* status) const;
 
   v1::DaemonConfig config_;
@@ -74,6 +78,7 @@ class Daemon {
   std::unique_ptr<metrics::Metrics> metrics_;
   std::unique_ptr<server::SessionRegistry> sessions_;
   std::unique_ptr<server::HandleChannel> channel_;
+  std::unique_ptr<server::GrpcConnections> grpc_connections_;
   std::unique_ptr<memory::AllocationTable> table_;
   std::unique_ptr<groups::GroupRegistry> groups_;
   std::unique_ptr<memory::PersistentBuffers> persistent_;

@@ -6,6 +6,7 @@
 #include "daemon/daemon.h"
 #include "daemon/flags.h"
 #include "daemon/process.h"
+#include "daemon/server/acceptor.h"
 
 int main(int argc, char** argv) {
   auto flags = commd::ParseDaemonFlags(argc, argv);
@@ -26,6 +27,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   commd::SetMinLogLevel(commd::ToLogSeverity(config->log_level()));
+  // Every client costs the daemon a few fds; the usual soft limit of 1024 would cap clients
+  // far below the hard limit the administrator set.
+  if (auto fds = commd::server::RaiseOpenFileLimit(); fds.ok()) {
+    COMMD_LOG(INFO, "daemon") << "open file limit " << *fds;
+  } else {
+    COMMD_LOG(WARNING, "daemon") << "cannot raise the open file limit: " << fds.status();
+  }
   if (auto s = commd::BlockDaemonSignals(); !s.ok()) {
     COMMD_LOG(ERROR, "daemon") << s;
     return 1;

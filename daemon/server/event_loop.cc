@@ -2,7 +2,11 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
+#include <algorithm>
+
+#include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 
@@ -23,15 +27,20 @@ absl::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create() {
 }
 
 EventLoop::~EventLoop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
 }
 
-absl::Status EventLoop::Add(int fd, Callback callback) {
+absl::Status EventLoop::Add(int fd, Callback callback, uint32_t events) {
+  static_assert(kInput == (EPOLLIN | EPOLLRDHUP) && kHangUp == EPOLLRDHUP);
   absl::MutexLock lock(&mu_);
   epoll_event e{};
-  e.events = EPOLLIN | EPOLLRDHUP;
+  e.events = events;
   e.data.fd = fd;
   SYS_RETURN_IF_ERROR(::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &e));
   callbacks_[fd] = std::make_shared<Callback>(std::move(callback));
@@ -44,10 +53,38 @@ void EventLoop::Remove(int fd) {
   callbacks_.erase(fd);
 }
 
+void EventLoop::RunAt(absl::Time when, std::function<void()> callback) {
+  {
+    absl::MutexLock lock(&mu_);
+    timers_.emplace(std::make_pair(when, next_timer_++), std::move(callback));
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+}
+
+int EventLoop::RunDueTimers() {
+  for (;;) {
+    std::function<void()> due;
+    {
+      absl::MutexLock lock(&mu_);
+      if (timers_.empty()) return -1;
+      const absl::Duration left = timers_.begin()->first.first - absl::Now();
+      if (left > absl::ZeroDuration()) {
+        // Round up, so a timer is never run early and the loop never spins on a 0 timeout.
+        return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 60000));
+      }
+      due = std::move(timers_.begin()->second);
+      timers_.erase(timers_.begin());
+    }
+    due();
+  }
+}
+
 void EventLoop::Run() {
   epoll_event events[64];
   for (;;) {
-    const int n = ::epoll_wait(epoll_.get(), events, 64, -1);
+    const int timeout = RunDueTimers();
+    const int n = ::epoll_wait(epoll_.get(), events, 64, timeout);
     if (n < 0) {
       if (errno == EINTR) continue;
       COMMD_LOG(ERROR, "event_loop") << "epoll_wait: " << std::strerror(errno);
@@ -55,7 +92,13 @@ void EventLoop::Run() {
     }
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
-      if (fd == wake_.get()) return;
+      if (fd == wake_.get()) {
+        uint64_t count;
+        [[maybe_unused]] ssize_t r = ::read(wake_.get(), &count, sizeof(count));
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+        continue;
+      }
       std::shared_ptr<Callback> cb;
       {
         absl::MutexLock lock(&mu_);

@@ -5,44 +5,61 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/server/handle_packet.h"
 
 namespace commd::server {
 
-absl::StatusOr<std::unique_ptr<HandleChannel>> HandleChannel::Start(HandleChannelOptions options,
-                                                                    EventLoop* loop,
-                                                                    SessionRegistry* sessions) {
+absl::StatusOr<std::unique_ptr<HandleChannel>> HandleChannel::Start(
+    HandleChannelOptions options, EventLoop* loop, SessionRegistry* sessions,
+    prometheus::Registry* registry) {
   std::unique_ptr<HandleChannel> channel(new HandleChannel(std::move(options), loop, sessions));
-  ASSIGN_OR_RETURN(channel->listener_,
-                   ListenUnix(channel->options_.path, SOCK_SEQPACKET | SOCK_NONBLOCK, 0660));
   HandleChannel* self = channel.get();
-  RETURN_IF_ERROR(loop->Add(self->listener_.get(), [self](uint32_t) { self->OnAccept(); }));
+  AcceptorOptions accept = self->options_.accept;
+  accept.type = SOCK_SEQPACKET;
+  accept.socket_label = "handles.sock";
+  accept.max_connections_field = "transport.max_fd_connections";
+  // The client's first packet is an OpenSession; this answer arrives in its place, so the
+  // client hears which limit it met instead of finding its connection closed.
+  accept.explain = [](int fd, const absl::Status& why) {
+    v1::HandleResponse response;
+    response.set_code(static_cast<int>(why.code()));
+    response.set_message(std::string(why.message()));
+    (void)SendMessage(fd, response.SerializeAsString());
+  };
+  ASSIGN_OR_RETURN(self->acceptor_,
+                   Acceptor::Start(std::move(accept), loop, registry,
+                                   [self](UniqueFd conn, const PeerCredentials& peer) {
+                                     self->OnAccept(std::move(conn), peer);
+                                   }));
   return channel;
 }
 
-void HandleChannel::OnAccept() {
-  for (;;) {
-    const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno != EAGAIN && errno != EINTR) {
-        COMMD_LOG(WARNING, "fd_channel") << "accept: " << std::strerror(errno);
-      }
-      return;
-    }
-    UniqueFd conn(fd);
-    if (connections_.size() >= options_.max_connections) {
-      COMMD_LOG(WARNING, "fd_channel") << "refusing connection: " << connections_.size()
-                                       << " open, limit " << options_.max_connections;
-      continue;  // closes it
-    }
-    if (absl::Status s = loop_->Add(fd, [this, fd](uint32_t) { OnReadable(fd); }); !s.ok()) {
-      COMMD_LOG(WARNING, "fd_channel") << "cannot watch connection: " << s;
-      continue;
-    }
-    connections_[fd].fd = std::move(conn);
+void HandleChannel::OnAccept(UniqueFd conn, const PeerCredentials& peer) {
+  const int fd = conn.get();
+  if (absl::Status s = loop_->Add(fd, [this, fd](uint32_t) { OnReadable(fd); }); !s.ok()) {
+    COMMD_LOG(WARNING, "fd_channel") << "cannot watch connection: " << s;
+    acceptor_->Closed(peer.uid);
+    return;
   }
+  Connection& c = connections_[fd];
+  c.fd = std::move(conn);
+  c.uid = peer.uid;
+  c.serial = next_serial_++;
+  loop_->RunAt(absl::Now() + options_.session_timeout,
+               [this, fd, serial = c.serial] { CheckSessionOpened(fd, serial); });
+}
+
+void HandleChannel::CheckSessionOpened(int fd, uint64_t serial) {
+  auto it = connections_.find(fd);
+  if (it == connections_.end() || it->second.serial != serial ||
+      !it->second.session_tokens.empty()) {
+    return;
+  }
+  acceptor_->CountDropped("no_session");
+  Drop(fd, "");  // counted, not logged: one line per idle connection would be a log flood
 }
 
 void HandleChannel::Drop(int fd, absl::string_view why) {
@@ -51,6 +68,7 @@ void HandleChannel::Drop(int fd, absl::string_view why) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
   for (const std::string& token : it->second.session_tokens) sessions_->CloseForDisconnect(token);
+  acceptor_->Closed(it->second.uid);
   connections_.erase(it);
 }
 

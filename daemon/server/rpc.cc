@@ -5,6 +5,7 @@
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/runtime_dir.h"
+#include "common/status_macros.h"
 
 namespace commd::server {
 
@@ -79,7 +80,9 @@ absl::StatusOr<std::shared_ptr<const Session>> RpcContext::Authenticate(
   const absl::string_view token = it == metadata.end()
                                       ? absl::string_view()
                                       : absl::string_view(it->second.data(), it->second.size());
-  return sessions_->Authenticate(token);
+  ASSIGN_OR_RETURN(std::shared_ptr<const Session> session, sessions_->Authenticate(token));
+  if (connections_ != nullptr) RETURN_IF_ERROR(connections_->Verify(ctx->peer(), *session));
+  return session;
 }
 
 grpc::ServerUnaryReactor* RpcContext::ServeLater(

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/server/grpc_connections.h"
 #include "daemon/server/sessions.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
@@ -35,8 +36,11 @@ class PendingCall {
 
 class RpcContext {
  public:
-  RpcContext(SessionRegistry* sessions, metrics::Metrics* metrics)
-      : sessions_(sessions), metrics_(metrics) {}
+  // `connections`, when set, binds each token to the process that opened its session (see
+  // grpc_connections.h); without it any holder of a token is its session.
+  RpcContext(SessionRegistry* sessions, metrics::Metrics* metrics,
+             GrpcConnections* connections = nullptr)
+      : sessions_(sessions), metrics_(metrics), connections_(connections) {}
 
   // Authenticates, runs `handler`, records metrics, and finishes the call.
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, absl::string_view method,
@@ -49,7 +53,8 @@ class RpcContext {
       absl::FunctionRef<void(std::shared_ptr<const Session>, std::shared_ptr<PendingCall>)>
           handler);
 
-  // The session whose token the call carries, or UNAUTHENTICATED.
+  // The session whose token the call carries, if the call came from that session's process;
+  // else UNAUTHENTICATED.
   absl::StatusOr<std::shared_ptr<const Session>> Authenticate(
       grpc::CallbackServerContext* ctx) const;
   metrics::Metrics* metrics() const { return metrics_; }
@@ -57,6 +62,7 @@ class RpcContext {
  private:
   SessionRegistry* const sessions_;
   metrics::Metrics* const metrics_;
+  GrpcConnections* const connections_;
 };
 
 }  // namespace commd::server

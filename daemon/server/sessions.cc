@@ -55,6 +55,13 @@ absl::StatusOr<std::shared_ptr<const Session>> SessionRegistry::Open(const PeerC
           absl::StrCat("session limit reached: ", sessions_.size(), " sessions open, limit ",
                        limits_.max_sessions, " (limits.max_sessions)"));
     }
+    uint32_t& mine = per_uid_[peer.uid];
+    if (mine >= limits_.max_sessions_per_uid) {
+      return absl::ResourceExhaustedError(absl::StrCat("uid ", peer.uid, " holds ", mine,
+                                                       " of its ", limits_.max_sessions_per_uid,
+                                                       " sessions (limits.per_uid.sessions)"));
+    }
+    ++mine;
     sessions_[token] = Entry{session, std::move(pidfd)};
     metrics_->SetSessions(static_cast<double>(sessions_.size()));
   }
@@ -93,6 +100,9 @@ bool SessionRegistry::End(absl::string_view token, SessionEnd end) {
     if (it == sessions_.end()) return false;
     entry = std::move(it->second);
     sessions_.erase(it);
+    if (auto u = per_uid_.find(entry.session->uid); u != per_uid_.end() && --u->second == 0) {
+      per_uid_.erase(u);
+    }
     listeners = listeners_;
     metrics_->SetSessions(static_cast<double>(sessions_.size()));
   }

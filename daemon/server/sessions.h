@@ -55,6 +55,7 @@ struct SessionEnd {
 
 struct SessionLimits {
   uint32_t max_sessions = 4096;
+  uint32_t max_sessions_per_uid = 1024;      // limits.per_uid.sessions
   gid_t admin_gid = static_cast<gid_t>(-1);  // -1: none
 };
 
@@ -66,7 +67,8 @@ class SessionRegistry {
                   SessionLimits limits);
 
   // Opens a session for the process `peer`. An empty job id means "default". Fails with
-  // RESOURCE_EXHAUSTED at limits.max_sessions, INVALID_ARGUMENT for a bad job id.
+  // RESOURCE_EXHAUSTED at limits.max_sessions or limits.per_uid.sessions, INVALID_ARGUMENT
+  // for a bad job id.
   absl::StatusOr<std::shared_ptr<const Session>> Open(const PeerCredentials& peer,
                                                       absl::string_view job_id);
 
@@ -105,6 +107,7 @@ class SessionRegistry {
   const SessionLimits limits_;
   mutable absl::Mutex mu_;
   std::unordered_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<uid_t, uint32_t> per_uid_ ABSL_GUARDED_BY(mu_);
   std::vector<EndListener> listeners_ ABSL_GUARDED_BY(mu_);
 };
 

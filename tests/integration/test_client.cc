@@ -20,9 +20,16 @@
 //   forming N MS          N threads join groups f0..f{N-1} of world size 2 as rank 0 with
 //                         MS of rendezvous timeout (they stay forming); each prints
 //                         "join <i> <CODE> <message>" when its call returns
+//   use-token TOKEN   call Node.GetStatus on commd.sock with someone else's session TOKEN;
+//                  prints "status <code> <message>"
+//   hold N         open N raw connections to handles.sock (no session); prints "refused
+//                  <code> <message>" for each the daemon refused, then "held <n>", then
+//                  sleeps until killed
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,8 +41,57 @@
 #include "commd/commd.h"
 #include "commd/group.h"
 #include "commd/v1/handles.pb.h"
+#include "commd/v1/node.grpc.pb.h"
 #include "common/runtime_dir.h"
 #include "common/unix_socket.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace {
+
+int UseToken(const std::string& token) {
+  const std::string path = commd::ClientRuntimeDir("") + "/" + commd::kGrpcSocketName;
+  auto stub = commd::v1::Node::NewStub(
+      grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata(commd::kSessionMetadataKey, token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  commd::v1::NodeStatus out;
+  const grpc::Status s = stub->GetStatus(&ctx, {}, &out);
+  std::printf("status %d %s\n", static_cast<int>(s.error_code()), s.error_message().c_str());
+  return 0;
+}
+
+int Hold(int n) {
+  const std::string path = commd::ClientRuntimeDir("") + "/" + commd::kHandleSocketName;
+  std::vector<commd::UniqueFd> held;
+  for (int i = 0; i < n; ++i) {
+    auto conn = commd::ConnectUnix(path, SOCK_SEQPACKET);
+    if (!conn.ok()) {
+      std::printf("connect failed: %s\n", conn.status().ToString().c_str());
+      continue;
+    }
+    held.push_back(*std::move(conn));
+  }
+  // A refused connection carries the daemon's answer and then its end; a held one is silent.
+  int kept = 0;
+  for (commd::UniqueFd& fd : held) {
+    pollfd p{fd.get(), POLLIN, 0};
+    if (::poll(&p, 1, 500) == 0) {
+      ++kept;
+      continue;
+    }
+    auto received = commd::ReceiveMessage(fd.get(), 65536);
+    commd::v1::HandleResponse response;
+    if (received.ok() && received->has_value()) response.ParseFromString((*received)->bytes);
+    std::printf("refused %d %s\n", response.code(), response.message().c_str());
+  }
+  std::printf("held %d\n", kept);
+  std::fflush(stdout);
+  for (;;) ::pause();
+}
+
+}  // namespace
 
 namespace {
 
@@ -131,6 +187,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: test_client exit|wait\n");
     return 2;
   }
+  if (std::strcmp(argv[1], "use-token") == 0 && argc == 3) return UseToken(argv[2]);
+  if (std::strcmp(argv[1], "hold") == 0 && argc == 3) return Hold(std::atoi(argv[2]));
   if (std::strcmp(argv[1], "import") == 0 && argc == 3) {
     // A raw fd-channel peer: its own session, then someone else's token.
     const std::string path = commd::ClientRuntimeDir("") + "/" + commd::kHandleSocketName;
