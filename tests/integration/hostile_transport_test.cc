@@ -245,6 +245,18 @@ TEST_F(HostileTransportTest, CopiedTokenIsRefusedInAnotherProcess) {
     EXPECT_THAT(other_uid.output, HasSubstr("status 16 session token of pid"));
     EXPECT_THAT(other_uid.output, HasSubstr("(uid 1001)"));
   }
+  // Closing the session needs the connection that opened it: a copied token on another
+  // process's connection is NOT_FOUND (the same answer as a token that does not exist).
+  ProcessResult close_same_uid =
+      RunProcess({COMMD_TEST_CLIENT, "close-token", token}, absl::Seconds(30), Env());
+  EXPECT_THAT(close_same_uid.output,
+              HasSubstr("close 5 no open session with that token on this connection"));
+  if (::geteuid() == 0) {
+    ProcessResult close_other_uid =
+        RunProcess(As(1001, {"close-token", token}), absl::Seconds(30), Env());
+    EXPECT_THAT(close_other_uid.output,
+                HasSubstr("close 5 no open session with that token on this connection"));
+  }
   // The refusals left the owner's session intact.
   grpc::ClientContext again;
   again.AddMetadata("commd-session", token);

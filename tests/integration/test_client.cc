@@ -20,6 +20,8 @@
 //   forming N MS          N threads join groups f0..f{N-1} of world size 2 as rank 0 with
 //                         MS of rendezvous timeout (they stay forming); each prints
 //                         "join <i> <CODE> <message>" when its call returns
+//   close-token TOKEN   ask handles.sock to close someone else's session TOKEN on a new
+//                  connection; prints "close <code> <message>"
 //   use-token TOKEN   call Node.GetStatus on commd.sock with someone else's session TOKEN;
 //                  prints "status <code> <message>"
 //   hold N         open N raw connections to handles.sock (no session); prints "refused
@@ -189,6 +191,20 @@ int main(int argc, char** argv) {
   }
   if (std::strcmp(argv[1], "use-token") == 0 && argc == 3) return UseToken(argv[2]);
   if (std::strcmp(argv[1], "hold") == 0 && argc == 3) return Hold(std::atoi(argv[2]));
+  if (std::strcmp(argv[1], "close-token") == 0 && argc == 3) {
+    const std::string path = commd::ClientRuntimeDir("") + "/" + commd::kHandleSocketName;
+    auto conn = commd::ConnectUnix(path, SOCK_SEQPACKET);
+    if (!conn.ok()) return 1;
+    commd::v1::HandleRequest request;
+    request.mutable_close_session()->set_session_token(argv[2]);
+    if (!commd::SendMessage(conn->get(), request.SerializeAsString()).ok()) return 1;
+    auto received = commd::ReceiveMessage(conn->get(), 65536);
+    if (!received.ok() || !received->has_value()) return 1;
+    commd::v1::HandleResponse response;
+    response.ParseFromString((*received)->bytes);
+    std::printf("close %d %s\n", response.code(), response.message().c_str());
+    return 0;
+  }
   if (std::strcmp(argv[1], "import") == 0 && argc == 3) {
     // A raw fd-channel peer: its own session, then someone else's token.
     const std::string path = commd::ClientRuntimeDir("") + "/" + commd::kHandleSocketName;
