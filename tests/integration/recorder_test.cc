@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "commd/commd.h"
@@ -141,6 +142,10 @@ TEST_F(RecorderTest, DumpsTakenWhileRanksRecordAreConsistent) {
   auto ranks = Ranks(4, "record-forever", "RECORDING");
   auto client = Client::Connect({.runtime_dir = daemon_->runtime_dir(), .job_id = "job"});
   ASSERT_TRUE(client.ok());
+  // A rank that records nonstop can lap its 1024-slot ring while one read copies it (2 cores,
+  // loaded machine): that read keeps no entry, since every slot was rewritten after it began.
+  // So every file must be consistent, and every rank must show entries in some dump.
+  std::set<std::string> ranks_with_entries;
   for (int i = 0; i < 5; ++i) {
     auto dump = (*client)->Dump("g");
     ASSERT_TRUE(dump.ok()) << dump.status();
@@ -148,11 +153,12 @@ TEST_F(RecorderTest, DumpsTakenWhileRanksRecordAreConsistent) {
     for (const std::string& file : dump->files()) {
       const nlohmann::json j = ReadJson(file);
       ExpectConsistent(j, 4);
-      EXPECT_FALSE(j["entries"].empty());
+      if (!j["entries"].empty()) ranks_with_entries.insert(fs::path(file).filename().string());
       EXPECT_LE(j["entries"].size(), 1024u);
       EXPECT_EQ(j["commd"]["trigger"], "request");
     }
   }
+  EXPECT_EQ(ranks_with_entries.size(), 4u);
   EXPECT_EQ(Metric(R"(commd_flight_recorder_dumps_total{trigger="request"})"), 5);
   // Recorded entries and ring drops come from the control blocks at scrape time.
   EXPECT_GT(Metric(R"(commd_flight_recorder_entries_total{group="g",job="job"})"), 4 * 1024);
