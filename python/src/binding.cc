@@ -77,9 +77,7 @@ void ThrowStatus(const absl::Status& status) {
   throw py::error_already_set();
 }
 
-void ThrowInvalid(const std::string& message) {
-  ThrowStatus(absl::InvalidArgumentError(message));
-}
+void ThrowInvalid(const std::string& message) { ThrowStatus(absl::InvalidArgumentError(message)); }
 
 const ElementType& ParseElementType(const py::handle& dtype) {
   std::string name = py::str(dtype);
@@ -89,8 +87,8 @@ const ElementType& ParseElementType(const py::handle& dtype) {
   }
   std::vector<std::string> names;
   for (const ElementType& t : kElementTypes) names.push_back(t.name);
-  ThrowInvalid(absl::StrCat("unknown dtype '", name, "' (one of: ", absl::StrJoin(names, ", "),
-                            ")"));
+  ThrowInvalid(
+      absl::StrCat("unknown dtype '", name, "' (one of: ", absl::StrJoin(names, ", "), ")"));
 }
 
 const ElementType& ElementTypeOf(DataType dtype) {

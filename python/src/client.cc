@@ -126,10 +126,8 @@ void BindStore(py::module_& m) {
           "wait",
           [](const StoreObject& s, const py::object& keys, double timeout) {
             auto status = std::make_shared<absl::Status>();
-            RunInterruptible([client = s.client, k = Keys(keys),
-                              t = Seconds(timeout, "timeout"), status] {
-              *status = client->store().Wait(k, t);
-            });
+            RunInterruptible([client = s.client, k = Keys(keys), t = Seconds(timeout, "timeout"),
+                              status] { *status = client->store().Wait(k, t); });
             Check(*status);
           },
           py::arg("keys"), py::arg("timeout") = 300.0,
@@ -207,7 +205,8 @@ void BindClient(py::module_& m) {
           "store", [](const ClientObject& c) { return StoreObject{c.client}; },
           "This job's key-value store (commd.Store).")
       .def(
-          "status", [](ClientObject& c) { return CallToDict([&] { return c.client->GetStatus(); }); },
+          "status",
+          [](ClientObject& c) { return CallToDict([&] { return c.client->GetStatus(); }); },
           "The daemon's version, uptime, sessions and memory in use (commd.v1.NodeStatus as "
           "a dict).")
       .def(

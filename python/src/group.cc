@@ -2,6 +2,7 @@
 // abort notification and the flight recorder.
 #include <unistd.h>
 
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,8 +19,9 @@ struct NanFinding {
 };
 
 struct GroupObject {
-  std::shared_ptr<Client> client;  // for Abort when Ctrl-C ends a collective
-  std::shared_ptr<Group> group;    // null once closed
+  std::shared_ptr<Client> client;      // for Abort when Ctrl-C ends a collective
+  std::shared_ptr<Group> group;        // null once closed
+  mutable bool barrier_ready = false;  // the SDK allocates Barrier()'s pads on the first one
   ~GroupObject() {
     py::gil_scoped_release release;  // ~Group waits for the SDK's event thread
     group.reset();
@@ -47,6 +49,30 @@ Enum ParseChoice(const py::object& value, const char* what,
   ThrowInvalid(absl::StrCat("unknown ", what, " '", name, "' (one of: ", names, ")"));
 }
 
+std::string InterruptReason(const Group& group, const char* call) {
+  return absl::StrCat("rank ", group.rank(), " (pid ", getpid(), ") got KeyboardInterrupt in ",
+                      call);
+}
+
+// Group calls that wait in the daemon's rendezvous of a symmetric allocation, which an abort
+// does not end: run on a thread of their own (RunInterruptible). Ctrl-C aborts the group and
+// raises KeyboardInterrupt at once; the abandoned call ends with the rendezvous (every rank
+// asked, or the group's timeout) and frees what it got.
+template <typename T>
+T Detached(const GroupObject& g, const char* call, std::function<T(Group&)> fn) {
+  g.get();  // raises once closed
+  std::shared_ptr<Group> group = g.group;
+  auto result = std::make_shared<std::optional<T>>();
+  try {
+    RunInterruptible([group, fn, result] { *result = fn(*group); });
+  } catch (py::error_already_set&) {
+    py::gil_scoped_release release;
+    (void)g.client->Abort(group->name(), InterruptReason(*group, call));
+    throw;
+  }
+  return std::move(**result);
+}
+
 // Runs one blocking group call without the GIL. Ctrl-C on the main thread aborts the group
 // (the only way to end a collective the peers are in too), then raises KeyboardInterrupt.
 template <typename Fn>
@@ -57,10 +83,10 @@ auto Blocking(const GroupObject& g, const char* call, Fn fn) {
   bool interrupted = false;
   {
     py::gil_scoped_release release;
-    InterruptScope scope([client = g.client, name = group->name(), rank = group->rank(), call] {
-      (void)client->Abort(name, absl::StrCat("rank ", rank, " (pid ", getpid(),
-                                             ") got KeyboardInterrupt in ", call));
-    });
+    InterruptScope scope(
+        [client = g.client, name = group->name(), reason = InterruptReason(*group, call)] {
+          (void)client->Abort(name, reason);
+        });
     result = fn(*group);
     interrupted = scope.interrupted();
   }
@@ -77,9 +103,9 @@ void ParseCallOptions(CallOptions& c, const py::object& timeout, const py::objec
                       uint32_t nan_sample_period) {
   using N = CollectiveOptions::NanCheck;
   if (!timeout.is_none()) c.options.timeout = Seconds(timeout.cast<double>(), "timeout");
-  c.options.nan_check = ParseChoice<N>(
-      nan_check, "nan_check", {{"off", N::kOff}, {"on", N::kOn}, {"sampled", N::kSampled}},
-      N::kDefault);
+  c.options.nan_check =
+      ParseChoice<N>(nan_check, "nan_check",
+                     {{"off", N::kOff}, {"on", N::kOn}, {"sampled", N::kSampled}}, N::kDefault);
   c.options.nan_sample_period = nan_sample_period;
   c.options.nonfinite_count = &c.finding.nonfinite_count;
   c.options.nonfinite_ranks = &c.finding.nonfinite_ranks;
@@ -118,8 +144,8 @@ void CheckFits(const Operand& op, size_t count, size_t per, const ElementType& t
 }
 void NeedOffsetZero(const Operand& op, const char* call, const char* what) {
   if (op.offset != 0) {
-    ThrowInvalid(absl::StrCat(call, " takes views at offset 0 (", what, " is at offset ",
-                              op.offset, ")"));
+    ThrowInvalid(
+        absl::StrCat(call, " takes views at offset 0 (", what, " is at offset ", op.offset, ")"));
   }
 }
 
@@ -166,8 +192,7 @@ py::object AllGather(const GroupObject& g, const py::object& in, const py::objec
 
 py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::object& out,
                          const py::object& count, const py::object& dtype, const py::object& op,
-                         const py::object& timeout, const py::object& nan_check,
-                         uint32_t period) {
+                         const py::object& timeout, const py::object& nan_check, uint32_t period) {
   const Operand i = ToOperand(in, "input"), o = ToOperand(out, "output");
   NeedOffsetZero(i, "reduce_scatter", "input");
   NeedOffsetZero(o, "reduce_scatter", "output");
@@ -201,8 +226,9 @@ py::object AllReduceCoalesced(const GroupObject& g, const py::sequence& tensors,
     const Operand t = ToOperand(tensors[k], what.c_str());
     const ElementType& type = CallType(py::none(), {&t});
     if (buffer != nullptr && t.buffer != buffer) {
-      ThrowInvalid(absl::StrCat(what, " views another buffer than tensors[0]; coalesced "
-                                      "tensors share one buffer"));
+      ThrowInvalid(absl::StrCat(what,
+                                " views another buffer than tensors[0]; coalesced "
+                                "tensors share one buffer"));
     }
     buffer = t.buffer;
     parts.push_back({t.offset, t.count, *type.commd});
@@ -342,11 +368,12 @@ py::object JoinGroup(const std::shared_ptr<Client>& client, const std::string& n
   o.global_rank = global_rank.value_or(-1);
   o.timeout = Seconds(timeout, "timeout");
   using W = GroupOptions::WatchdogPolicy;
-  o.watchdog_policy = ParseChoice<W>(
-      watchdog_policy, "watchdog_policy",
-      {{"default", W::kDefault}, {"report", W::kReport}, {"notify", W::kNotify},
-       {"terminate", W::kTerminate}},
-      W::kDefault);
+  o.watchdog_policy = ParseChoice<W>(watchdog_policy, "watchdog_policy",
+                                     {{"default", W::kDefault},
+                                      {"report", W::kReport},
+                                      {"notify", W::kNotify},
+                                      {"terminate", W::kTerminate}},
+                                     W::kDefault);
   using C = GroupOptions::NanCheck;
   o.nan_check = ParseChoice<C>(
       nan_check, "nan_check",
@@ -354,13 +381,13 @@ py::object JoinGroup(const std::shared_ptr<Client>& client, const std::string& n
       C::kDefault);
   o.nan_sample_period = nan_sample_period;
   using P = GroupOptions::NanPolicy;
-  o.nan_policy = ParseChoice<P>(nan_policy, "nan_policy",
-                                {{"default", P::kDefault}, {"report", P::kReport}, {"fail", P::kFail}},
-                                P::kDefault);
+  o.nan_policy = ParseChoice<P>(
+      nan_policy, "nan_policy",
+      {{"default", P::kDefault}, {"report", P::kReport}, {"fail", P::kFail}}, P::kDefault);
   // The worker thread owns the result: after Ctrl-C it outlives this call, and a group it
   // formed then is destroyed there (this rank leaves it).
-  auto result = std::make_shared<absl::StatusOr<std::unique_ptr<Group>>>(
-      absl::UnknownError("not joined"));
+  auto result =
+      std::make_shared<absl::StatusOr<std::unique_ptr<Group>>>(absl::UnknownError("not joined"));
   RunInterruptible([client, o, result] { *result = client->JoinGroup(o); });
   std::shared_ptr<Group> group = Check(std::move(*result));
   return py::cast(GroupObject{client, std::move(group)});
@@ -386,22 +413,22 @@ void BindGroup(py::module_& m) {
       "or mismatched arguments, DeadlineExceededError after `timeout`. Ctrl-C aborts the "
       "group (every rank gets AbortedError) and raises KeyboardInterrupt.";
   auto doc = [&](const char* head) { return absl::StrCat(head, kCallDoc); };
-  static const std::string all_reduce_doc = doc(
-      "all_reduce(buf, count=None, dtype=None, op='sum', *, timeout=None, nan_check=None, "
-      "nan_sample_period=100) -> NanFinding\n\nReduces `count` elements in place across the "
-      "group (op: 'sum', 'avg', 'min', 'max'). buf: a SymmetricBuffer (dtype required) or a "
-      "TensorView of this rank's memory (count defaults to the view's size).");
-  static const std::string all_gather_doc = doc(
-      "all_gather(input, output, count=None, dtype=None, *, ...) -> NanFinding\n\nWrites "
-      "world_size * count elements to `output`, rank-major. Views must start at offset 0.");
-  static const std::string reduce_scatter_doc = doc(
-      "reduce_scatter(input, output, count=None, dtype=None, op='sum', *, ...) -> "
-      "NanFinding\n\nReduces world_size * count elements of `input` and writes this rank's "
-      "chunk of `count` to `output`. Views must start at offset 0.");
-  static const std::string coalesced_doc = doc(
-      "all_reduce_coalesced(tensors, op='sum', *, ...) -> NanFinding\n\nReduces many "
-      "TensorViews of one symmetric buffer in place as one collective (one flight-recorder "
-      "entry).");
+  static const std::string all_reduce_doc =
+      doc("all_reduce(buf, count=None, dtype=None, op='sum', *, timeout=None, nan_check=None, "
+          "nan_sample_period=100) -> NanFinding\n\nReduces `count` elements in place across the "
+          "group (op: 'sum', 'avg', 'min', 'max'). buf: a SymmetricBuffer (dtype required) or a "
+          "TensorView of this rank's memory (count defaults to the view's size).");
+  static const std::string all_gather_doc =
+      doc("all_gather(input, output, count=None, dtype=None, *, ...) -> NanFinding\n\nWrites "
+          "world_size * count elements to `output`, rank-major. Views must start at offset 0.");
+  static const std::string reduce_scatter_doc =
+      doc("reduce_scatter(input, output, count=None, dtype=None, op='sum', *, ...) -> "
+          "NanFinding\n\nReduces world_size * count elements of `input` and writes this rank's "
+          "chunk of `count` to `output`. Views must start at offset 0.");
+  static const std::string coalesced_doc =
+      doc("all_reduce_coalesced(tensors, op='sum', *, ...) -> NanFinding\n\nReduces many "
+          "TensorViews of one symmetric buffer in place as one collective (one flight-recorder "
+          "entry).");
   py::class_<GroupObject>(m, "Group",
                           "Ranks of this job on this node that run collectives together "
                           "(Client.join_group). Calls may come from several threads; every "
@@ -409,14 +436,15 @@ void BindGroup(py::module_& m) {
                           "arguments. close() (or leaving a `with` block) leaves the group.")
       .def_property_readonly("name", [](const GroupObject& g) { return g.get().name(); })
       .def_property_readonly("rank", [](const GroupObject& g) { return g.get().rank(); })
-      .def_property_readonly("world_size", [](const GroupObject& g) { return g.get().world_size(); })
+      .def_property_readonly("world_size",
+                             [](const GroupObject& g) { return g.get().world_size(); })
       .def_property_readonly("global_rank",
                              [](const GroupObject& g) { return g.get().global_rank(); })
       .def_property_readonly("device",
                              [](const GroupObject& g) { return g.get().device().ToString(); })
-      .def_property_readonly("member_pids",
-                             [](const GroupObject& g) { return g.get().member_pids(); },
-                             "Each rank's process id, by rank.")
+      .def_property_readonly(
+          "member_pids", [](const GroupObject& g) { return g.get().member_pids(); },
+          "Each rank's process id, by rank.")
       .def_property_readonly(
           "abort_requested", [](const GroupObject& g) { return g.get().abort_requested(); },
           "True once the daemon aborted the group (watchdog or Client.abort).")
@@ -437,18 +465,27 @@ void BindGroup(py::module_& m) {
       .def(
           "allocate_symmetric",
           [](const GroupObject& g, size_t nbytes) {
-            auto buf = Check(Blocking(g, "allocate_symmetric",
-                                      [&](Group& group) { return group.AllocateSymmetric(nbytes); }));
+            using Result = absl::StatusOr<std::unique_ptr<SymmetricBuffer>>;
+            auto buf = Check(Detached<Result>(g, "allocate_symmetric", [nbytes](Group& group) {
+              return group.AllocateSymmetric(nbytes);
+            }));
             return WrapSymmetric(std::move(buf), g.get().rank(), g.get().world_size());
           },
           py::arg("nbytes"),
           "Collective: every rank asks for the same `nbytes`; returns a SymmetricBuffer "
-          "mapping every rank's memory.")
+          "mapping every rank's memory. Ctrl-C aborts the group and raises KeyboardInterrupt "
+          "at once; the other ranks' pending allocations end only at the group's timeout "
+          "(the daemon's rendezvous does not heed aborts).")
       .def(
           "barrier",
-          [](const GroupObject& g) { Check(Blocking(g, "barrier", [](Group& gr) { return gr.Barrier(); })); },
+          [](const GroupObject& g) {
+            auto barrier = [](Group& group) { return group.Barrier(); };
+            Check(g.barrier_ready ? Blocking(g, "barrier", barrier)
+                                  : Detached<absl::Status>(g, "barrier", barrier));
+            g.barrier_ready = true;
+          },
           "Blocks until every rank called barrier(). Ctrl-C aborts the group and raises "
-          "KeyboardInterrupt.")
+          "KeyboardInterrupt (the first barrier allocates its pads: see allocate_symmetric).")
       .def("all_reduce", &AllReduce, py::arg("buf"), py::arg("count") = py::none(),
            py::arg("dtype") = py::none(), py::arg("op") = "sum", py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
@@ -461,10 +498,9 @@ void BindGroup(py::module_& m) {
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::arg("op") = "sum",
            py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
            py::arg("nan_sample_period") = 100, reduce_scatter_doc.c_str())
-      .def("all_reduce_coalesced", &AllReduceCoalesced, py::arg("tensors"),
-           py::arg("op") = "sum", py::kw_only(), py::arg("timeout") = py::none(),
-           py::arg("nan_check") = py::none(), py::arg("nan_sample_period") = 100,
-           coalesced_doc.c_str())
+      .def("all_reduce_coalesced", &AllReduceCoalesced, py::arg("tensors"), py::arg("op") = "sum",
+           py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
+           py::arg("nan_sample_period") = 100, coalesced_doc.c_str())
       // broadcast(buf, root, ...) and all_to_all(input, output, ...): bound here once
       // Group::Broadcast and Group::AllToAll (issue 15 item 1) are merged into the SDK.
       .def(

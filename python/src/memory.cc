@@ -3,6 +3,8 @@
 
 #include <Python.h>
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -103,8 +105,8 @@ py::buffer_info BufferInfo(const TensorView& view) {
     strides[i] = strides[i + 1] * shape[i + 1];
   }
   return py::buffer_info(view.data(), static_cast<py::ssize_t>(view.type->itemsize),
-                         view.type->format, static_cast<py::ssize_t>(shape.size()), shape,
-                         strides, /*readonly=*/false);
+                         view.type->format, static_cast<py::ssize_t>(shape.size()), shape, strides,
+                         /*readonly=*/false);
 }
 
 TensorView WholeView(const std::shared_ptr<Memory>& memory, int rank) {
@@ -116,29 +118,66 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("(", absl::StrJoin(shape, ", "), shape.size() == 1 ? ",)" : ")");
 }
 
-// What buffers and views share: the buffer protocol, DLPack, and their view() and peer().
-template <typename Class, typename Get>
-void DefArrayInterface(Class& cls, Get whole) {
-  cls.def_buffer([whole](typename Class::type& self) { return BufferInfo(whole(self)); });
+// What the buffer protocol and DLPack export of each class: the object itself as a view.
+TensorView WholeOf(const TensorView& v) { return v; }
+TensorView WholeOf(const SymmetricBufferObject& b) { return WholeView(b.memory, b.memory->self); }
+TensorView WholeOf(const PersistentBufferObject& b) { return WholeView(b.memory, 0); }
+
+// bf_getbuffer of the classes below. pybind11's own (def_buffer) cannot refuse a request
+// (an exception there terminates the process), and a bfloat16 or CUDA view must be refused
+// with a BufferError that says why. Fills the Py_buffer as pybind11 does, with a
+// py::buffer_info in `internal`, so pybind11's bf_releasebuffer frees it.
+template <typename T>
+int GetBuffer(PyObject* obj, Py_buffer* view, int flags) {
+  py::buffer_info* info = nullptr;
+  try {
+    info = new py::buffer_info(BufferInfo(WholeOf(py::handle(obj).cast<const T&>())));
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return -1;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_BufferError, e.what());
+    return -1;
+  }
+  std::memset(view, 0, sizeof(Py_buffer));
+  view->obj = obj;
+  view->internal = info;
+  view->buf = info->ptr;
+  view->itemsize = info->itemsize;
+  view->len = info->size * info->itemsize;
+  view->readonly = 0;
+  view->ndim = 1;
+  if ((flags & PyBUF_FORMAT) == PyBUF_FORMAT)
+    view->format = const_cast<char*>(info->format.c_str());
+  if ((flags & PyBUF_STRIDES) == PyBUF_STRIDES) {
+    view->ndim = static_cast<int>(info->ndim);
+    view->strides = info->strides.data();
+    view->shape = info->shape.data();
+  }
+  Py_INCREF(obj);
+  return 0;
+}
+
+// What buffers and views share: the buffer protocol, DLPack, nbytes and len().
+template <typename T>
+void DefArrayInterface(py::class_<T>& cls) {
+  reinterpret_cast<PyTypeObject*>(cls.ptr())->tp_as_buffer->bf_getbuffer = &GetBuffer<T>;
   cls.def(
       "__dlpack__",
-      [whole](typename Class::type& self, py::kwargs kwargs) {
-        return ExportDlpack(whole(self), kwargs);
-      },
+      [](const T& self, py::kwargs kwargs) { return ExportDlpack(WholeOf(self), kwargs); },
       "DLPack capsule of this memory (zero-copy; the capsule keeps the buffer mapped). "
       "Keywords stream, max_version, dl_device are accepted; copy=True is refused.");
   cls.def(
       "__dlpack_device__",
-      [whole](typename Class::type& self) {
-        const DLDevice d = DlDevice(*whole(self).memory);
+      [](const T& self) {
+        const DLDevice d = DlDevice(*WholeOf(self).memory);
         return py::make_tuple(d.device_type, d.device_id);
       },
       "(1, 0) for host memory, (2, index) for CUDA memory (DLPack device codes).");
   cls.def_property_readonly(
-      "nbytes", [whole](typename Class::type& self) { return whole(self).nbytes(); },
-      "Bytes this object spans.");
-  cls.def("__len__", [whole](typename Class::type& self) {
-    const TensorView v = whole(self);
+      "nbytes", [](const T& self) { return WholeOf(self).nbytes(); }, "Bytes this object spans.");
+  cls.def("__len__", [](const T& self) {
+    const TensorView v = WholeOf(self);
     return v.shape.empty() ? size_t{1} : static_cast<size_t>(v.shape[0]);
   });
 }
@@ -168,24 +207,23 @@ TensorView MakeView(std::shared_ptr<Memory> memory, const py::handle& dtype,
     if (d < 0) ThrowInvalid(absl::StrCat("shape ", ShapeText(view.shape), " has a negative size"));
   }
   if (offset % view.type->itemsize != 0) {
-    ThrowInvalid(absl::StrCat("offset ", offset, " is not a multiple of ", view.type->name,
-                              "'s ", view.type->itemsize, " bytes"));
+    ThrowInvalid(absl::StrCat("offset ", offset, " is not a multiple of ", view.type->name, "'s ",
+                              view.type->itemsize, " bytes"));
   }
   view.memory = std::move(memory);
   view.rank = rank;
   view.offset = offset;
   const size_t size = view.memory->size;
   if (offset > size || view.nbytes() > size - offset) {
-    ThrowInvalid(absl::StrCat("a ", view.type->name, " view of shape ", ShapeText(view.shape),
-                              " (", view.nbytes(), " bytes) at offset ", offset,
+    ThrowInvalid(absl::StrCat("a ", view.type->name, " view of shape ", ShapeText(view.shape), " (",
+                              view.nbytes(), " bytes) at offset ", offset,
                               " does not fit the buffer's ", size,
                               " bytes (offset + nbytes must be <= ", size, ")"));
   }
   return view;
 }
 
-py::object WrapSymmetric(std::unique_ptr<commd::SymmetricBuffer> buffer, int rank,
-                         int world_size) {
+py::object WrapSymmetric(std::unique_ptr<commd::SymmetricBuffer> buffer, int rank, int world_size) {
   auto memory = std::make_shared<Memory>();
   memory->symmetric = buffer.get();
   for (int r = 0; r < world_size; ++r) {
@@ -218,13 +256,14 @@ Operand ToOperand(const py::handle& obj, const char* what) {
   if (py::isinstance<TensorView>(obj)) {
     const TensorView& v = obj.cast<const TensorView&>();
     if (v.memory->symmetric == nullptr) {
-      ThrowInvalid(absl::StrCat(what, " is a view of a persistent buffer; collectives take "
-                                      "symmetric buffers (group.allocate_symmetric)"));
+      ThrowInvalid(absl::StrCat(what,
+                                " is a view of a persistent buffer; collectives take "
+                                "symmetric buffers (group.allocate_symmetric)"));
     }
     if (v.rank != v.memory->self) {
       ThrowInvalid(absl::StrCat(what, " is a view of rank ", v.rank,
-                                "'s memory; collectives take this rank's (rank ",
-                                v.memory->self, ")"));
+                                "'s memory; collectives take this rank's (rank ", v.memory->self,
+                                ")"));
     }
     op.buffer = v.memory->symmetric;
     op.offset = v.offset;
@@ -242,7 +281,7 @@ void BindMemory(py::module_& m) {
                               "A typed, C-contiguous view of one rank's part of a buffer. "
                               "numpy.asarray(view) and torch.from_dlpack(view) share its "
                               "memory.");
-  DefArrayInterface(view, [](const TensorView& v) { return v; });
+  DefArrayInterface(view);
   view.def_property_readonly("dtype", [](const TensorView& v) { return v.type->name; })
       .def_property_readonly("shape",
                              [](const TensorView& v) {
@@ -251,13 +290,13 @@ void BindMemory(py::module_& m) {
                                return t;
                              })
       .def_property_readonly("offset", [](const TensorView& v) { return v.offset; })
-      .def_property_readonly("rank", [](const TensorView& v) { return v.rank; },
-                             "Whose memory this views (a group rank; 0 for persistent).")
+      .def_property_readonly(
+          "rank", [](const TensorView& v) { return v.rank; },
+          "Whose memory this views (a group rank; 0 for persistent).")
       .def_property_readonly("count", &TensorView::count, "Elements in the view.")
       .def("__repr__", [](const TensorView& v) {
-        return absl::StrCat("commd.TensorView(dtype=", v.type->name,
-                            ", shape=", ShapeText(v.shape), ", offset=", v.offset,
-                            ", rank=", v.rank, ")");
+        return absl::StrCat("commd.TensorView(dtype=", v.type->name, ", shape=", ShapeText(v.shape),
+                            ", offset=", v.offset, ", rank=", v.rank, ")");
       });
 
   const char* kViewDoc =
@@ -271,9 +310,7 @@ void BindMemory(py::module_& m) {
       "through the buffer protocol and __dlpack__ (uint8), every rank's through peer(r) and "
       "view(..., rank=r). The mapping stays until the buffer and every view and exported "
       "tensor are gone.");
-  DefArrayInterface(sym, [](const SymmetricBufferObject& b) {
-    return WholeView(b.memory, b.memory->self);
-  });
+  DefArrayInterface(sym);
   sym.def(
          "view",
          [](const SymmetricBufferObject& b, py::object dtype, py::object shape, size_t offset,
@@ -283,15 +320,17 @@ void BindMemory(py::module_& m) {
          py::arg("dtype"), py::arg("shape"), py::arg("offset") = 0, py::arg("rank") = py::none(),
          kViewDoc)
       .def(
-          "peer", [](const SymmetricBufferObject& b, int rank) { return WholeView(b.memory, rank); },
+          "peer",
+          [](const SymmetricBufferObject& b, int rank) { return WholeView(b.memory, rank); },
           py::arg("rank"), "Rank `rank`'s bytes (uint8 view), mapped in this process.")
-      .def_property_readonly("size", [](const SymmetricBufferObject& b) { return b.memory->size; },
-                             "Data bytes per rank.")
+      .def_property_readonly(
+          "size", [](const SymmetricBufferObject& b) { return b.memory->size; },
+          "Data bytes per rank.")
       .def_property_readonly("rank", [](const SymmetricBufferObject& b) { return b.memory->self; })
       .def_property_readonly("world_size",
                              [](const SymmetricBufferObject& b) { return b.memory->ranks.size(); })
-      .def_property_readonly("id",
-                             [](const SymmetricBufferObject& b) { return b.memory->symmetric->id(); })
+      .def_property_readonly(
+          "id", [](const SymmetricBufferObject& b) { return b.memory->symmetric->id(); })
       .def_property_readonly(
           "device", [](const SymmetricBufferObject& b) { return b.memory->device.ToString(); })
       .def("__repr__", [](const SymmetricBufferObject& b) {
@@ -304,8 +343,7 @@ void BindMemory(py::module_& m) {
       m, "PersistentBuffer", py::buffer_protocol(),
       "A named buffer of the job that outlives this process (Client.allocate_persistent / "
       "attach_persistent): its bytes through the buffer protocol and __dlpack__ (uint8).");
-  DefArrayInterface(persistent,
-                    [](const PersistentBufferObject& b) { return WholeView(b.memory, 0); });
+  DefArrayInterface(persistent);
   persistent
       .def(
           "view",

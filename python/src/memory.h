@@ -15,11 +15,11 @@ namespace commd::python {
 // buffer's. Shared by the buffer object, its views and exported DLPack tensors, so the
 // mapping lives until the last of them is gone.
 struct Memory {
-  std::shared_ptr<void> owner;                // the SDK object that holds the mapping
+  std::shared_ptr<void> owner;                  // the SDK object that holds the mapping
   commd::SymmetricBuffer* symmetric = nullptr;  // set for symmetric buffers
-  std::vector<char*> ranks;                   // each rank's data, mapped here
-  size_t size = 0;                            // bytes per rank
-  int self = 0;                               // this process's index in `ranks`
+  std::vector<char*> ranks;                     // each rank's data, mapped here
+  size_t size = 0;                              // bytes per rank
+  int self = 0;                                 // this process's index in `ranks`
   Device device = Device::Host();
 };
 
@@ -49,8 +49,7 @@ struct PersistentBufferObject {
   std::shared_ptr<Memory> memory;
   std::string name;
 };
-py::object WrapSymmetric(std::unique_ptr<commd::SymmetricBuffer> buffer, int rank,
-                         int world_size);
+py::object WrapSymmetric(std::unique_ptr<commd::SymmetricBuffer> buffer, int rank, int world_size);
 py::object WrapPersistent(std::unique_ptr<commd::PersistentBuffer> buffer);
 
 // A collective's argument: a SymmetricBuffer (raw bytes: the call names dtype) or a view of
