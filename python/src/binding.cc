@@ -138,10 +138,13 @@ void RunInterruptible(std::function<void()> fn) {
 
 InterruptScope::InterruptScope(std::function<void()> on_interrupt) {
   if (static_cast<unsigned long>(pthread_self()) != main_thread_ident) return;
+  // Our handler stays installed between calls (chaining to Python's, a no-op for us while no
+  // scope is open), so a call costs one sigaction query, not two changes.
   struct sigaction current;
   if (sigaction(SIGINT, nullptr, &current) != 0) return;
+  const bool ours = (current.sa_flags & SA_SIGINFO) && current.sa_sigaction == OnSigint;
   // SIG_DFL / SIG_IGN: Python does not turn Ctrl-C into KeyboardInterrupt, so neither do we.
-  if (!(current.sa_flags & SA_SIGINFO) &&
+  if (!ours && !(current.sa_flags & SA_SIGINFO) &&
       (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN)) {
     return;
   }
@@ -155,16 +158,18 @@ InterruptScope::InterruptScope(std::function<void()> on_interrupt) {
     interrupt_target = std::move(on_interrupt);  // main thread only: one scope at a time
   }
   interrupt_fired.store(false);
-  python_sigint = current;
-  struct sigaction ours = current;
-  ours.sa_flags |= SA_SIGINFO;
-  ours.sa_sigaction = OnSigint;
-  active_ = sigaction(SIGINT, &ours, nullptr) == 0;
+  if (!ours) {  // first call, or Python set another handler since (signal.signal)
+    python_sigint = current;
+    struct sigaction chained = current;
+    chained.sa_flags |= SA_SIGINFO;
+    chained.sa_sigaction = OnSigint;
+    if (sigaction(SIGINT, &chained, nullptr) != 0) return;
+  }
+  active_ = true;
 }
 
 InterruptScope::~InterruptScope() {
   if (!active_) return;
-  sigaction(SIGINT, &python_sigint, nullptr);
   std::function<void()> done;  // destroyed outside the lock
   std::lock_guard<std::mutex> lock(interrupt_mu);
   done.swap(interrupt_target);

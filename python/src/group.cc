@@ -83,10 +83,9 @@ auto Blocking(const GroupObject& g, const char* call, Fn fn) {
   bool interrupted = false;
   {
     py::gil_scoped_release release;
-    InterruptScope scope(
-        [client = g.client, name = group->name(), reason = InterruptReason(*group, call)] {
-          (void)client->Abort(name, reason);
-        });
+    InterruptScope scope([client = g.client, group, call] {  // the reason built only if used
+      (void)client->Abort(group->name(), InterruptReason(*group, call));
+    });
     result = fn(*group);
     interrupted = scope.interrupted();
   }
@@ -131,11 +130,10 @@ const ElementType& CallType(const py::object& dtype, std::initializer_list<const
 }
 
 // Elements of `op` (`per` of them make one rank's part), and a check that `count` fits.
-size_t Fit(const Operand& op, const ElementType& type, size_t per, const char* what) {
+size_t Fit(const Operand& op, const ElementType& type, size_t per) {
   return op.type != nullptr ? op.count / per : op.nbytes / type.itemsize / per;
 }
-void CheckFits(const Operand& op, size_t count, size_t per, const ElementType& type,
-               const char* what) {
+void CheckFits(const Operand& op, size_t count, size_t per, const char* what) {
   if (op.type != nullptr && count * per > op.count) {
     ThrowInvalid(absl::StrCat("count ", count, (per > 1 ? absl::StrCat(" x ", per) : ""),
                               " exceeds ", what, "'s ", op.count, " elements (allowed: 0..",
@@ -154,8 +152,8 @@ py::object AllReduce(const GroupObject& g, const py::object& buf, const py::obje
                      const py::object& nan_check, uint32_t period) {
   const Operand b = ToOperand(buf, "buf");
   const ElementType& type = CallType(dtype, {&b});
-  const size_t n = count.is_none() ? Fit(b, type, 1, "buf") : count.cast<size_t>();
-  CheckFits(b, n, 1, type, "buf");
+  const size_t n = count.is_none() ? Fit(b, type, 1) : count.cast<size_t>();
+  CheckFits(b, n, 1, "buf");
   const ReduceOp reduce = ParseReduceOp(op);
   CallOptions c;
   ParseCallOptions(c, timeout, nan_check, period);
@@ -168,24 +166,39 @@ py::object AllReduce(const GroupObject& g, const py::object& buf, const py::obje
   return py::cast(c.finding);
 }
 
+// The operands of all_gather / reduce_scatter: `small` holds count elements per rank, `big`
+// world_size times that; views must start at offset 0 (the SDK's calls take no offsets).
+struct PairCall {
+  Operand in, out;
+  const ElementType* type;
+  size_t count;
+};
+PairCall ResolvePair(const GroupObject& g, const char* call, const py::object& in,
+                     const py::object& out, const py::object& count, const py::object& dtype,
+                     bool gather) {
+  PairCall p{ToOperand(in, "input"), ToOperand(out, "output"), nullptr, 0};
+  NeedOffsetZero(p.in, call, "input");
+  NeedOffsetZero(p.out, call, "output");
+  p.type = &CallType(dtype, {&p.in, &p.out});
+  const size_t world = g.get().world_size();
+  const Operand& small = gather ? p.in : p.out;
+  const Operand& big = gather ? p.out : p.in;
+  p.count = !count.is_none()        ? count.cast<size_t>()
+            : small.type != nullptr ? small.count
+                                    : std::min(Fit(small, *p.type, 1), Fit(big, *p.type, world));
+  CheckFits(small, p.count, 1, gather ? "input" : "output");
+  CheckFits(big, p.count, world, gather ? "output" : "input");
+  return p;
+}
+
 py::object AllGather(const GroupObject& g, const py::object& in, const py::object& out,
                      const py::object& count, const py::object& dtype, const py::object& timeout,
                      const py::object& nan_check, uint32_t period) {
-  const Operand i = ToOperand(in, "input"), o = ToOperand(out, "output");
-  NeedOffsetZero(i, "all_gather", "input");
-  NeedOffsetZero(o, "all_gather", "output");
-  const ElementType& type = CallType(dtype, {&i, &o});
-  const size_t world = g.get().world_size();
-  const size_t n = !count.is_none() ? count.cast<size_t>()
-                   : i.type != nullptr
-                       ? i.count
-                       : std::min(Fit(i, type, 1, "input"), Fit(o, type, world, "output"));
-  CheckFits(i, n, 1, type, "input");
-  CheckFits(o, n, world, type, "output");
+  const PairCall p = ResolvePair(g, "all_gather", in, out, count, dtype, /*gather=*/true);
   CallOptions c;
   ParseCallOptions(c, timeout, nan_check, period);
   Check(Blocking(g, "all_gather", [&](Group& group) {
-    return group.AllGather(*i.buffer, *o.buffer, n, *type.commd, c.options);
+    return group.AllGather(*p.in.buffer, *p.out.buffer, p.count, *p.type->commd, c.options);
   }));
   return py::cast(c.finding);
 }
@@ -193,22 +206,13 @@ py::object AllGather(const GroupObject& g, const py::object& in, const py::objec
 py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::object& out,
                          const py::object& count, const py::object& dtype, const py::object& op,
                          const py::object& timeout, const py::object& nan_check, uint32_t period) {
-  const Operand i = ToOperand(in, "input"), o = ToOperand(out, "output");
-  NeedOffsetZero(i, "reduce_scatter", "input");
-  NeedOffsetZero(o, "reduce_scatter", "output");
-  const ElementType& type = CallType(dtype, {&i, &o});
-  const size_t world = g.get().world_size();
-  const size_t n = !count.is_none() ? count.cast<size_t>()
-                   : o.type != nullptr
-                       ? o.count
-                       : std::min(Fit(o, type, 1, "output"), Fit(i, type, world, "input"));
-  CheckFits(i, n, world, type, "input");
-  CheckFits(o, n, 1, type, "output");
+  const PairCall p = ResolvePair(g, "reduce_scatter", in, out, count, dtype, /*gather=*/false);
   const ReduceOp reduce = ParseReduceOp(op);
   CallOptions c;
   ParseCallOptions(c, timeout, nan_check, period);
   Check(Blocking(g, "reduce_scatter", [&](Group& group) {
-    return group.ReduceScatter(*i.buffer, *o.buffer, n, *type.commd, reduce, c.options);
+    return group.ReduceScatter(*p.in.buffer, *p.out.buffer, p.count, *p.type->commd, reduce,
+                               c.options);
   }));
   return py::cast(c.finding);
 }
