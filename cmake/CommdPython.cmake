@@ -12,6 +12,10 @@ find_package(Python 3 COMPONENTS Interpreter Development.Module)
 find_package(pybind11 CONFIG QUIET)
 if(Python_FOUND AND pybind11_FOUND)
   add_subdirectory(python)
+  # The module is the package's first file that loads libcommd_client.so.0, which
+  # dpkg-shlibdeps must find in the build tree (a library of the package itself, so no
+  # Depends entry for it).
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR}/client)
 elseif(COMMD_PYTHON STREQUAL "ON")
   message(FATAL_ERROR "COMMD_PYTHON=ON needs python3-dev and pybind11-dev")
 else()
