@@ -126,5 +126,17 @@ for app in consumer consumer_pc; do
   [ "$out" = "connected to commd $version" ] || fail "$app printed: $out"
 done
 "$root/usr/bin/commctl" --runtime-dir "$tmp/run" status | grep "$version" >/dev/null || fail "unpacked commctl status"
+# The Python binding for Debian's python3 (built when pybind11-dev is there: COMMD_PYTHON=AUTO).
+pydir=$root/usr/lib/python3/dist-packages
+if [ -e /usr/lib/cmake/pybind11/pybind11Config.cmake ] || [ -d "$pydir/commd" ]; then
+  for f in __init__.py errors.py _commd.pyi py.typed; do
+    [ -e "$pydir/commd/$f" ] || fail "package lacks python3 commd/$f"
+  done
+  ls "$pydir"/commd/_commd.cpython-*.so >/dev/null 2>&1 || fail "package lacks the commd._commd module"
+  out=$(cd "$tmp" && COMMD_RUNTIME_DIR="$tmp/run" PYTHONPATH="$pydir" LD_LIBRARY_PATH="$root/usr/$libdir" \
+    /usr/bin/python3 -c 'import commd; print("connected to commd", commd.Client.connect().status()["version"])' 2>&1) ||
+    fail "python3 -c 'import commd': $out"
+  [ "$out" = "connected to commd $version" ] || fail "python3 commd printed: $out"
+fi
 kill "$daemon_pid"; wait "$daemon_pid" || fail "commd did not exit 0 on SIGTERM"; daemon_pid=""
 echo "package ok"

@@ -1,0 +1,194 @@
+// commd._commd: the module's entry point and the parts every binding file shares.
+#include "binding.h"
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace commd::python {
+namespace {
+
+// Python's element-type names, first the ones collectives take (in DataType order).
+const std::array<ElementType, 11> kElementTypes = {{
+    {"float32", 4, "f", 2, DataType::kFloat32},
+    {"float16", 2, "e", 2, DataType::kFloat16},
+    {"bfloat16", 2, nullptr, 4, DataType::kBFloat16},
+    {"int32", 4, "i", 0, DataType::kInt32},
+    {"int64", 8, "q", 0, DataType::kInt64},
+    {"float64", 8, "d", 2, std::nullopt},
+    {"uint8", 1, "B", 1, std::nullopt},
+    {"int8", 1, "b", 0, std::nullopt},
+    {"int16", 2, "h", 0, std::nullopt},
+    {"uint16", 2, "H", 1, std::nullopt},
+    {"uint32", 4, "I", 1, std::nullopt},
+}};
+
+unsigned long main_thread_ident = 0;  // threading.main_thread().ident, set at import
+
+// What InterruptScope shares with the SIGINT handler and the helper thread.
+sem_t interrupt_sem;
+std::mutex interrupt_mu;
+std::function<void()> interrupt_target;  // guarded by interrupt_mu; empty: no scope
+std::atomic<bool> interrupt_fired{false};
+struct sigaction python_sigint;  // Python's own handler, chained to
+
+void OnSigint(int sig, siginfo_t* info, void* context) {
+  interrupt_fired.store(true);
+  sem_post(&interrupt_sem);  // async-signal-safe; the helper thread does the work
+  if (python_sigint.sa_flags & SA_SIGINFO) {
+    python_sigint.sa_sigaction(sig, info, context);
+  } else {
+    python_sigint.sa_handler(sig);
+  }
+}
+
+void InterruptHelper() {
+  for (;;) {
+    while (sem_wait(&interrupt_sem) != 0 && errno == EINTR) {
+    }
+    std::lock_guard<std::mutex> lock(interrupt_mu);
+    if (interrupt_target) interrupt_target();
+  }
+}
+
+}  // namespace
+
+py::object ErrorFor(const absl::Status& status) {
+  py::object errors = py::module_::import("commd.errors");
+  return errors.attr("_from_code")(absl::StatusCodeToString(status.code()),
+                                   std::string(status.message()));
+}
+
+void ThrowStatus(const absl::Status& status) {
+  py::object error = ErrorFor(status);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+  throw py::error_already_set();
+}
+
+void ThrowInvalid(const std::string& message) { ThrowStatus(absl::InvalidArgumentError(message)); }
+
+const ElementType& ParseElementType(const py::handle& dtype) {
+  std::string name = py::str(dtype);
+  if (absl::StartsWith(name, "torch.")) name = name.substr(6);
+  for (const ElementType& t : kElementTypes) {
+    if (name == t.name) return t;
+  }
+  std::vector<std::string> names;
+  for (const ElementType& t : kElementTypes) names.push_back(t.name);
+  ThrowInvalid(
+      absl::StrCat("unknown dtype '", name, "' (one of: ", absl::StrJoin(names, ", "), ")"));
+}
+
+const ElementType& ElementTypeOf(DataType dtype) {
+  return kElementTypes[static_cast<size_t>(dtype)];
+}
+
+ReduceOp ParseReduceOp(const py::handle& op) {
+  const std::string name = py::str(op);
+  if (name == "sum") return ReduceOp::kSum;
+  if (name == "avg") return ReduceOp::kAvg;
+  if (name == "min") return ReduceOp::kMin;
+  if (name == "max") return ReduceOp::kMax;
+  ThrowInvalid(absl::StrCat("unknown reduce op '", name, "' (one of: sum, avg, min, max)"));
+}
+
+absl::Duration Seconds(double seconds, const char* what) {
+  if (!(seconds >= 0)) {
+    ThrowInvalid(absl::StrCat(what, " ", seconds, " s is negative (must be >= 0)"));
+  }
+  return absl::Seconds(seconds);
+}
+
+void RunInterruptible(std::function<void()> fn) {
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto state = std::make_shared<Done>();
+  std::thread([state, fn = std::move(fn)] {
+    fn();
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->done = true;
+    state->cv.notify_all();
+  }).detach();
+  for (;;) {
+    {
+      py::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(state->mu);
+      if (state->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return state->done; })) {
+        return;
+      }
+    }
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+}
+
+InterruptScope::InterruptScope(std::function<void()> on_interrupt) {
+  if (static_cast<unsigned long>(pthread_self()) != main_thread_ident) return;
+  // Our handler stays installed between calls (chaining to Python's, a no-op for us while no
+  // scope is open), so a call costs one sigaction query, not two changes.
+  struct sigaction current;
+  if (sigaction(SIGINT, nullptr, &current) != 0) return;
+  const bool ours = (current.sa_flags & SA_SIGINFO) && current.sa_sigaction == OnSigint;
+  // SIG_DFL / SIG_IGN: Python does not turn Ctrl-C into KeyboardInterrupt, so neither do we.
+  if (!ours && !(current.sa_flags & SA_SIGINFO) &&
+      (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN)) {
+    return;
+  }
+  static std::once_flag helper_started;
+  std::call_once(helper_started, [] {
+    sem_init(&interrupt_sem, 0, 0);
+    std::thread(InterruptHelper).detach();
+  });
+  {
+    std::lock_guard<std::mutex> lock(interrupt_mu);
+    interrupt_target = std::move(on_interrupt);  // main thread only: one scope at a time
+  }
+  interrupt_fired.store(false);
+  if (!ours) {  // first call, or Python set another handler since (signal.signal)
+    python_sigint = current;
+    struct sigaction chained = current;
+    chained.sa_flags |= SA_SIGINFO;
+    chained.sa_sigaction = OnSigint;
+    if (sigaction(SIGINT, &chained, nullptr) != 0) return;
+  }
+  active_ = true;
+}
+
+InterruptScope::~InterruptScope() {
+  if (!active_) return;
+  std::function<void()> done;  // destroyed outside the lock
+  std::lock_guard<std::mutex> lock(interrupt_mu);
+  done.swap(interrupt_target);
+}
+
+bool InterruptScope::interrupted() const { return active_ && interrupt_fired.load(); }
+
+}  // namespace commd::python
+
+PYBIND11_MODULE(_commd, m) {
+  namespace cp = commd::python;
+  m.doc() =
+      "Compiled part of the commd package (use `import commd`): the client SDK of the commd "
+      "node communication daemon, bound with pybind11.";
+  cp::main_thread_ident = cp::py::module_::import("threading")
+                              .attr("main_thread")()
+                              .attr("ident")
+                              .cast<unsigned long>();
+  cp::BindMemory(m);
+  cp::BindClient(m);
+  cp::BindGroup(m);
+}

@@ -1,0 +1,525 @@
+// commd.Group: join, symmetric buffers, collectives (GIL released, Ctrl-C aborts the group),
+// abort notification and the flight recorder.
+#include <unistd.h>
+
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "binding.h"
+#include "memory.h"
+
+namespace commd::python {
+namespace {
+
+// What a collective found of NaN/Inf (CollectiveOptions::nonfinite_*).
+struct NanFinding {
+  uint64_t nonfinite_count = 0;  // in this rank's input; 0 when not checked
+  int nonfinite_ranks = 0;       // ranks that found some (the same on every rank)
+};
+
+struct GroupObject {
+  std::shared_ptr<Client> client;      // for Abort when Ctrl-C ends a collective
+  std::shared_ptr<Group> group;        // null once closed
+  mutable bool barrier_ready = false;  // the SDK allocates Barrier()'s pads on the first one
+  ~GroupObject() {
+    py::gil_scoped_release release;  // ~Group waits for the SDK's event thread
+    group.reset();
+  }
+  Group& get() const {
+    if (group == nullptr) Check(absl::FailedPreconditionError("the group was closed"));
+    return *group;
+  }
+};
+
+struct RecorderObject {
+  std::shared_ptr<Group> group;
+};
+
+template <typename Enum>
+Enum ParseChoice(const py::object& value, const char* what,
+                 std::initializer_list<std::pair<const char*, Enum>> choices, Enum none) {
+  if (value.is_none()) return none;
+  const std::string name = py::str(value);
+  std::string names;
+  for (const auto& [n, e] : choices) {
+    if (name == n) return e;
+    absl::StrAppend(&names, names.empty() ? "" : ", ", n);
+  }
+  ThrowInvalid(absl::StrCat("unknown ", what, " '", name, "' (one of: ", names, ")"));
+}
+
+std::string InterruptReason(const Group& group, const char* call) {
+  return absl::StrCat("rank ", group.rank(), " (pid ", getpid(), ") got KeyboardInterrupt in ",
+                      call);
+}
+
+// Group calls that wait in the daemon's rendezvous of a symmetric allocation, which an abort
+// does not end: run on a thread of their own (RunInterruptible). Ctrl-C aborts the group and
+// raises KeyboardInterrupt at once; the abandoned call ends with the rendezvous (every rank
+// asked, or the group's timeout) and frees what it got.
+template <typename T>
+T Detached(const GroupObject& g, const char* call, std::function<T(Group&)> fn) {
+  g.get();  // raises once closed
+  std::shared_ptr<Group> group = g.group;
+  auto result = std::make_shared<std::optional<T>>();
+  try {
+    RunInterruptible([group, fn, result] { *result = fn(*group); });
+  } catch (py::error_already_set&) {
+    py::gil_scoped_release release;
+    (void)g.client->Abort(group->name(), InterruptReason(*group, call));
+    throw;
+  }
+  return std::move(**result);
+}
+
+// Runs one blocking group call without the GIL. Ctrl-C on the main thread aborts the group
+// (the only way to end a collective the peers are in too), then raises KeyboardInterrupt.
+template <typename Fn>
+auto Blocking(const GroupObject& g, const char* call, Fn fn) {
+  std::shared_ptr<Group> group = g.group;
+  if (group == nullptr) g.get();  // raises
+  decltype(fn(*group)) result = absl::UnknownError("not called");
+  bool interrupted = false;
+  {
+    py::gil_scoped_release release;
+    InterruptScope scope([client = g.client, group, call] {  // the reason built only if used
+      (void)client->Abort(group->name(), InterruptReason(*group, call));
+    });
+    result = fn(*group);
+    interrupted = scope.interrupted();
+  }
+  if (interrupted && PyErr_CheckSignals() != 0) throw py::error_already_set();
+  return result;
+}
+
+struct CallOptions {
+  CollectiveOptions options;
+  NanFinding finding;
+};
+
+void ParseCallOptions(CallOptions& c, const py::object& timeout, const py::object& nan_check,
+                      uint32_t nan_sample_period) {
+  using N = CollectiveOptions::NanCheck;
+  if (!timeout.is_none()) c.options.timeout = Seconds(timeout.cast<double>(), "timeout");
+  c.options.nan_check =
+      ParseChoice<N>(nan_check, "nan_check",
+                     {{"off", N::kOff}, {"on", N::kOn}, {"sampled", N::kSampled}}, N::kDefault);
+  c.options.nan_sample_period = nan_sample_period;
+  c.options.nonfinite_count = &c.finding.nonfinite_count;
+  c.options.nonfinite_ranks = &c.finding.nonfinite_ranks;
+}
+
+// The element type of a call: `dtype`, else the views'; they must agree and be reducible.
+const ElementType& CallType(const py::object& dtype, std::initializer_list<const Operand*> ops) {
+  const ElementType* type = dtype.is_none() ? nullptr : &ParseElementType(dtype);
+  for (const Operand* op : ops) {
+    if (op->type == nullptr) continue;
+    if (type != nullptr && type != op->type) {
+      ThrowInvalid(absl::StrCat("dtype ", type->name, " differs from a view's ", op->type->name));
+    }
+    type = op->type;
+  }
+  if (type == nullptr) ThrowInvalid("dtype is required for whole buffers (views carry theirs)");
+  if (!type->commd) {
+    ThrowInvalid(absl::StrCat("dtype ", type->name,
+                              " is not a collective type (float32, float16, bfloat16, int32, "
+                              "int64)"));
+  }
+  return *type;
+}
+
+// Elements of `op` (`per` of them make one rank's part), and a check that `count` fits.
+size_t Fit(const Operand& op, const ElementType& type, size_t per) {
+  return op.type != nullptr ? op.count / per : op.nbytes / type.itemsize / per;
+}
+void CheckFits(const Operand& op, size_t count, size_t per, const char* what) {
+  if (op.type != nullptr && count * per > op.count) {
+    ThrowInvalid(absl::StrCat("count ", count, (per > 1 ? absl::StrCat(" x ", per) : ""),
+                              " exceeds ", what, "'s ", op.count, " elements (allowed: 0..",
+                              op.count / per, ")"));
+  }
+}
+void NeedOffsetZero(const Operand& op, const char* call, const char* what) {
+  if (op.offset != 0) {
+    ThrowInvalid(
+        absl::StrCat(call, " takes views at offset 0 (", what, " is at offset ", op.offset, ")"));
+  }
+}
+
+py::object AllReduce(const GroupObject& g, const py::object& buf, const py::object& count,
+                     const py::object& dtype, const py::object& op, const py::object& timeout,
+                     const py::object& nan_check, uint32_t period) {
+  const Operand b = ToOperand(buf, "buf");
+  const ElementType& type = CallType(dtype, {&b});
+  const size_t n = count.is_none() ? Fit(b, type, 1) : count.cast<size_t>();
+  CheckFits(b, n, 1, "buf");
+  const ReduceOp reduce = ParseReduceOp(op);
+  CallOptions c;
+  ParseCallOptions(c, timeout, nan_check, period);
+  Check(Blocking(g, "all_reduce", [&](Group& group) {
+    // The SDK's AllReduce starts at the buffer; a view further in is a one-tensor coalesced
+    // all-reduce, which takes offsets.
+    if (b.offset == 0) return group.AllReduce(*b.buffer, n, *type.commd, reduce, c.options);
+    return group.AllReduceCoalesced(*b.buffer, {{b.offset, n, *type.commd}}, reduce, c.options);
+  }));
+  return py::cast(c.finding);
+}
+
+// The operands of all_gather / reduce_scatter: `small` holds count elements per rank, `big`
+// world_size times that; views must start at offset 0 (the SDK's calls take no offsets).
+struct PairCall {
+  Operand in, out;
+  const ElementType* type;
+  size_t count;
+};
+PairCall ResolvePair(const GroupObject& g, const char* call, const py::object& in,
+                     const py::object& out, const py::object& count, const py::object& dtype,
+                     bool gather) {
+  PairCall p{ToOperand(in, "input"), ToOperand(out, "output"), nullptr, 0};
+  NeedOffsetZero(p.in, call, "input");
+  NeedOffsetZero(p.out, call, "output");
+  p.type = &CallType(dtype, {&p.in, &p.out});
+  const size_t world = g.get().world_size();
+  const Operand& small = gather ? p.in : p.out;
+  const Operand& big = gather ? p.out : p.in;
+  p.count = !count.is_none()        ? count.cast<size_t>()
+            : small.type != nullptr ? small.count
+                                    : std::min(Fit(small, *p.type, 1), Fit(big, *p.type, world));
+  CheckFits(small, p.count, 1, gather ? "input" : "output");
+  CheckFits(big, p.count, world, gather ? "output" : "input");
+  return p;
+}
+
+py::object AllGather(const GroupObject& g, const py::object& in, const py::object& out,
+                     const py::object& count, const py::object& dtype, const py::object& timeout,
+                     const py::object& nan_check, uint32_t period) {
+  const PairCall p = ResolvePair(g, "all_gather", in, out, count, dtype, /*gather=*/true);
+  CallOptions c;
+  ParseCallOptions(c, timeout, nan_check, period);
+  Check(Blocking(g, "all_gather", [&](Group& group) {
+    return group.AllGather(*p.in.buffer, *p.out.buffer, p.count, *p.type->commd, c.options);
+  }));
+  return py::cast(c.finding);
+}
+
+py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::object& out,
+                         const py::object& count, const py::object& dtype, const py::object& op,
+                         const py::object& timeout, const py::object& nan_check, uint32_t period) {
+  const PairCall p = ResolvePair(g, "reduce_scatter", in, out, count, dtype, /*gather=*/false);
+  const ReduceOp reduce = ParseReduceOp(op);
+  CallOptions c;
+  ParseCallOptions(c, timeout, nan_check, period);
+  Check(Blocking(g, "reduce_scatter", [&](Group& group) {
+    return group.ReduceScatter(*p.in.buffer, *p.out.buffer, p.count, *p.type->commd, reduce,
+                               c.options);
+  }));
+  return py::cast(c.finding);
+}
+
+py::object AllReduceCoalesced(const GroupObject& g, const py::sequence& tensors,
+                              const py::object& op, const py::object& timeout,
+                              const py::object& nan_check, uint32_t period) {
+  std::vector<CoalescedTensor> parts;
+  SymmetricBuffer* buffer = nullptr;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const std::string what = absl::StrCat("tensors[", k, "]");
+    if (!py::isinstance<TensorView>(tensors[k])) {
+      ThrowInvalid(absl::StrCat(what, " must be a TensorView of a symmetric buffer"));
+    }
+    const Operand t = ToOperand(tensors[k], what.c_str());
+    const ElementType& type = CallType(py::none(), {&t});
+    if (buffer != nullptr && t.buffer != buffer) {
+      ThrowInvalid(absl::StrCat(what,
+                                " views another buffer than tensors[0]; coalesced "
+                                "tensors share one buffer"));
+    }
+    buffer = t.buffer;
+    parts.push_back({t.offset, t.count, *type.commd});
+  }
+  if (buffer == nullptr) ThrowInvalid("all_reduce_coalesced needs at least one tensor");
+  const ReduceOp reduce = ParseReduceOp(op);
+  CallOptions c;
+  ParseCallOptions(c, timeout, nan_check, period);
+  Check(Blocking(g, "all_reduce_coalesced", [&](Group& group) {
+    return group.AllReduceCoalesced(*buffer, parts, reduce, c.options);
+  }));
+  return py::cast(c.finding);
+}
+
+bool PythonAlive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+// on_abort: the callback runs on the SDK's event thread, so it holds the GIL only while it
+// runs, and the Python callable is released under the GIL wherever the SDK drops it.
+void OnAbort(const GroupObject& g, py::function callback) {
+  std::shared_ptr<py::object> held(new py::object(std::move(callback)), [](py::object* o) {
+    if (!PythonAlive()) return;  // at exit: leak rather than touch a dying interpreter
+    py::gil_scoped_acquire gil;
+    delete o;
+  });
+  Group& group = g.get();
+  py::gil_scoped_release release;
+  group.SetAbortCallback([held](const absl::Status& status) {
+    if (!PythonAlive()) return;
+    py::gil_scoped_acquire gil;
+    try {
+      (*held)(ErrorFor(status));
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("commd.Group.on_abort callback");
+    }
+  });
+}
+
+const std::initializer_list<std::pair<const char*, CollectiveOp>> kOps = {
+    {"all_reduce", CollectiveOp::kAllReduce},
+    {"all_gather", CollectiveOp::kAllGather},
+    {"reduce_scatter", CollectiveOp::kReduceScatter},
+    {"broadcast", CollectiveOp::kBroadcast},
+    {"reduce", CollectiveOp::kReduce},
+    {"barrier", CollectiveOp::kBarrier},
+    {"all_to_all", CollectiveOp::kAllToAll},
+    {"gather", CollectiveOp::kGather},
+    {"scatter", CollectiveOp::kScatter},
+    {"send", CollectiveOp::kSend},
+    {"recv", CollectiveOp::kRecv},
+};
+
+// Tensor arguments of a recorded collective: TensorViews, (shape, dtype) pairs, or anything
+// with .shape and .dtype (numpy arrays, torch tensors).
+struct Descs {
+  std::vector<std::vector<int64_t>> dims;
+  std::vector<TensorDesc> descs;
+};
+Descs ToDescs(const py::iterable& tensors) {
+  Descs d;
+  std::vector<const ElementType*> types;
+  for (py::handle t : tensors) {
+    py::object shape, dtype;
+    if (py::isinstance<py::tuple>(t) && py::len(t) == 2) {
+      shape = t.cast<py::tuple>()[0];
+      dtype = t.cast<py::tuple>()[1];
+    } else {
+      shape = t.attr("shape");
+      dtype = t.attr("dtype");
+    }
+    const ElementType& type = ParseElementType(dtype);
+    if (!type.commd) ThrowInvalid(absl::StrCat("dtype ", type.name, " cannot be recorded"));
+    d.dims.push_back(py::isinstance<py::int_>(shape) ? std::vector<int64_t>{shape.cast<int64_t>()}
+                                                     : shape.cast<std::vector<int64_t>>());
+    types.push_back(&type);
+  }
+  for (size_t i = 0; i < d.dims.size(); ++i) {
+    d.descs.push_back({d.dims[i].data(), static_cast<int>(d.dims[i].size()), *types[i]->commd});
+  }
+  return d;
+}
+
+void BindRecorder(py::module_& m) {
+  py::class_<RecordId>(m, "RecordId", "One recorded collective (Recorder.begin).")
+      .def_readonly("record_id", &RecordId::record_id)
+      .def_readonly("collective_seq_id", &RecordId::collective_seq_id)
+      .def_readonly("bytes", &RecordId::bytes);
+  py::class_<RecorderObject>(
+      m, "Recorder",
+      "Records collectives that run outside commd (NCCL, gloo, torch) into this rank's "
+      "flight recorder, which the daemon reads even when this process is stuck or dead. "
+      "One thread at a time per group. Group.record(...) is the context-manager form.")
+      .def(
+          "begin",
+          [](RecorderObject& r, const py::object& op, const py::iterable& inputs,
+             const py::iterable& outputs, int peer, uint64_t timeout_ms) {
+            const auto o = ParseChoice<CollectiveOp>(op, "op", kOps, CollectiveOp::kAllReduce);
+            Descs in = ToDescs(inputs), out = ToDescs(outputs);
+            return r.group->recorder().Begin(o, in.descs, out.descs, peer, timeout_ms);
+          },
+          py::arg("op"), py::arg("inputs") = py::tuple(), py::arg("outputs") = py::tuple(),
+          py::arg("peer") = -1, py::arg("timeout_ms") = 0,
+          "Records a collective's entry: op ('all_reduce', 'broadcast', 'all_to_all', "
+          "'send', ...), its input and output tensors (TensorView, (shape, dtype), or objects "
+          "with .shape and .dtype). Returns its RecordId.")
+      .def(
+          "started", [](RecorderObject& r, const RecordId& id) { r.group->recorder().Started(id); },
+          "Marks the entry started.")
+      .def(
+          "completed",
+          [](RecorderObject& r, const RecordId& id) { r.group->recorder().Completed(id); },
+          "Marks the entry completed.")
+      .def(
+          "abandoned",
+          [](RecorderObject& r, const RecordId& id) { r.group->recorder().Abandoned(id); },
+          "Marks the entry failed.")
+      .def(
+          "heartbeat", [](RecorderObject& r) { r.group->recorder().Heartbeat(); },
+          "Marks this rank alive while it holds no collective.");
+}
+
+}  // namespace
+
+py::object JoinGroup(const std::shared_ptr<Client>& client, const std::string& name, int rank,
+                     int world_size, std::optional<int> global_rank, double timeout,
+                     const py::object& watchdog_policy, const py::object& nan_check,
+                     uint32_t nan_sample_period, const py::object& nan_policy) {
+  GroupOptions o;
+  o.name = name;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.global_rank = global_rank.value_or(-1);
+  o.timeout = Seconds(timeout, "timeout");
+  using W = GroupOptions::WatchdogPolicy;
+  o.watchdog_policy = ParseChoice<W>(watchdog_policy, "watchdog_policy",
+                                     {{"default", W::kDefault},
+                                      {"report", W::kReport},
+                                      {"notify", W::kNotify},
+                                      {"terminate", W::kTerminate}},
+                                     W::kDefault);
+  using C = GroupOptions::NanCheck;
+  o.nan_check = ParseChoice<C>(
+      nan_check, "nan_check",
+      {{"default", C::kDefault}, {"off", C::kOff}, {"on", C::kOn}, {"sampled", C::kSampled}},
+      C::kDefault);
+  o.nan_sample_period = nan_sample_period;
+  using P = GroupOptions::NanPolicy;
+  o.nan_policy = ParseChoice<P>(
+      nan_policy, "nan_policy",
+      {{"default", P::kDefault}, {"report", P::kReport}, {"fail", P::kFail}}, P::kDefault);
+  // The worker thread owns the result: after Ctrl-C it outlives this call, and a group it
+  // formed then is destroyed there (this rank leaves it).
+  auto result =
+      std::make_shared<absl::StatusOr<std::unique_ptr<Group>>>(absl::UnknownError("not joined"));
+  RunInterruptible([client, o, result] { *result = client->JoinGroup(o); });
+  std::shared_ptr<Group> group = Check(std::move(*result));
+  return py::cast(GroupObject{client, std::move(group)});
+}
+
+void BindGroup(py::module_& m) {
+  py::class_<NanFinding>(m, "NanFinding",
+                         "What a collective's NaN/Inf check found: nonfinite_count in this "
+                         "rank's input (0 when not checked), nonfinite_ranks that found some.")
+      .def_readonly("nonfinite_count", &NanFinding::nonfinite_count)
+      .def_readonly("nonfinite_ranks", &NanFinding::nonfinite_ranks)
+      .def("__bool__", [](const NanFinding& f) { return f.nonfinite_ranks > 0; })
+      .def("__repr__", [](const NanFinding& f) {
+        return absl::StrCat("commd.NanFinding(nonfinite_count=", f.nonfinite_count,
+                            ", nonfinite_ranks=", f.nonfinite_ranks, ")");
+      });
+  BindRecorder(m);
+  const char* kCallDoc =
+      "\n\ntimeout: seconds this rank waits for its peers (None: twice the group's timeout). "
+      "nan_check: None (the group's setting), 'off', 'on' or 'sampled' (every "
+      "nan_sample_period-th collective). Returns a NanFinding. Raises AbortedError once the "
+      "group is aborted, DataLossError under NaN policy 'fail', InvalidArgumentError for bad "
+      "or mismatched arguments, DeadlineExceededError after `timeout`. Ctrl-C aborts the "
+      "group (every rank gets AbortedError) and raises KeyboardInterrupt.";
+  auto doc = [&](const char* head) { return absl::StrCat(head, kCallDoc); };
+  static const std::string all_reduce_doc =
+      doc("all_reduce(buf, count=None, dtype=None, op='sum', *, timeout=None, nan_check=None, "
+          "nan_sample_period=100) -> NanFinding\n\nReduces `count` elements in place across the "
+          "group (op: 'sum', 'avg', 'min', 'max'). buf: a SymmetricBuffer (dtype required) or a "
+          "TensorView of this rank's memory (count defaults to the view's size).");
+  static const std::string all_gather_doc =
+      doc("all_gather(input, output, count=None, dtype=None, *, ...) -> NanFinding\n\nWrites "
+          "world_size * count elements to `output`, rank-major. Views must start at offset 0.");
+  static const std::string reduce_scatter_doc =
+      doc("reduce_scatter(input, output, count=None, dtype=None, op='sum', *, ...) -> "
+          "NanFinding\n\nReduces world_size * count elements of `input` and writes this rank's "
+          "chunk of `count` to `output`. Views must start at offset 0.");
+  static const std::string coalesced_doc =
+      doc("all_reduce_coalesced(tensors, op='sum', *, ...) -> NanFinding\n\nReduces many "
+          "TensorViews of one symmetric buffer in place as one collective (one flight-recorder "
+          "entry).");
+  py::class_<GroupObject>(m, "Group",
+                          "Ranks of this job on this node that run collectives together "
+                          "(Client.join_group). Calls may come from several threads; every "
+                          "rank calls the collectives in the same order with the same "
+                          "arguments. close() (or leaving a `with` block) leaves the group.")
+      .def_property_readonly("name", [](const GroupObject& g) { return g.get().name(); })
+      .def_property_readonly("rank", [](const GroupObject& g) { return g.get().rank(); })
+      .def_property_readonly("world_size",
+                             [](const GroupObject& g) { return g.get().world_size(); })
+      .def_property_readonly("global_rank",
+                             [](const GroupObject& g) { return g.get().global_rank(); })
+      .def_property_readonly("device",
+                             [](const GroupObject& g) { return g.get().device().ToString(); })
+      .def_property_readonly(
+          "member_pids", [](const GroupObject& g) { return g.get().member_pids(); },
+          "Each rank's process id, by rank.")
+      .def_property_readonly(
+          "abort_requested", [](const GroupObject& g) { return g.get().abort_requested(); },
+          "True once the daemon aborted the group (watchdog or Client.abort).")
+      .def_property_readonly(
+          "abort_reason", [](const GroupObject& g) { return g.get().abort_reason(); },
+          "Who aborted the group and why; '' while not aborted.")
+      .def("on_abort", &OnAbort, py::arg("callback"),
+           "Calls callback(AbortedError) once when the daemon aborts the group: on the SDK's "
+           "event thread (keep it short, do not call into this group), or at once when the "
+           "abort came already. Replaces an earlier callback.")
+      .def_property_readonly(
+          "recorder",
+          [](const GroupObject& g) {
+            g.get();  // raises once closed
+            return RecorderObject{g.group};
+          },
+          "This rank's flight recorder (commd.Recorder).")
+      .def(
+          "allocate_symmetric",
+          [](const GroupObject& g, size_t nbytes) {
+            using Result = absl::StatusOr<std::unique_ptr<SymmetricBuffer>>;
+            auto buf = Check(Detached<Result>(g, "allocate_symmetric", [nbytes](Group& group) {
+              return group.AllocateSymmetric(nbytes);
+            }));
+            return WrapSymmetric(std::move(buf), g.get().rank(), g.get().world_size());
+          },
+          py::arg("nbytes"),
+          "Collective: every rank asks for the same `nbytes`; returns a SymmetricBuffer "
+          "mapping every rank's memory. Ctrl-C aborts the group and raises KeyboardInterrupt "
+          "at once; the other ranks' pending allocations end only at the group's timeout "
+          "(the daemon's rendezvous does not heed aborts).")
+      .def(
+          "barrier",
+          [](const GroupObject& g) {
+            auto barrier = [](Group& group) { return group.Barrier(); };
+            Check(g.barrier_ready ? Blocking(g, "barrier", barrier)
+                                  : Detached<absl::Status>(g, "barrier", barrier));
+            g.barrier_ready = true;
+          },
+          "Blocks until every rank called barrier(). Ctrl-C aborts the group and raises "
+          "KeyboardInterrupt (the first barrier allocates its pads: see allocate_symmetric).")
+      .def("all_reduce", &AllReduce, py::arg("buf"), py::arg("count") = py::none(),
+           py::arg("dtype") = py::none(), py::arg("op") = "sum", py::kw_only(),
+           py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
+           py::arg("nan_sample_period") = 100, all_reduce_doc.c_str())
+      .def("all_gather", &AllGather, py::arg("input"), py::arg("output"),
+           py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
+           py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
+           py::arg("nan_sample_period") = 100, all_gather_doc.c_str())
+      .def("reduce_scatter", &ReduceScatter, py::arg("input"), py::arg("output"),
+           py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::arg("op") = "sum",
+           py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
+           py::arg("nan_sample_period") = 100, reduce_scatter_doc.c_str())
+      .def("all_reduce_coalesced", &AllReduceCoalesced, py::arg("tensors"), py::arg("op") = "sum",
+           py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
+           py::arg("nan_sample_period") = 100, coalesced_doc.c_str())
+      // broadcast(buf, root, ...) and all_to_all(input, output, ...): bound here once
+      // Group::Broadcast and Group::AllToAll (issue 15 item 1) are merged into the SDK.
+      .def(
+          "close",
+          [](GroupObject& g) {
+            py::gil_scoped_release release;
+            g.group.reset();
+          },
+          "Leaves the group (the other ranks' collectives then fail naming this rank). "
+          "Buffers stay mapped until they are gone.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](GroupObject& g, py::args) {
+        py::gil_scoped_release release;
+        g.group.reset();
+      });
+}
+
+}  // namespace commd::python
