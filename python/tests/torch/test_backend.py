@@ -60,6 +60,12 @@ def test_ddp_with_commd_reaches_the_same_parameters_as_gloo(daemon, tmp_path):
     assert results[0]["parameters"] == 16 * 32 + 32 + 32 * 4 + 4
 
 
+def test_fsdp2_and_functional_collectives_match_gloo(daemon, tmp_path):
+    code, results = torchrun(daemon, tmp_path, "fsdp", 2)
+    assert code == 0
+    assert results[0]["parameters"] == 16 * 32 + 32 + 32 * 4 + 4
+
+
 def test_a_hung_rank_is_diagnosed_and_the_others_raise(daemon, tmp_path):
     code, results = torchrun(daemon, tmp_path, "hang", 2,
                              env={"COMMD_TEST_PG_TIMEOUT": "3"})

@@ -169,6 +169,39 @@ def ddp(out_dir: str, steps: str) -> None:
     write(out_dir, {"parameters": sum(p.numel() for p in params["commd"])})
 
 
+def fsdp(out_dir: str) -> None:
+    """FSDP2 (fully_shard) over a commd mesh and over a gloo one, from the same start, reach
+    the same parameters; a functional collective on the default group."""
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    import torch.distributed._functional_collectives as fc
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
+    params = {}
+    for name, mesh in (("commd", init_device_mesh("cpu", (world,))),
+                       ("gloo", DeviceMesh.from_group(gloo, "cpu"))):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 4))
+        for layer in (model[0], model[2], model):
+            fully_shard(layer, mesh=mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        data = torch.Generator().manual_seed(100 + rank)
+        for _ in range(5):
+            x = torch.randn(8, 16, generator=data)
+            y = torch.randn(8, 4, generator=data)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        params[name] = [p.full_tensor().detach().clone() for p in model.parameters()]
+    for c, g in zip(params["commd"], params["gloo"]):
+        torch.testing.assert_close(c, g, rtol=1e-5, atol=1e-6)
+    t = fc.all_reduce(torch.full((4,), float(rank)), "sum", dist.group.WORLD)
+    assert torch.as_tensor(fc.wait_tensor(t)).eq(sum(range(world))).all()
+    write(out_dir, {"parameters": sum(p.numel() for p in params["commd"])})
+
+
 def _expect_failure(out_dir: str, fn) -> None:
     try:
         fn()
@@ -258,7 +291,7 @@ def bad_arguments(out_dir: str) -> None:
     write(out_dir, {"local": seen, "mismatch": seen_mismatch})
 
 
-SCENARIOS = {f.__name__: f for f in (ops_matrix, coalesced, ddp, hang, nan, death,
+SCENARIOS = {f.__name__: f for f in (ops_matrix, coalesced, ddp, fsdp, hang, nan, death,
                                      bad_arguments)}
 
 
