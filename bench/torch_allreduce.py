@@ -1,0 +1,99 @@
+"""dist.all_reduce through backend commd (staged and zero-copy) against backend gloo, in one
+torchrun job, interleaved size by size (float32, sum), and the binding's own cost per call.
+
+    COMMD_RUNTIME_DIR=... torchrun --standalone --nproc-per-node 2 bench/torch_allreduce.py \\
+        [--min-bytes 8] [--max-bytes 64M] [--iters 50] [--rounds 3]
+
+bench/torch_vs_gloo.sh starts a private daemon, runs this for 2 and 4 ranks and runs
+commd-bench (the C++ Group::AllReduce) in the same run. Rank 0 prints one row per size:
+the median time of each path over the best of the rounds, bus bandwidth
+(2 (n-1)/n x bytes / time, nccl-tests' definition) and the ratios the targets name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import commd.torch as ct
+
+
+def size_arg(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def timed(fn, iters: int, group) -> float:
+    """Median seconds of fn() over iters calls, ranks aligned by a barrier before each
+    (barriers and the result over `group`, gloo, so that they stay out of commd's figures)."""
+    times = []
+    for _ in range(iters):
+        dist.barrier(group=group)
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    # Every rank's median, the slowest one counts (the collective ends with the last rank).
+    t = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.item()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--min-bytes", type=size_arg, default=8)
+    parser.add_argument("--max-bytes", type=size_arg, default=64 << 20)
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    dist.init_process_group("commd", pg_options=ct.Options(chunk_bytes=max(args.max_bytes, 1 << 20)))
+    world, rank = dist.get_world_size(), dist.get_rank()
+    gloo = dist.new_group(backend="gloo")
+    backend = ct.backend_of()
+    zero_copy = ct.empty((args.max_bytes // 4,), dtype=torch.float32)
+    plain = torch.ones(args.max_bytes // 4)
+
+    # The binding alone: an 8-byte all-reduce through commd's Python API, no torch.
+    raw = backend.commd_group.allocate_symmetric(8)
+    raw_view = raw.view("float32", (2,))
+    binding = min(timed(lambda: backend.commd_group.all_reduce(raw_view), 2000, gloo)
+                  for _ in range(args.rounds))
+
+    if rank == 0:
+        print(f"# {world} ranks, float32 sum, median of {args.iters} calls, best of "
+              f"{args.rounds} interleaved rounds; busbw = 2(n-1)/n x bytes / time")
+        print(f"# binding: group.all_reduce(8 B) {binding * 1e6:.2f} us per call")
+        print(f"{'bytes':>10} {'staged_us':>10} {'zcopy_us':>10} {'gloo_us':>10} "
+              f"{'staged_GBs':>10} {'zcopy_GBs':>10} {'gloo_GBs':>10} "
+              f"{'gloo/staged':>11} {'gloo/zcopy':>10}")
+    sizes = [args.min_bytes]
+    while sizes[-1] * 4 < args.max_bytes:
+        sizes.append(sizes[-1] * 4)
+    for size in sizes + [args.max_bytes]:
+        n = size // 4
+        paths = {
+            "staged": lambda: dist.all_reduce(plain[:n]),
+            "zcopy": lambda: dist.all_reduce(zero_copy[:n]),  # starts its symmetric buffer
+            "gloo": lambda: dist.all_reduce(plain[:n], group=gloo),
+        }
+        iters = max(3, min(args.iters, int(args.iters * (1 << 20) / max(size, 1))))
+        best = {k: float("inf") for k in paths}
+        for _ in range(args.rounds):
+            for name, fn in paths.items():
+                best[name] = min(best[name], timed(fn, iters, gloo))
+        if rank == 0:
+            bus = {k: 2 * (world - 1) / world * size / v / 1e9 for k, v in best.items()}
+            print(f"{size:>10} {best['staged'] * 1e6:>10.2f} {best['zcopy'] * 1e6:>10.2f} "
+                  f"{best['gloo'] * 1e6:>10.2f} {bus['staged']:>10.3f} {bus['zcopy']:>10.3f} "
+                  f"{bus['gloo']:>10.3f} {best['gloo'] / best['staged']:>11.2f} "
+                  f"{best['gloo'] / best['zcopy']:>10.2f}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,624 @@
+"""commd as a torch.distributed backend.
+
+Importing this module registers the backend ``"commd"`` for CPU tensors:
+
+    import commd.torch  # noqa: F401  (registers "commd")
+    torch.distributed.init_process_group("commd")         # under torchrun
+    torch.distributed.init_process_group("cpu:commd,cuda:nccl")
+
+Every process group is a commd group of the same name in one commd job, so the node's
+daemon sees a torch job as it sees a C++ one: one flight-recorder entry per collective,
+hang and dead-rank diagnosis, NaN checks, abort, metrics. Tensors are staged through the
+group's symmetric buffer in chunks of ``Options.chunk_bytes``; tensors allocated with
+:func:`empty` live in a symmetric buffer and skip the staging copies. docs/python.md has
+the options, the supported operations and what each error means.
+
+Collectives on host memory run synchronously: an ``async_op=True`` call returns a Work that
+is already complete, and a failure raises from the call itself (``DistBackendError`` with the
+``commd.Error`` chained as its cause).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import secrets
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _C10dBackend
+from torch._C._distributed_c10d import _create_work_from_future
+
+from . import Client, Error, Group, SymmetricBuffer
+
+__all__ = ["Options", "ProcessGroupCommd", "empty", "backend_of"]
+
+BACKEND_NAME = "commd"
+
+# torch dtype -> commd's name for it (the types commd's collectives reduce).
+_DTYPES = {
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.int32: "int32",
+    torch.int64: "int64",
+}
+
+_ITEMSIZE = {d: torch.empty((), dtype=d).element_size() for d in _DTYPES}
+
+_REDUCE_OPS = (
+    (dist.ReduceOp.SUM, "sum"),
+    (dist.ReduceOp.AVG, "avg"),
+    (dist.ReduceOp.MIN, "min"),
+    (dist.ReduceOp.MAX, "max"),
+    (dist.ReduceOp.PRODUCT, "product"),  # all-gather, then the product here (commd has none)
+)
+
+
+@dataclasses.dataclass
+class Options:
+    """The backend's options: ``init_process_group("commd", pg_options=commd.torch.Options(...))``
+    or ``dist.new_group(..., pg_options=...)``. Unset fields come from the environment
+    (``COMMD_TORCH_CHUNK_BYTES``, ``COMMD_TORCH_WATCHDOG_POLICY``, ``COMMD_TORCH_NAN_CHECK``,
+    ``COMMD_TORCH_NAN_POLICY``), then from the daemon's config."""
+
+    # Bytes of each rank's staging buffer: a collective on a tensor that does not live in a
+    # symmetric buffer is copied through it in pieces of at most this size (one flight-recorder
+    # entry per piece). 1 MiB to 1 GiB.
+    chunk_bytes: int | None = None
+    watchdog_policy: str | None = None  # "report" | "notify" | "terminate"
+    nan_check: str | None = None  # "off" | "on" | "sampled"
+    nan_sample_period: int = 0  # for "sampled": 1 to 1000000; 0: the daemon's
+    nan_policy: str | None = None  # "report" | "fail"
+
+    DEFAULT_CHUNK_BYTES = 16 << 20
+    MIN_CHUNK_BYTES = 1 << 20
+    MAX_CHUNK_BYTES = 1 << 30
+
+    def resolved(self) -> "Options":
+        env = os.environ.get
+        chunk = self.chunk_bytes
+        if chunk is None:
+            chunk = int(env("COMMD_TORCH_CHUNK_BYTES", self.DEFAULT_CHUNK_BYTES))
+        if not self.MIN_CHUNK_BYTES <= chunk <= self.MAX_CHUNK_BYTES:
+            raise ValueError(
+                f"commd.torch: chunk_bytes {chunk} is out of range; allowed "
+                f"{self.MIN_CHUNK_BYTES} to {self.MAX_CHUNK_BYTES} (Options.chunk_bytes, "
+                "COMMD_TORCH_CHUNK_BYTES)")
+        return dataclasses.replace(
+            self,
+            chunk_bytes=chunk - chunk % 64,
+            watchdog_policy=self.watchdog_policy or env("COMMD_TORCH_WATCHDOG_POLICY"),
+            nan_check=self.nan_check or env("COMMD_TORCH_NAN_CHECK"),
+            nan_policy=self.nan_policy or env("COMMD_TORCH_NAN_POLICY"),
+        )
+
+
+# One session per process: every process group of the job is a group of this session.
+_client: Client | None = None
+
+
+def _connect(store: dist.Store, group_rank: int) -> Client:
+    """The process's session, opened by the first (default) process group. Without
+    COMMD_JOB_ID the job id comes from rank 0 through torch's store, so two torchrun jobs on
+    one node are two commd jobs."""
+    global _client
+    if _client is None:
+        job = os.environ.get("COMMD_JOB_ID")
+        if not job:
+            key = "commd/job_id"
+            if group_rank == 0:
+                store.set(key, "torch-" + secrets.token_hex(6))
+            job = store.get(key).decode()
+        _client = Client.connect(job_id=job)
+    return _client
+
+
+def _check_on_this_node(world_size: int) -> None:
+    local = os.environ.get("LOCAL_WORLD_SIZE")
+    total = os.environ.get("WORLD_SIZE")
+    if local is not None and total is not None and int(total) > int(local):
+        raise RuntimeError(
+            f"commd: WORLD_SIZE={total} exceeds LOCAL_WORLD_SIZE={local}: the backend runs "
+            "the ranks of one node only (jobs spanning nodes are not supported yet); use "
+            "\"cpu:commd\" within a node and another backend across nodes")
+
+
+def _commd_dtype(t: torch.Tensor, op: str) -> str:
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        allowed = ", ".join(str(d).removeprefix("torch.") for d in _DTYPES)
+        raise TypeError(
+            f"commd {op}: tensor dtype {t.dtype} is not supported; allowed {allowed}") from None
+
+
+def _reduce_op_name(op: Any, what: str) -> str:
+    for torch_op, name in _REDUCE_OPS:
+        if op == torch_op:
+            return name
+    raise NotImplementedError(
+        f"commd {what}: reduce op {op} is not supported; allowed SUM, AVG, MIN, MAX, PRODUCT")
+
+
+def _completed(result: Any) -> dist.Work:
+    fut: torch.futures.Future = torch.futures.Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """`t` as one contiguous row: itself when contiguous, else a copy (see _write_back)."""
+    return t.contiguous().view(-1)
+
+
+def _write_back(t: torch.Tensor, flat: torch.Tensor) -> None:
+    """Copies a result computed in `flat` (from _flat) back into a non-contiguous `t`."""
+    if not t.is_contiguous():
+        t.copy_(flat.view(t.shape))
+
+
+class _Staging:
+    """Each rank's two staging buffers (symmetric allocations of chunk_bytes): collectives
+    whose input and output differ take the input from the first and write the second
+    (commd's all-gather and reduce-scatter take whole buffers); all-reduce works in place in
+    the first."""
+
+    def __init__(self, group: Group, nbytes: int):
+        self.nbytes = nbytes
+        self.buffers = (group.allocate_symmetric(nbytes), group.allocate_symmetric(nbytes))
+        self.bytes = tuple(torch.from_dlpack(b) for b in self.buffers)  # uint8, this rank's
+
+    def tensor(self, which: int, dtype: torch.dtype, count: int,
+               offset_elems: int = 0) -> torch.Tensor:
+        itemsize = _ITEMSIZE[dtype]
+        start = offset_elems * itemsize
+        return self.bytes[which][start:start + count * itemsize].view(dtype)
+
+    def view(self, which: int, cdtype: str, count: int, offset_bytes: int = 0):
+        return self.buffers[which].view(cdtype, (count,), offset_bytes)
+
+
+class ProcessGroupCommd(_C10dBackend):
+    """A torch.distributed backend over one commd group (see the module's docstring)."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
+                 group_name: str, global_rank: int, options: Options | None = None):
+        super().__init__(rank, size)
+        opts = (options or Options()).resolved()
+        client = self._client = _connect(store, rank)
+        self._name = group_name
+        self._group = client.join_group(
+            group_name, rank, size, global_rank=global_rank,
+            timeout=timeout.total_seconds(), watchdog_policy=opts.watchdog_policy,
+            nan_check=opts.nan_check, nan_sample_period=opts.nan_sample_period,
+            nan_policy=opts.nan_policy)
+        self._staging = _Staging(self._group, opts.chunk_bytes)
+        self._symmetric: list[tuple[int, int, SymmetricBuffer]] = []  # (start, end, buffer)
+        self._coalescing = False
+
+    # -- identity ---------------------------------------------------------------------
+
+    def getBackendName(self) -> str:  # noqa: N802 (torch's name)
+        return BACKEND_NAME
+
+    @property
+    def client(self) -> Client:
+        """The process's commd session (shared by its process groups)."""
+        return self._client
+
+    @property
+    def commd_group(self) -> Group:
+        """The commd group behind this process group."""
+        return self._group
+
+    # -- symmetric tensors (zero copy) -------------------------------------------------
+
+    def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """A tensor in a new symmetric buffer of this group; every rank calls it, in the
+        same order, with the same shape and dtype."""
+        count = 1
+        for s in shape:
+            count *= int(s)
+        itemsize = _ITEMSIZE[dtype]
+        buf = self._group.allocate_symmetric(max(count * itemsize, 1))
+        whole = torch.from_dlpack(buf)
+        self._symmetric.append((whole.data_ptr(), whole.data_ptr() + buf.size, buf))
+        return whole[:count * itemsize].view(dtype).view(tuple(shape))
+
+    def _in_place_view(self, t: torch.Tensor, cdtype: str):
+        """The commd view of `t` when it starts one of this group's symmetric buffers and is
+        contiguous (no staging needed), else None."""
+        if not self._symmetric or not t.is_contiguous():
+            return None
+        start = t.data_ptr()
+        end = start + t.numel() * t.element_size()
+        for lo, hi, buf in self._symmetric:
+            if start == lo and end <= hi:  # commd's collectives take a buffer from its start
+                return buf.view(cdtype, (t.numel(),))
+        return None
+
+    # -- running a collective ----------------------------------------------------------
+
+    def _run(self, op: str, call: Callable[[], Any], result: Any) -> dist.Work:
+        try:
+            call()
+        except Error as e:
+            raise dist.DistBackendError(
+                f"commd {op} on process group {self._name!r} (rank {self.rank()} of "
+                f"{self.size()}): {e}") from e
+        return _completed(result)
+
+    def _check(self, op: str, tensors: Sequence[torch.Tensor]) -> str:
+        """Checks that the tensors are CPU tensors of one supported dtype; returns it."""
+        cdtype = _commd_dtype(tensors[0], op)
+        for t in tensors:
+            if t.device.type != "cpu":
+                raise ValueError(
+                    f"commd {op}: tensor on {t.device}; this backend takes CPU tensors "
+                    "(\"cpu:commd,cuda:nccl\" sends CUDA tensors to NCCL)")
+            if t.dtype != tensors[0].dtype:
+                raise TypeError(
+                    f"commd {op}: tensors of different dtypes ({tensors[0].dtype} and "
+                    f"{t.dtype}); one collective takes one dtype")
+        return cdtype
+
+    def _chunks(self, count: int, itemsize: int, slots: int):
+        """(start, n) pieces of `count` elements such that `slots` pieces fit one staging
+        buffer; none for an empty tensor (every rank has the same count, so all skip)."""
+        per = max(self._staging.nbytes // (slots * itemsize), 1)
+        for start in range(0, count, per):
+            yield start, min(per, count - start)
+
+    # -- all-reduce ----------------------------------------------------------------------
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
+        if len(tensors) != 1:
+            raise ValueError(f"commd allreduce: {len(tensors)} tensors; one per call")
+        t = tensors[0]
+        cdtype = self._check("allreduce", tensors)
+        op = _reduce_op_name(opts.reduceOp, "allreduce")
+        return self._run("allreduce", lambda: self._all_reduce(t, cdtype, op), tensors)
+
+    def _all_reduce(self, t: torch.Tensor, cdtype: str, op: str) -> None:
+        if op == "product":
+            self._product(t, cdtype)
+            return
+        view = self._in_place_view(t, cdtype)
+        if view is not None:
+            self._group.all_reduce(view, op=op)
+            return
+        flat = _flat(t)
+        itemsize = t.element_size()
+        for start, n in self._chunks(flat.numel(), itemsize, 1):
+            stage = self._staging.tensor(0, t.dtype, n)
+            stage.copy_(flat[start:start + n])
+            self._group.all_reduce(self._staging.view(0, cdtype, n), op=op)
+            flat[start:start + n].copy_(stage)
+        _write_back(t, flat)
+
+    def _product(self, t: torch.Tensor, cdtype: str) -> None:
+        """PRODUCT: commd reduces sum, avg, min and max; the product is taken here over an
+        all-gather (each rank multiplies the world's values in rank order)."""
+        world = self.size()
+        flat = _flat(t)
+        itemsize = t.element_size()
+        for start, n in self._chunks(flat.numel(), itemsize, world):
+            self._staging.tensor(0, t.dtype, n).copy_(flat[start:start + n])
+            self._group.all_gather(self._staging.view(0, cdtype, n),
+                                   self._staging.view(1, cdtype, world * n))
+            gathered = self._staging.tensor(1, t.dtype, world * n).view(world, n)
+            flat[start:start + n].copy_(torch.prod(gathered, dim=0).to(t.dtype))
+        _write_back(t, flat)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
+        """One commd coalesced all-reduce (one flight-recorder entry) for the tensors, when
+        they fit the staging buffer together; else one all-reduce per tensor."""
+        cdtype = self._check("allreduce_coalesced", tensors)
+        op = _reduce_op_name(opts.reduceOp, "allreduce_coalesced")
+        return self._run("allreduce_coalesced",
+                         lambda: self._all_reduce_coalesced(tensors, cdtype, op), tensors)
+
+    def _all_reduce_coalesced(self, tensors: list[torch.Tensor], cdtype: str, op: str) -> None:
+        itemsize = tensors[0].element_size()
+        total = sum(t.numel() for t in tensors)
+        if op == "product" or total * itemsize > self._staging.nbytes:
+            for t in tensors:
+                self._all_reduce(t, cdtype, op)
+            return
+        views, offset = [], 0
+        for t in tensors:
+            self._staging.tensor(0, t.dtype, t.numel(), offset).copy_(t.reshape(-1))
+            views.append(self._staging.view(0, cdtype, t.numel(), offset * itemsize))
+            offset += t.numel()
+        self._group.all_reduce_coalesced(views, op=op)
+        offset = 0
+        for t in tensors:
+            t.copy_(self._staging.tensor(0, t.dtype, t.numel(), offset).view(t.shape))
+            offset += t.numel()
+
+    # start/end_coalescing: torch's _coalescing_manager hands the captured all-reduces to
+    # allreduce_coalesced itself; anything else inside the block runs as it is called.
+    def start_coalescing(self) -> None:
+        self._coalescing = True
+
+    def end_coalescing(self) -> dist.Work:
+        self._coalescing = False
+        return _completed(None)
+
+    # -- broadcast -------------------------------------------------------------------
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
+        if len(tensors) != 1:
+            raise ValueError(f"commd broadcast: {len(tensors)} tensors; one per call")
+        t = tensors[0]
+        cdtype = self._check("broadcast", tensors)
+        root = opts.rootRank
+        return self._run("broadcast", lambda: self._broadcast(t, cdtype, root), tensors)
+
+    def _broadcast(self, t: torch.Tensor, cdtype: str, root: int) -> None:
+        view = self._in_place_view(t, cdtype)
+        if view is not None:
+            self._group.broadcast(view, root=root)
+            return
+        flat = _flat(t)
+        itemsize = t.element_size()
+        for start, n in self._chunks(flat.numel(), itemsize, 1):
+            stage = self._staging.tensor(0, t.dtype, n)
+            if self.rank() == root:
+                stage.copy_(flat[start:start + n])
+            self._group.broadcast(self._staging.view(0, cdtype, n), root=root)
+            if self.rank() != root:
+                flat[start:start + n].copy_(stage)
+        if self.rank() != root:
+            _write_back(t, flat)
+
+    # -- all-gather ---------------------------------------------------------------------
+
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                  opts: Any) -> dist.Work:
+        if len(inputs) != 1 or len(outputs) != 1:
+            raise ValueError("commd allgather: one input tensor and one output list per call")
+        out, t = outputs[0], inputs[0]
+        if len(out) != self.size():
+            raise ValueError(f"commd allgather: {len(out)} output tensors; the group has "
+                             f"{self.size()} ranks")
+        cdtype = self._check("allgather", [t] + list(out))
+        for o in out:
+            if o.numel() != t.numel():
+                raise ValueError(f"commd allgather: output tensor of {o.numel()} elements; "
+                                 f"the input has {t.numel()} (every tensor the same size)")
+        return self._run("allgather", lambda: self._all_gather(list(out), t, cdtype), outputs)
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor,
+                          opts: Any) -> dist.Work:
+        cdtype = self._check("all_gather_into_tensor", [input, output])
+        if output.numel() != input.numel() * self.size():
+            raise ValueError(
+                f"commd all_gather_into_tensor: output has {output.numel()} elements; it "
+                f"must have world_size ({self.size()}) x input ({input.numel()}) = "
+                f"{input.numel() * self.size()}")
+        return self._run("all_gather_into_tensor",
+                         lambda: self._all_gather_single(output, input, cdtype), output)
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor],
+                                    inputs: list[torch.Tensor], opts: Any) -> dist.Work:
+        for o, i in zip(outputs, inputs, strict=True):
+            self.all_gather_single(o, i, opts)
+        return _completed(outputs)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def _all_gather_single(self, output: torch.Tensor, t: torch.Tensor, cdtype: str) -> None:
+        in_view = self._in_place_view(t, cdtype)
+        out_view = self._in_place_view(output, cdtype)
+        if in_view is not None and out_view is not None:
+            self._group.all_gather(in_view, out_view)
+            return
+        flat = _flat(output)
+        n = t.numel()
+        self._all_gather([flat[r * n:(r + 1) * n] for r in range(self.size())], t, cdtype)
+        _write_back(output, flat)
+
+    def _all_gather(self, out: list[torch.Tensor], t: torch.Tensor, cdtype: str) -> None:
+        world = self.size()
+        src = _flat(t)
+        targets = [_flat(o) for o in out]
+        itemsize = t.element_size()
+        for start, n in self._chunks(src.numel(), itemsize, world):
+            self._staging.tensor(0, t.dtype, n).copy_(src[start:start + n])
+            self._group.all_gather(self._staging.view(0, cdtype, n),
+                                   self._staging.view(1, cdtype, world * n))
+            staged = self._staging.tensor(1, t.dtype, world * n).view(world, n)
+            for r in range(world):
+                targets[r][start:start + n].copy_(staged[r])
+        for o, flat in zip(out, targets):
+            _write_back(o, flat)
+
+    # -- reduce-scatter -------------------------------------------------------------------
+
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
+                       opts: Any) -> dist.Work:
+        if len(inputs) != 1 or len(outputs) != 1:
+            raise ValueError("commd reduce_scatter: one output tensor and one input list "
+                             "per call")
+        out, ins = outputs[0], inputs[0]
+        if len(ins) != self.size():
+            raise ValueError(f"commd reduce_scatter: {len(ins)} input tensors; the group has "
+                             f"{self.size()} ranks")
+        cdtype = self._check("reduce_scatter", [out] + list(ins))
+        op = _reduce_op_name(opts.reduceOp, "reduce_scatter")
+        for i in ins:
+            if i.numel() != out.numel():
+                raise ValueError(f"commd reduce_scatter: input tensor of {i.numel()} "
+                                 f"elements; the output has {out.numel()} (every tensor the "
+                                 "same size)")
+        whole = torch.cat([i.reshape(-1) for i in ins])
+        return self._run("reduce_scatter",
+                         lambda: self._reduce_scatter(out, whole, cdtype, op), outputs)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor,
+                              opts: Any) -> dist.Work:
+        cdtype = self._check("reduce_scatter_tensor", [input, output])
+        op = _reduce_op_name(opts.reduceOp, "reduce_scatter_tensor")
+        if input.numel() != output.numel() * self.size():
+            raise ValueError(
+                f"commd reduce_scatter_tensor: input has {input.numel()} elements; it must "
+                f"have world_size ({self.size()}) x output ({output.numel()}) = "
+                f"{output.numel() * self.size()}")
+        return self._run("reduce_scatter_tensor",
+                         lambda: self._reduce_scatter(output, input, cdtype, op), output)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor],
+                                        inputs: list[torch.Tensor], opts: Any) -> dist.Work:
+        for o, i in zip(outputs, inputs, strict=True):
+            self.reduce_scatter_single(o, i, opts)
+        return _completed(outputs)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def _reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, cdtype: str,
+                        op: str) -> None:
+        if op == "product":
+            whole = input.contiguous().clone()
+            self._product(whole, cdtype)
+            n = output.numel()
+            output.copy_(whole.view(-1)[self.rank() * n:(self.rank() + 1) * n]
+                         .view(output.shape))
+            return
+        in_view = self._in_place_view(input, cdtype)
+        out_view = self._in_place_view(output, cdtype)
+        if in_view is not None and out_view is not None:
+            self._group.reduce_scatter(in_view, out_view, op=op)
+            return
+        world = self.size()
+        src = input.contiguous().view(world, -1)
+        dst = output.contiguous().view(-1)
+        count = dst.numel()
+        itemsize = input.element_size()
+        for start, n in self._chunks(count, itemsize, world):
+            self._staging.tensor(0, input.dtype, world * n).view(world, n).copy_(
+                src[:, start:start + n])
+            self._group.reduce_scatter(self._staging.view(0, cdtype, world * n),
+                                       self._staging.view(1, cdtype, n), op=op)
+            dst[start:start + n].copy_(self._staging.tensor(1, input.dtype, n))
+        _write_back(output, dst)
+
+    # -- all-to-all ---------------------------------------------------------------------
+
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
+                          output_splits: list[int], input_splits: list[int],
+                          opts: Any) -> dist.Work:
+        world = self.size()
+        cdtype = self._check("all_to_all_single", [input, output])
+        for name, splits, t in (("input", input_splits, input), ("output", output_splits,
+                                                                  output)):
+            if splits and any(s != splits[0] for s in splits):
+                raise NotImplementedError(
+                    f"commd all_to_all_single: uneven {name} splits {list(splits)}; commd "
+                    "supports equal splits only")
+        if input.numel() != output.numel() or input.numel() % world != 0:
+            raise ValueError(
+                f"commd all_to_all_single: input ({input.numel()} elements) and output "
+                f"({output.numel()}) must be the same size, a multiple of world_size ({world})")
+        return self._run("all_to_all_single",
+                         lambda: self._all_to_all(output, input, cdtype), output)
+
+    alltoall_base = all_to_all_single
+
+    def _all_to_all(self, output: torch.Tensor, input: torch.Tensor, cdtype: str) -> None:
+        in_view = self._in_place_view(input, cdtype)
+        out_view = self._in_place_view(output, cdtype)
+        if in_view is not None and out_view is not None:
+            self._group.all_to_all(in_view, out_view)
+            return
+        world = self.size()
+        src = input.contiguous().view(world, -1)
+        dst = output.contiguous().view(world, -1)
+        count = src.shape[1]
+        itemsize = input.element_size()
+        for start, n in self._chunks(count, itemsize, world):
+            self._staging.tensor(0, input.dtype, world * n).view(world, n).copy_(
+                src[:, start:start + n])
+            self._group.all_to_all(self._staging.view(0, cdtype, world * n),
+                                   self._staging.view(1, cdtype, world * n))
+            dst[:, start:start + n].copy_(
+                self._staging.tensor(1, input.dtype, world * n).view(world, n))
+        _write_back(output, dst)
+
+    # -- barrier ------------------------------------------------------------------------
+
+    def barrier(self, opts: Any) -> dist.Work:
+        return self._run("barrier", self._group.barrier, None)
+
+    # -- what commd does not do ---------------------------------------------------------
+
+    def _unsupported(name: str):  # noqa: N805 (builds methods below)
+        def method(self, *args: Any, **kwargs: Any) -> dist.Work:
+            raise NotImplementedError(
+                f"commd does not support {name}; supported: all_reduce, "
+                "all_reduce_coalesced, broadcast, all_gather, all_gather_into_tensor, "
+                "reduce_scatter, reduce_scatter_tensor, all_to_all_single (equal splits), "
+                "barrier")
+        method.__name__ = name
+        return method
+
+    send = _unsupported("send")
+    recv = _unsupported("recv")
+    recv_anysource = _unsupported("recv_anysource")
+    gather = _unsupported("gather")
+    scatter = _unsupported("scatter")
+    reduce = _unsupported("reduce")
+    alltoall = _unsupported("all_to_all (list form; use all_to_all_single)")
+    allgather_coalesced = _unsupported("allgather_coalesced")
+    allreduce_sparse = _unsupported("allreduce_sparse")
+    monitored_barrier = _unsupported("monitored_barrier")
+    del _unsupported
+
+
+def _create(dist_opts: Any, options: Any) -> ProcessGroupCommd:
+    """torch's constructor hook (extended API): one commd group per process group, named as
+    torch names the group ("0" for the default one), so that the flight recorder's entries
+    carry the name torch's own flight recorder would."""
+    if options is not None and not isinstance(options, Options):
+        raise TypeError(f"commd: pg_options of type {type(options).__name__}; pass "
+                        "commd.torch.Options")
+    rank, size = dist_opts.group_rank, dist_opts.group_size
+    ranks = list(dist_opts.global_ranks_in_group)
+    if not ranks:  # the default group
+        _check_on_this_node(size)
+    global_rank = ranks[rank] if ranks else rank
+    return ProcessGroupCommd(dist_opts.store, rank, size, dist_opts.timeout,
+                             str(dist_opts.group_id), global_rank, options)
+
+
+def backend_of(group: dist.ProcessGroup | None = None) -> ProcessGroupCommd:
+    """The commd backend of a process group (default: the default group)."""
+    pg = group or dist.distributed_c10d._get_default_group()
+    backend = pg._get_backend(torch.device("cpu"))
+    if not isinstance(backend, ProcessGroupCommd):
+        raise ValueError(f"process group {pg.group_name!r} has no commd backend for cpu")
+    return backend
+
+
+def empty(shape: Sequence[int] | int, *, dtype: torch.dtype = torch.float32,
+          device: str | torch.device = "cpu",
+          group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """A tensor allocated in a symmetric buffer of `group`'s commd group (the spirit of
+    torch's symm_mem.empty): collectives on it skip the staging copies. Collective: every
+    rank of the group calls it in the same order with the same shape and dtype. Its memory
+    is not zeroed by torch (the daemon hands out zeroed memory)."""
+    if torch.device(device).type != "cpu":
+        raise NotImplementedError(f"commd.torch.empty: device {device}; CPU only for now")
+    _commd_dtype(torch.empty((), dtype=dtype), "empty")
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return backend_of(group).empty(shape, dtype)
+
+
+dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])

@@ -1,0 +1,120 @@
+"""The torch.distributed backend "commd" under torchrun, against a real daemon: each test
+starts `torchrun --standalone` with worker.py's scenario and reads what the ranks wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+WORKER = os.path.join(os.path.dirname(__file__), "worker.py")
+
+
+def torchrun(daemon, tmp_path, scenario: str, nproc: int, *args: str,
+             env: dict[str, str] | None = None, timeout: float = 600) -> tuple[int, list]:
+    """Runs the scenario on `nproc` ranks; returns torchrun's exit code and each rank's
+    JSON (None for a rank that wrote none)."""
+    out = tmp_path / scenario
+    out.mkdir()
+    run_env = dict(os.environ, COMMD_RUNTIME_DIR=daemon.runtime_dir, OMP_NUM_THREADS="1",
+                   COMMD_TORCH_CHUNK_BYTES=str(1 << 20), **(env or {}))
+    run_env.pop("COMMD_JOB_ID", None)  # the backend makes one per torchrun job
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone",
+         f"--nproc-per-node={nproc}", "--monitor-interval=5", WORKER, scenario, str(out),
+         *args],
+        env=run_env, timeout=timeout, capture_output=True, text=True)
+    results = []
+    for r in range(nproc):
+        path = out / f"rank{r}.json"
+        results.append(json.loads(path.read_text()) if path.exists() else None)
+    if proc.returncode != 0:
+        print(proc.stdout[-20000:], proc.stderr[-20000:], sep="\n")
+    return proc.returncode, results
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_every_op_dtype_and_reduce_op_against_float64(daemon, tmp_path, world):
+    code, results = torchrun(daemon, tmp_path, "ops_matrix", world)
+    assert code == 0
+    assert all(r["checked"] > 100 for r in results), results
+
+
+def test_coalescing_manager_is_one_flight_recorder_entry(daemon, tmp_path):
+    code, results = torchrun(daemon, tmp_path, "coalesced", 2)
+    assert code == 0
+    for r in results:
+        # Both tensors of the block in one entry, named after torch's default group "0".
+        assert r["all_reduces"] == [[[3], [1000]]], r
+        assert [pg[0] for pg in r["process_groups"]] == ["0"], r
+
+
+def test_ddp_with_commd_reaches_the_same_parameters_as_gloo(daemon, tmp_path):
+    code, results = torchrun(daemon, tmp_path, "ddp", 2, "20")
+    assert code == 0
+    assert results[0]["parameters"] == 16 * 32 + 32 + 32 * 4 + 4
+
+
+def test_fsdp2_and_functional_collectives_match_gloo(daemon, tmp_path):
+    code, results = torchrun(daemon, tmp_path, "fsdp", 2)
+    assert code == 0
+    assert results[0]["parameters"] == 16 * 32 + 32 + 32 * 4 + 4
+
+
+def test_a_hung_rank_is_diagnosed_and_the_others_raise(daemon, tmp_path):
+    code, results = torchrun(daemon, tmp_path, "hang", 2,
+                             env={"COMMD_TEST_PG_TIMEOUT": "3"})
+    assert code == 0
+    assert results[0]["raised"] == "DistBackendError", results
+    assert results[0]["cause"] == "AbortedError", results
+    # The watchdog's diagnosis names the rank that never entered, on every rank.
+    assert "rank(s) [1] never entered" in results[0]["message"], results
+    assert "rank(s) [1] never entered" in results[1]["abort_reason"], results
+
+
+def test_nan_policy_fail_raises_on_every_rank(daemon, tmp_path):
+    code, results = torchrun(daemon, tmp_path, "nan", 2)
+    assert code == 0
+    for r in results:
+        assert r["raised"] == "DistBackendError" and r["cause"] == "DataLossError", results
+        assert "rank 0" in r["message"], results
+
+
+def test_a_killed_rank_makes_the_others_raise_naming_it(daemon, tmp_path):
+    code, results = torchrun(daemon, tmp_path, "death", 3)
+    assert code != 0  # torchrun reports the killed rank
+    for r in results[:2]:
+        assert r is not None and r["raised"] == "DistBackendError", results
+        assert "rank 2" in r["message"], results
+    assert results[2] is None
+
+
+def test_bad_arguments_raise_clear_errors(daemon, tmp_path):
+    code, results = torchrun(daemon, tmp_path, "bad_arguments", 2)
+    assert code == 0
+    local = results[0]["local"]
+    assert "float64" in local["float64"] and "float32" in local["float64"]
+    assert "uneven" in local["uneven all_to_all"]
+    assert "send" in local["send"]
+    for r in results:
+        assert r["mismatch"]["raised"] == "DistBackendError", results
+
+
+def test_world_larger_than_the_node_fails_at_init(daemon):
+    code = subprocess.run(
+        [sys.executable, "-c", """
+import os, torch.distributed as dist, commd.torch
+os.environ.update(WORLD_SIZE="4", LOCAL_WORLD_SIZE="2")
+try:
+    dist.init_process_group("commd", store=dist.HashStore(), rank=0, world_size=4)
+except RuntimeError as e:
+    print(e)
+"""], env=dict(os.environ, COMMD_RUNTIME_DIR=daemon.runtime_dir), capture_output=True,
+        text=True, timeout=120)
+    assert code.returncode == 0, code.stderr
+    assert "WORLD_SIZE=4" in code.stdout and "LOCAL_WORLD_SIZE=2" in code.stdout, code.stdout

@@ -1,0 +1,314 @@
+"""One rank of a torch.distributed job on backend commd, started by torchrun from the tests
+in this folder: `worker.py SCENARIO OUT_DIR [ARGS...]`. Each scenario checks its results in
+the rank itself (AssertionError: exit 1) and writes what the test reads back to
+OUT_DIR/rank<N>.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import commd
+import commd.torch as ct
+
+# Integer-valued inputs keep every sum exact in every dtype (bf16 has 8 bits of mantissa:
+# values stay within +-8, sums within +-32 on 4 ranks); averages and products get a tolerance.
+TOLERANCE = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1e-2,
+             torch.int32: 0, torch.int64: 0}
+DTYPES = list(TOLERANCE)
+OPS = {
+    "sum": (dist.ReduceOp.SUM, lambda x: x.sum(0)),
+    "avg": (dist.ReduceOp.AVG, lambda x: x.mean(0)),
+    "min": (dist.ReduceOp.MIN, lambda x: x.min(0).values),
+    "max": (dist.ReduceOp.MAX, lambda x: x.max(0).values),
+    "product": (dist.ReduceOp.PRODUCT, lambda x: x.prod(0)),
+}
+
+
+def FACTORS(x: torch.Tensor) -> torch.Tensor:  # noqa: N802
+    """Factors in {-1, 1, 2}: products of up to 4 ranks stay exact in every dtype."""
+    r = torch.remainder(x, 3)
+    return torch.where(r == 0, -1.0, r)
+
+
+def inputs(rank: int, n: int, low: int = -8, high: int = 8) -> torch.Tensor:
+    i = torch.arange(n, dtype=torch.float64)
+    return torch.remainder(i * 7 + rank * 3, high - low + 1) + low
+
+
+def check(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(got.to(torch.float64), want, rtol=tol, atol=tol,
+                               msg=lambda m: f"{what}: {m}")
+
+
+def write(out_dir: str, value) -> None:
+    with open(os.path.join(out_dir, f"rank{dist.get_rank()}.json"), "w") as f:
+        json.dump(value, f)
+
+
+def ops_matrix(out_dir: str) -> None:
+    """Every collective x dtype x reduce op against a float64 reference, odd and chunked
+    sizes, non-contiguous tensors, symmetric (zero-copy) tensors."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    checked = 0
+    for n in (1, 1001, (3 << 20) // 4 + 5):  # the last needs several 1 MiB chunks
+        everyone = torch.stack([inputs(r, n) for r in range(world)])
+        for dtype in DTYPES:
+            for name, (op, reduce) in OPS.items():
+                if name == "avg" and not dtype.is_floating_point:
+                    continue
+                x = everyone if name != "product" else FACTORS(everyone)
+                t = x[rank].to(dtype)
+                dist.all_reduce(t, op=op)
+                check(t, reduce(x), dtype, f"all_reduce {dtype} {name} n={n}")
+                checked += 1
+            if n > 5000:
+                continue  # one large size per collective below is enough
+            t = inputs(rank, n).to(dtype)
+            outs = [torch.empty(n, dtype=dtype) for _ in range(world)]
+            dist.all_gather(outs, t)
+            check(torch.stack(outs), everyone, dtype, f"all_gather {dtype}")
+            out = torch.empty(world * n, dtype=dtype)
+            dist.all_gather_into_tensor(out, t)
+            check(out, everyone.reshape(-1), dtype, f"all_gather_into_tensor {dtype}")
+            big = torch.stack([inputs(rank * world + c, n) for c in range(world)])
+            want = torch.stack([torch.stack([inputs(r * world + c, n) for c in range(world)])
+                                for r in range(world)]).sum(0)[rank]
+            out = torch.empty(n, dtype=dtype)
+            dist.reduce_scatter_tensor(out, big.reshape(-1).to(dtype))
+            check(out, want, dtype, f"reduce_scatter_tensor {dtype}")
+            out = torch.empty(n, dtype=dtype)
+            dist.reduce_scatter(out, [b.to(dtype) for b in big])
+            check(out, want, dtype, f"reduce_scatter {dtype}")
+            t = inputs(rank, n).to(dtype) if rank == world - 1 else torch.zeros(n, dtype=dtype)
+            dist.broadcast(t, src=world - 1)
+            check(t, inputs(world - 1, n), dtype, f"broadcast {dtype}")
+            send = torch.stack([inputs(rank * world + p, n) for p in range(world)])
+            recv = torch.empty(world * n, dtype=dtype)
+            dist.all_to_all_single(recv, send.reshape(-1).to(dtype))
+            want = torch.stack([inputs(p * world + rank, n) for p in range(world)])
+            check(recv, want.reshape(-1), dtype, f"all_to_all_single {dtype}")
+            checked += 6
+    # Non-contiguous: a transposed view reduces in place.
+    t = inputs(rank, 6 * 7).reshape(6, 7).to(torch.float32).t()
+    dist.all_reduce(t)
+    want = torch.stack([inputs(r, 42) for r in range(world)]).sum(0).reshape(6, 7).t()
+    check(t, want, torch.float32, "all_reduce of a transposed tensor")
+    # Symmetric tensors: the zero-copy path.
+    s = ct.empty((1001,), dtype=torch.float32)
+    s.copy_(inputs(rank, 1001))
+    dist.all_reduce(s)
+    check(s, torch.stack([inputs(r, 1001) for r in range(world)]).sum(0), torch.float32,
+          "all_reduce of a commd.torch.empty tensor")
+    # async_op: a Work that is complete when returned.
+    t = torch.ones(5)
+    work = dist.all_reduce(t, async_op=True)
+    assert work.wait() is True
+    assert work.get_future().wait()[0].eq(world).all()
+    # A subgroup of the even ranks.
+    evens = list(range(0, world, 2))
+    sub = dist.new_group(evens)
+    if rank in evens:
+        t = torch.full((3,), float(rank))
+        dist.all_reduce(t, group=sub)
+        check(t, torch.full((3,), float(sum(evens)), dtype=torch.float64), torch.float32,
+              "all_reduce on new_group")
+    dist.barrier()
+    write(out_dir, {"checked": checked + 4})
+
+
+def coalesced(out_dir: str) -> None:
+    """dist._coalescing_manager: one commd coalesced all-reduce for the block."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    a, b = torch.full((3,), float(rank)), torch.full((1000,), 1.0)
+    dist.barrier()
+    with dist._coalescing_manager():
+        dist.all_reduce(a)
+        dist.all_reduce(b)
+    assert a.eq(sum(range(world))).all() and b.eq(world).all(), (a, b)
+    dist.barrier()
+    # This rank's flight recorder, as the daemon dumps it: the all-reduces it holds.
+    dump = ct.backend_of().client.dump(group=ct.backend_of().commd_group.name)
+    path = [f for f in dump["files"] if f.endswith(f"/rank{rank}.json")][0]
+    with open(path) as f:
+        entries = json.load(f)["entries"]
+    write(out_dir, {"all_reduces": [e["input_sizes"] for e in entries
+                                    if e["profiling_name"].endswith("all_reduce")],
+                    "process_groups": sorted({tuple(e["process_group"]) for e in entries})})
+
+
+def ddp(out_dir: str, steps: str) -> None:
+    """The same small model trained by DDP over commd and over gloo from the same start."""
+    rank = dist.get_rank()
+    gloo = dist.new_group(backend="gloo")
+    params = {}
+    for name, group in (("commd", None), ("gloo", gloo)):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 4))
+        ddp_model = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+        opt = torch.optim.SGD(ddp_model.parameters(), lr=0.05)
+        data = torch.Generator().manual_seed(100 + rank)
+        for _ in range(int(steps)):
+            x = torch.randn(8, 16, generator=data)
+            y = torch.randn(8, 4, generator=data)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(ddp_model(x), y).backward()
+            opt.step()
+        params[name] = [p.detach().clone() for p in model.parameters()]
+    for c, g in zip(params["commd"], params["gloo"]):
+        # Both average the same gradients; the sums' order differs, so bits may.
+        torch.testing.assert_close(c, g, rtol=1e-5, atol=1e-6)
+    write(out_dir, {"parameters": sum(p.numel() for p in params["commd"])})
+
+
+def fsdp(out_dir: str) -> None:
+    """FSDP2 (fully_shard) over a commd mesh and over a gloo one, from the same start, reach
+    the same parameters; a functional collective on the default group."""
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    import torch.distributed._functional_collectives as fc
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
+    params = {}
+    for name, mesh in (("commd", init_device_mesh("cpu", (world,))),
+                       ("gloo", DeviceMesh.from_group(gloo, "cpu"))):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 4))
+        for layer in (model[0], model[2], model):
+            fully_shard(layer, mesh=mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        data = torch.Generator().manual_seed(100 + rank)
+        for _ in range(5):
+            x = torch.randn(8, 16, generator=data)
+            y = torch.randn(8, 4, generator=data)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        params[name] = [p.full_tensor().detach().clone() for p in model.parameters()]
+    for c, g in zip(params["commd"], params["gloo"]):
+        torch.testing.assert_close(c, g, rtol=1e-5, atol=1e-6)
+    t = fc.all_reduce(torch.full((4,), float(rank)), "sum", dist.group.WORLD)
+    assert torch.as_tensor(fc.wait_tensor(t)).eq(sum(range(world))).all()
+    write(out_dir, {"parameters": sum(p.numel() for p in params["commd"])})
+
+
+def _expect_failure(out_dir: str, fn) -> None:
+    try:
+        fn()
+    except dist.DistBackendError as e:
+        cause = e.__cause__
+        write(out_dir, {"raised": type(e).__name__, "message": str(e),
+                        "cause": type(cause).__name__ if cause else None,
+                        "code": getattr(cause, "code", None)})
+        return
+    write(out_dir, {"raised": None})
+
+
+def hang(out_dir: str) -> None:
+    """The last rank never calls the all-reduce; the watchdog (policy notify) diagnoses the
+    hang and the others' pending call raises."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == world - 1:
+        deadline = time.monotonic() + 60
+        group = ct.backend_of().commd_group
+        while not group.abort_requested and time.monotonic() < deadline:
+            time.sleep(0.1)
+        write(out_dir, {"abort_reason": group.abort_reason})
+        return
+    _expect_failure(out_dir, lambda: dist.all_reduce(torch.ones(4)))
+
+
+def nan(out_dir: str) -> None:
+    """NaN policy fail: a NaN on rank 0 fails the all-reduce on every rank."""
+    t = torch.ones(64)
+    if dist.get_rank() == 0:
+        t[17] = float("nan")
+    _expect_failure(out_dir, lambda: dist.all_reduce(t))
+
+
+def death(out_dir: str) -> None:
+    """The last rank dies (SIGKILL) after 3 steps; the others raise naming it."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(1024)
+
+    def train():
+        for step in range(1000):
+            if rank == world - 1 and step == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+            dist.all_reduce(t)
+
+    _expect_failure(out_dir, train)
+
+
+def bad_arguments(out_dir: str) -> None:
+    """What each bad argument raises; the group stays usable after the local checks."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    seen = {}
+    for name, fn, kind in (
+        ("float64", lambda: dist.all_reduce(torch.ones(3, dtype=torch.float64)), TypeError),
+        ("mixed devices", lambda: dist.all_gather(
+            [torch.empty(3)] * (world - 1) + [torch.empty(3, device="meta")], torch.ones(3)),
+         ValueError),
+        ("mixed dtypes", lambda: dist.all_gather(
+            [torch.empty(3, dtype=torch.int32) for _ in range(world)], torch.ones(3)),
+         ValueError),  # torch's own check
+        ("wrong output size", lambda: dist.all_gather_into_tensor(
+            torch.empty(3 * world + 1), torch.ones(3)), ValueError),
+        ("uneven all_to_all", lambda: dist.all_to_all_single(
+            torch.empty(world * 2), torch.ones(world * 2),
+            output_split_sizes=[1] * (world - 1) + [world + 1],
+            input_split_sizes=[2] * world), NotImplementedError),
+        ("send", lambda: dist.send(torch.ones(1), (rank + 1) % world), NotImplementedError),
+        ("bitwise and", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32),
+                                                op=dist.ReduceOp.BAND), NotImplementedError),
+    ):
+        try:
+            fn()
+        except kind as e:
+            seen[name] = str(e)
+        except Exception as e:
+            raise AssertionError(f"{name}: {type(e).__name__} instead of {kind.__name__}: "
+                                 f"{e}") from e
+        else:
+            raise AssertionError(f"{name}: no {kind.__name__}")
+    t = torch.ones(4)
+    dist.all_reduce(t)  # still usable
+    assert t.eq(world).all()
+    # Sizes that differ across ranks: the cross-rank call check fails it on every rank.
+    _expect_failure(out_dir, lambda: dist.all_reduce(torch.ones(10 + rank)))
+    with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
+        seen_mismatch = json.load(f)
+    write(out_dir, {"local": seen, "mismatch": seen_mismatch})
+
+
+SCENARIOS = {f.__name__: f for f in (ops_matrix, coalesced, ddp, fsdp, hang, nan, death,
+                                     bad_arguments)}
+
+
+def main() -> None:
+    scenario, out_dir, *args = sys.argv[1:]
+    options = None
+    if scenario == "hang":
+        options = ct.Options(watchdog_policy="notify")
+    elif scenario == "nan":
+        options = ct.Options(nan_check="on", nan_policy="fail")
+    timeout = float(os.environ.get("COMMD_TEST_PG_TIMEOUT", "60"))
+    dist.init_process_group("commd", pg_options=options,
+                            timeout=__import__("datetime").timedelta(seconds=timeout))
+    SCENARIOS[scenario](out_dir, *args)
+    if scenario not in ("hang", "death", "nan"):
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
