@@ -103,10 +103,13 @@ struct RingSnapshot {
   uint64_t abort_time_ns = 0;
   std::string abort_text;
 
-  uint64_t next_record_id = 0;  // as read before the ring
+  uint64_t next_record_id = 0;  // as read before the ring (its last scan, see below)
   uint64_t dropped = 0;         // as the writer counted it
   // Ascending record_id, all below next_record_id: records begun while the ring was read are
-  // left for the next read, so every entry but the newest had finished when it began.
+  // left for the next read, so every entry but the newest had finished when it began. The
+  // ring is read newest first, so a rank recording faster than the read costs the snapshot
+  // its oldest entries, never its newest; a writer that laps the whole ring before the
+  // newest slot is read gets a fresh scan from its new head (twice at most).
   std::vector<RecordedEntry> entries;
   uint64_t invalid_entries = 0;
   std::array<uint64_t, kInvalidReasonCount> invalid_by_reason{};
