@@ -343,14 +343,6 @@ void ReadRing(const char* base, const RingReadOptions& options, RingSnapshot* s)
 
 }  // namespace
 
-const char* InvalidReasonName(InvalidReason reason) {
-  static constexpr const char* kNames[kInvalidReasonCount] = {
-      "unsettled",    "record_id", "state", "op",   "flags",
-      "tensor_count", "dims",      "dtype", "name", "peer"};
-  const auto i = static_cast<size_t>(reason);
-  return i < kInvalidReasonCount ? kNames[i] : "unknown";
-}
-
 absl::StatusOr<RingSnapshot> ReadControlBlock(const void* base, size_t mapped_bytes,
                                               const RingReadOptions& options) {
   if (base == nullptr || reinterpret_cast<uintptr_t>(base) % 8 != 0) {
