@@ -86,9 +86,9 @@ double Input(const Run& run, int r, uint64_t tag, size_t i, DataType t) {
     case DataType::kBFloat16:
       return nz / 4.0;
     case DataType::kInt32:
-      return static_cast<double>(static_cast<int32_t>((v >> 8) % 2000001) - 1000000 | 1);
+      return static_cast<double>((static_cast<int32_t>((v >> 8) % 2000001) - 1000000) | 1);
     case DataType::kInt64:
-      return static_cast<double>(static_cast<int64_t>((v >> 8) % 2000000001) - 1000000000 | 1);
+      return static_cast<double>((static_cast<int64_t>((v >> 8) % 2000000001) - 1000000000) | 1);
   }
   return 0;
 }
