@@ -18,9 +18,9 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "daemon/recorder/dump_json.h"
-#include "daemon/recorder/pickle_writer.h"
 #include "daemon/recorder/ring_reader.h"
+#include "format/dump_json.h"
+#include "format/pickle_writer.h"
 
 namespace commd::recorder {
 namespace {

@@ -68,9 +68,6 @@ struct DumperOptions {
 // /var/lib/commd/dumps as root, else $XDG_STATE_HOME (or ~/.local/state)/commd/dumps.
 std::string DefaultDumpDir();
 
-// File name of a rank's pickle, which torchfrtrace finds by prefix: "<prefix><global rank>".
-inline constexpr char kTorchTracePrefix[] = "nccl_trace_rank_";
-
 class Dumper {
  public:
   Dumper(DumperOptions options, prometheus::Registry* registry);

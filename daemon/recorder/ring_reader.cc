@@ -239,53 +239,88 @@ void TakeEntry(const char* base, const RingEntry& copy, uint32_t slot, uint32_t 
   s->entries.push_back(std::move(e));
 }
 
-void ReadRing(const char* base, const RingReadOptions& options, RingSnapshot* s) {
+// The number of slots to read, newest first from record next - 1: those of the records in
+// [from, next), at most the ring and at most max_entries.
+uint64_t SlotsToRead(const RingReadOptions& options, uint64_t next, uint64_t capacity) {
+  const uint64_t from = options.from_record_id.value_or(0);
+  uint64_t span =
+      !options.from_record_id || next < from || next - from >= capacity ? capacity : next - from;
+  if (options.max_entries != 0) span = std::min<uint64_t>(span, options.max_entries);
+  return span;
+}
+
+// Scans `span` slots newest first, from the slot of record next - 1 backwards. The writer
+// overwrites the oldest slots forwards meanwhile, so a rank that records faster than we read
+// costs the snapshot its oldest entries (their slots hold records >= next by the time we
+// reach them, which are left out), never its newest. Entries are validated as they are
+// copied, against `next`; only a record id beyond that bound waits in `late` for the
+// next_record_id read after the scan (the writer may have lapped us). Returns whether the
+// writer had lapped the whole ring before the first read: the newest slot held a newer record.
+bool ScanNewestFirst(const char* base, const RingReadOptions& options, uint64_t next, uint64_t span,
+                     uint32_t* budget, RingSnapshot* s,
+                     std::vector<std::pair<uint32_t, RingEntry>>* late) {
   const uint32_t mask = s->ring_capacity - 1;
   const uint64_t capacity = uint64_t{mask} + 1;
   const auto* ring = reinterpret_cast<const RingEntry*>(base + kRingOffset);
-  uint32_t budget = options.retry_budget;
   const uint32_t per_record = static_cast<uint32_t>(std::clamp(options.max_tries, 1, 1 << 20));
-  // Slots of the records in [from, next): all slots, oldest first, when that spans the ring.
-  const uint64_t next = s->next_record_id;
   const uint64_t from = options.from_record_id.value_or(0);
-  uint64_t span =
-      !options.from_record_id || next < from || next - from > mask ? capacity : next - from;
-  uint32_t first_slot = static_cast<uint32_t>((span > mask ? next : from) & mask);
-  if (options.max_entries != 0 && span > options.max_entries) {
-    span = options.max_entries;
-    first_slot = static_cast<uint32_t>((next - span) & mask);
-  }
-  s->entries.reserve(std::min<uint64_t>(span, next));
-  // The snapshot holds the records begun before the scan, [.., next): one begun while we
-  // read (the writer runs on) is left out, so that a dump is a prefix of the rank's history
-  // in which every entry but the newest had finished when the newest began. Entries are
-  // validated as they are copied, against `next`; only a record id beyond that bound waits
-  // for the next_record_id read after the scan (the writer may have lapped us).
-  std::vector<std::pair<uint32_t, RingEntry>> late;
+  bool head_lapped = false;
   RingEntry copy;
   for (uint64_t k = 0; k < span; ++k) {
-    const uint32_t slot = static_cast<uint32_t>((first_slot + k) & mask);
+    const uint32_t slot = static_cast<uint32_t>((next - 1 - k) & mask);
     // A slot never written has seq 0 for good: one load instead of copying 832 bytes (a
     // ring not yet full is mostly such slots).
     if (LoadRelaxed(&ring[slot].seq) == 0) continue;
     const int tries =
-        static_cast<int>(std::max<uint32_t>(1, std::min<uint32_t>(budget, per_record)));
+        static_cast<int>(std::max<uint32_t>(1, std::min<uint32_t>(*budget, per_record)));
     int used = 0;
     const bool settled = SeqReadCopy(&ring[slot], &copy, sizeof(copy), tries, &used);
-    budget -= std::min<uint32_t>(budget, used - 1);
+    *budget -= std::min<uint32_t>(*budget, used - 1);
     if (!settled) {
       CountInvalid(InvalidReason::kUnsettled, s);
       continue;
     }
     if (copy.seq == 0) continue;  // never written
+    if (k == 0) head_lapped = (copy.record_id & mask) == slot && copy.record_id >= next;
     if ((copy.record_id & mask) == slot && copy.record_id >= next + capacity) {
-      late.emplace_back(slot, copy);
+      late->emplace_back(slot, copy);
       continue;
     }
     TakeEntry(base, copy, slot, mask, next, from, next, options.max_tries, s);
   }
-  const uint64_t final_next = LoadRelaxed(
-      &reinterpret_cast<const ControlBlockRingState*>(base + kRingStateOffset)->next_record_id);
+  // Newest first as read; the snapshot lists them oldest first.
+  std::reverse(s->entries.begin(), s->entries.end());
+  return head_lapped;
+}
+
+// A writer that laps the whole ring between our read of next_record_id and of the newest
+// slot leaves that scan nothing; so many fresh scans from its new head, at most.
+constexpr int kMaxRescans = 2;
+
+void ReadRing(const char* base, const RingReadOptions& options, RingSnapshot* s) {
+  const uint64_t capacity = s->ring_capacity;
+  const auto* ring_state = reinterpret_cast<const ControlBlockRingState*>(base + kRingStateOffset);
+  uint32_t budget = options.retry_budget;  // shared by the rescans: work stays bounded
+  // The snapshot holds the records begun before the scan, [.., next): one begun while we
+  // read (the writer runs on) is left out, so that a dump is a prefix of the rank's history
+  // in which every entry but the newest had finished when the newest began.
+  uint64_t next = s->next_record_id;
+  uint64_t final_next = next;
+  std::vector<std::pair<uint32_t, RingEntry>> late;
+  for (int rescans = 0;; ++rescans) {
+    const uint64_t span = SlotsToRead(options, next, capacity);
+    s->entries.reserve(std::min<uint64_t>(span, next));
+    const bool head_lapped = ScanNewestFirst(base, options, next, span, &budget, s, &late);
+    final_next = LoadRelaxed(&ring_state->next_record_id);
+    if (!head_lapped || final_next <= next || rescans == kMaxRescans) break;
+    next = s->next_record_id = final_next;
+    s->entries.clear();
+    s->invalid_entries = 0;
+    s->invalid_by_reason = {};
+    late.clear();
+  }
+  const uint32_t mask = s->ring_capacity - 1;
+  const uint64_t from = options.from_record_id.value_or(0);
   for (const auto& [slot, c] : late) {
     TakeEntry(base, c, slot, mask, final_next, from, next, options.max_tries, s);
   }
@@ -307,14 +342,6 @@ void ReadRing(const char* base, const RingReadOptions& options, RingSnapshot* s)
 }
 
 }  // namespace
-
-const char* InvalidReasonName(InvalidReason reason) {
-  static constexpr const char* kNames[kInvalidReasonCount] = {
-      "unsettled",    "record_id", "state", "op",   "flags",
-      "tensor_count", "dims",      "dtype", "name", "peer"};
-  const auto i = static_cast<size_t>(reason);
-  return i < kInvalidReasonCount ? kNames[i] : "unknown";
-}
 
 absl::StatusOr<RingSnapshot> ReadControlBlock(const void* base, size_t mapped_bytes,
                                               const RingReadOptions& options) {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "daemon/recorder/dump_json.h"
-#include "daemon/recorder/pickle_writer.h"
 #include "daemon/recorder/ring_reader.h"
+#include "format/dump_json.h"
+#include "format/pickle_writer.h"
 
 namespace {
 

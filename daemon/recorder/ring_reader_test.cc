@@ -352,7 +352,9 @@ TEST(RingReaderConcurrency, ForkedWriterNeverShowsATornEntry) {
     for (uint64_t i = 0; i < kRecords; ++i) WriteRecord(**w, i);
     _exit(0);
   }
-  uint64_t snapshots = 0, entries_seen = 0, unsettled = 0;
+  // A read while the writer laps the 64-slot ring must still keep the newest entries: read
+  // oldest first, the writer would overtake the scan and leave it empty.
+  uint64_t snapshots = 0, entries_seen = 0, unsettled = 0, empty_after_writes = 0;
   int status = 0;
   bool done = false;
   while (!done) {
@@ -369,6 +371,7 @@ TEST(RingReaderConcurrency, ForkedWriterNeverShowsATornEntry) {
       }
     }
     entries_seen += s->entries.size();
+    if (s->next_record_id > 0 && s->entries.empty()) ++empty_after_writes;
     if (done) {
       EXPECT_EQ(s->next_record_id, kRecords);
       EXPECT_EQ(s->dropped, kRecords - kCapacity);
@@ -379,10 +382,12 @@ TEST(RingReaderConcurrency, ForkedWriterNeverShowsATornEntry) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_GT(snapshots, 1u);
+  EXPECT_EQ(empty_after_writes, 0u) << "of " << snapshots << " snapshots";
   RecordProperty("snapshots", std::to_string(snapshots));
   RecordProperty("unsettled", std::to_string(unsettled));
-  std::printf("snapshots=%lu entries=%lu unsettled=%lu\n", (unsigned long)snapshots,
-              (unsigned long)entries_seen, (unsigned long)unsettled);
+  std::printf("snapshots=%lu entries=%lu unsettled=%lu empty=%lu\n", (unsigned long)snapshots,
+              (unsigned long)entries_seen, (unsigned long)unsettled,
+              (unsigned long)empty_after_writes);
   munmap(base, bytes);
 }
 

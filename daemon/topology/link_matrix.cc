@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "daemon/topology/topology_text.h"
+#include "format/topology_text.h"
 
 namespace commd::topology {
 namespace {

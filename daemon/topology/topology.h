@@ -12,7 +12,7 @@
 
 #include "commd/v1/config.pb.h"
 #include "commd/v1/topology.pb.h"
-#include "daemon/topology/topology_text.h"
+#include "format/topology_text.h"
 
 namespace commd::topology {
 

@@ -10,6 +10,10 @@
 // Prints "OK <mode>" and exits 0, or prints each mismatch and exits 1. With
 // $COLLECTIVE_RANK_HOLD set, a rank prints "HOLDING" once done and waits for that file to
 // exist before it leaves the group (so the daemon can still read its control block).
+//
+// A mode is a row of kModes (its name, its function, and optionally its group options and
+// buffer size) plus that function, which gets the rank's Run: adding a mode touches nothing
+// else.
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,21 +39,42 @@ using commd::DataType;
 using commd::ReduceOp;
 namespace k = commd::kernels;
 
-int g_rank = 0, g_world = 0;
-uint64_t g_seed = 0;
-int g_failures = 0;
+// The command line.
+struct Args {
+  int rank = 0;
+  int world = 0;
+  uint64_t seed = 0;
+  std::string mode;      // as given: "repeat:2000"
+  std::string name;      // the table's key: "repeat"
+  std::string argument;  // after the ':', empty without one: "2000"
+};
 
-void Fail(const std::string& what) {
-  if (++g_failures <= 20) std::printf("rank %d: FAIL %s\n", g_rank, what.c_str());
-}
+// One rank's run of a mode: its arguments, client, group and two symmetric buffers, and
+// what it found wrong so far.
+struct Run {
+  const Args& args;
+  commd::Client& client;
+  commd::Group& g;
+  commd::SymmetricBuffer& in;
+  commd::SymmetricBuffer& out;
+  int failures = 0;
+  uint64_t tag = 0;  // distinguishes the inputs of successive collectives
+
+  void Fail(const std::string& what) {
+    if (++failures <= 20) std::printf("rank %d: FAIL %s\n", args.rank, what.c_str());
+  }
+  void Check(const char* what, absl::Status s) {
+    if (!s.ok()) Fail(std::string(what) + ": " + s.ToString());
+  }
+};
 
 size_t Size(DataType t) {
   return t == DataType::kFloat16 || t == DataType::kBFloat16 ? 2 : t == DataType::kInt64 ? 8 : 4;
 }
 
 // Input value i of rank r for test `tag`: nonzero; exactly representable in the type.
-double Input(int r, uint64_t tag, size_t i, DataType t) {
-  std::mt19937_64 g(g_seed ^ (tag * 0x9E3779B97F4A7C15ull) ^ (uint64_t(r) << 48) ^ i);
+double Input(const Run& run, int r, uint64_t tag, size_t i, DataType t) {
+  std::mt19937_64 g(run.args.seed ^ (tag * 0x9E3779B97F4A7C15ull) ^ (uint64_t(r) << 48) ^ i);
   const uint64_t v = g();
   const int64_t m = static_cast<int64_t>(v % 32) - 16;
   const int64_t nz = m >= 0 ? m + 1 : m;  // -16..-1, 1..16
@@ -61,9 +86,9 @@ double Input(int r, uint64_t tag, size_t i, DataType t) {
     case DataType::kBFloat16:
       return nz / 4.0;
     case DataType::kInt32:
-      return static_cast<double>(static_cast<int32_t>((v >> 8) % 2000001) - 1000000 | 1);
+      return static_cast<double>((static_cast<int32_t>((v >> 8) % 2000001) - 1000000) | 1);
     case DataType::kInt64:
-      return static_cast<double>(static_cast<int64_t>((v >> 8) % 2000000001) - 1000000000 | 1);
+      return static_cast<double>((static_cast<int64_t>((v >> 8) % 2000000001) - 1000000000) | 1);
   }
   return 0;
 }
@@ -105,11 +130,11 @@ double Load(const void* p, size_t i, DataType t) {
 }
 
 // Reference of element i over every rank's input; `abs_sum` for the float error bound.
-double Reference(uint64_t tag, size_t i, DataType t, ReduceOp op, double* abs_sum) {
+double Reference(const Run& run, uint64_t tag, size_t i, DataType t, ReduceOp op, double* abs_sum) {
   double acc = 0;
   *abs_sum = 0;
-  for (int r = 0; r < g_world; ++r) {
-    const double x = Input(r, tag, i, t);
+  for (int r = 0; r < run.args.world; ++r) {
+    const double x = Input(run, r, tag, i, t);
     *abs_sum += std::fabs(x);
     if (r == 0)
       acc = x;
@@ -121,89 +146,230 @@ double Reference(uint64_t tag, size_t i, DataType t, ReduceOp op, double* abs_su
       acc += x;
   }
   if (op == ReduceOp::kAvg) {
-    acc /= g_world;
+    acc /= run.args.world;
     if (t == DataType::kInt32 || t == DataType::kInt64) acc = std::trunc(acc);
   }
   return acc;
 }
 
-bool Close(double got, double want, double abs_sum, DataType t, ReduceOp op) {
+bool Close(const Run& run, double got, double want, double abs_sum, DataType t, ReduceOp op) {
   if (t == DataType::kInt32 || t == DataType::kInt64) return got == want;
   if (op == ReduceOp::kMin || op == ReduceOp::kMax) return got == want;
   // Any summation order: |error| <= (n - 1) * u * sum|x| plus the final rounding.
   const double u = t == DataType::kFloat32 ? 0x1p-24 : t == DataType::kFloat16 ? 0x1p-11 : 0x1p-8;
-  return std::fabs(got - want) <= (g_world + 1) * u * abs_sum + u * std::fabs(want) + 1e-30;
+  return std::fabs(got - want) <= (run.args.world + 1) * u * abs_sum + u * std::fabs(want) + 1e-30;
 }
 
-void Poison(void* p, size_t bytes) { std::memset(p, 0xA5, bytes); }
-
-void Check(const char* what, absl::Status s) {
-  if (!s.ok()) Fail(std::string(what) + ": " + s.ToString());
-}
-
-uint64_t g_tag = 0;
-
-void AllReduceOne(commd::Group& g, commd::SymmetricBuffer& buf, size_t n, DataType t, ReduceOp op) {
-  const uint64_t tag = ++g_tag;
-  Poison(buf.data(), buf.size());
-  for (size_t i = 0; i < n; ++i) Store(buf.data(), i, t, Input(g_rank, tag, i, t));
-  Check("all-reduce", g.AllReduce(buf, n, t, op));
+// Fails `what` unless `n` elements of `got` (starting at reference element `first`) match
+// the reference of `tag`.
+void ExpectReduced(Run& run, const std::string& what, const void* got, uint64_t tag, size_t first,
+                   size_t n, DataType t, ReduceOp op) {
   for (size_t i = 0; i < n; ++i) {
     double abs_sum;
-    const double want = Reference(tag, i, t, op, &abs_sum);
-    const double got = Load(buf.data(), i, t);
-    if (!Close(got, want, abs_sum, t, op)) {
-      Fail("all-reduce type " + std::to_string(int(t)) + " op " + std::to_string(int(op)) + " n " +
-           std::to_string(n) + " [" + std::to_string(i) + "] " + std::to_string(got) + " want " +
-           std::to_string(want));
+    const double want = Reference(run, tag, first + i, t, op, &abs_sum);
+    if (!Close(run, Load(got, i, t), want, abs_sum, t, op)) {
+      run.Fail(what + " [" + std::to_string(i) + "] " + std::to_string(Load(got, i, t)) + " want " +
+               std::to_string(want));
       return;
     }
   }
 }
 
-void AllGatherOne(commd::Group& g, commd::SymmetricBuffer& in, commd::SymmetricBuffer& out,
-                  size_t n, DataType t) {
-  const uint64_t tag = ++g_tag;
-  Poison(out.data(), out.size());
-  for (size_t i = 0; i < n; ++i) Store(in.data(), i, t, Input(g_rank, tag, i, t));
-  Check("all-gather", g.AllGather(in, out, n, t));
-  for (int r = 0; r < g_world; ++r) {
+void Poison(void* p, size_t bytes) { std::memset(p, 0xA5, bytes); }
+
+std::string Describe(const char* what, DataType t, ReduceOp op, size_t n) {
+  return std::string(what) + " type " + std::to_string(int(t)) + " op " + std::to_string(int(op)) +
+         " n " + std::to_string(n);
+}
+
+void AllReduceOne(Run& run, size_t n, DataType t, ReduceOp op) {
+  const uint64_t tag = ++run.tag;
+  Poison(run.in.data(), run.in.size());
+  for (size_t i = 0; i < n; ++i) Store(run.in.data(), i, t, Input(run, run.args.rank, tag, i, t));
+  run.Check("all-reduce", run.g.AllReduce(run.in, n, t, op));
+  ExpectReduced(run, Describe("all-reduce", t, op, n), run.in.data(), tag, 0, n, t, op);
+}
+
+// Fails `what` unless `got` holds every rank's `n` inputs of `tag`, by rank.
+void ExpectGathered(Run& run, const std::string& what, const void* got, uint64_t tag, size_t n,
+                    DataType t) {
+  for (int r = 0; r < run.args.world; ++r) {
     for (size_t i = 0; i < n; ++i) {
-      double want = Input(r, tag, i, t);
+      double want = Input(run, r, tag, i, t);
       if (t == DataType::kFloat32) want = static_cast<float>(want);
-      if (Load(out.data(), r * n + i, t) != want) {
-        Fail("all-gather type " + std::to_string(int(t)) + " n " + std::to_string(n) + " rank " +
-             std::to_string(r) + " [" + std::to_string(i) + "]");
+      if (Load(got, r * n + i, t) != want) {
+        run.Fail(what + " rank " + std::to_string(r) + " [" + std::to_string(i) + "]");
         return;
       }
     }
   }
 }
 
-void ReduceScatterOne(commd::Group& g, commd::SymmetricBuffer& in, commd::SymmetricBuffer& out,
-                      size_t n, DataType t, ReduceOp op) {
-  const uint64_t tag = ++g_tag;
-  Poison(out.data(), out.size());
-  for (size_t i = 0; i < n * g_world; ++i) Store(in.data(), i, t, Input(g_rank, tag, i, t));
-  Check("reduce-scatter", g.ReduceScatter(in, out, n, t, op));
-  for (size_t i = 0; i < n; ++i) {
-    double abs_sum;
-    const double want = Reference(tag, g_rank * n + i, t, op, &abs_sum);
-    const double got = Load(out.data(), i, t);
-    if (!Close(got, want, abs_sum, t, op)) {
-      Fail("reduce-scatter type " + std::to_string(int(t)) + " op " + std::to_string(int(op)) +
-           " n " + std::to_string(n) + " [" + std::to_string(i) + "] " + std::to_string(got) +
-           " want " + std::to_string(want));
-      return;
+void AllGatherOne(Run& run, size_t n, DataType t) {
+  const uint64_t tag = ++run.tag;
+  Poison(run.out.data(), run.out.size());
+  for (size_t i = 0; i < n; ++i) Store(run.in.data(), i, t, Input(run, run.args.rank, tag, i, t));
+  run.Check("all-gather", run.g.AllGather(run.in, run.out, n, t));
+  ExpectGathered(run, "all-gather type " + std::to_string(int(t)) + " n " + std::to_string(n),
+                 run.out.data(), tag, n, t);
+}
+
+void ReduceScatterOne(Run& run, size_t n, DataType t, ReduceOp op) {
+  const uint64_t tag = ++run.tag;
+  const int rank = run.args.rank;
+  Poison(run.out.data(), run.out.size());
+  for (size_t i = 0; i < n * run.args.world; ++i)
+    Store(run.in.data(), i, t, Input(run, rank, tag, i, t));
+  run.Check("reduce-scatter", run.g.ReduceScatter(run.in, run.out, n, t, op));
+  ExpectReduced(run, Describe("reduce-scatter", t, op, n), run.out.data(), tag, rank * n, n, t, op);
+}
+
+// ---- The modes: each a function of the rank's Run, named by a row of kModes. ----
+
+// Every collective x type x op at 1 element, odd, not divisible by the world size, 4 KiB of
+// fp32; then a barrier and a coalesced all-reduce of three tensors of different types.
+void Matrix(Run& run) {
+  const DataType types[] = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
+                            DataType::kInt32, DataType::kInt64};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax};
+  for (size_t n : {size_t{1}, size_t{7}, size_t{4099}, size_t{1024}}) {
+    for (DataType t : types) {
+      for (ReduceOp op : ops) {
+        AllReduceOne(run, n, t, op);
+        ReduceScatterOne(run, n, t, op);
+      }
+      AllGatherOne(run, n, t);
+    }
+  }
+  run.Check("barrier", run.g.Barrier());
+  const uint64_t tag = ++run.tag;
+  std::vector<commd::CoalescedTensor> ts = {
+      {0, 5, DataType::kFloat32}, {64, 3, DataType::kInt64}, {128, 9, DataType::kInt32}};
+  Poison(run.in.data(), run.in.size());
+  auto* base = static_cast<char*>(run.in.data());
+  for (const auto& t : ts) {
+    for (size_t i = 0; i < t.count; ++i)
+      Store(base + t.offset, i, t.dtype, Input(run, run.args.rank, tag + t.offset, i, t.dtype));
+  }
+  run.Check("coalesced", run.g.AllReduceCoalesced(run.in, ts, ReduceOp::kSum));
+  for (const auto& t : ts) {
+    ExpectReduced(run, "coalesced", base + t.offset, tag + t.offset, 0, t.count, t.dtype,
+                  ReduceOp::kSum);
+  }
+}
+
+// 1 MiB all-reduces (fp32, bf16), a reduce-scatter and an all-gather of 2^18 + 1 elements.
+void Large(Run& run) {
+  for (DataType t : {DataType::kFloat32, DataType::kBFloat16}) {
+    AllReduceOne(run, (size_t{1} << 20) / Size(t), t, ReduceOp::kSum);
+  }
+  ReduceScatterOne(run, (size_t{1} << 18) + 1, DataType::kFloat32, ReduceOp::kSum);
+  AllGatherOne(run, (size_t{1} << 18) + 1, DataType::kInt32);
+}
+
+// repeat[:N]: N (default 10,000) exact int all-reduces of 4 elements, stopping at a failure.
+void Repeat(Run& run) {
+  const int iterations = run.args.argument.empty() ? 10000 : std::atoi(run.args.argument.c_str());
+  const int rank = run.args.rank, world = run.args.world;
+  auto* p = static_cast<int32_t*>(run.in.data());
+  for (int it = 0; it < iterations && run.failures == 0; ++it) {
+    for (int i = 0; i < 4; ++i) p[i] = rank * 1000 + it + i;
+    run.Check("repeat", run.g.AllReduce(run.in, 4, DataType::kInt32, ReduceOp::kSum));
+    for (int i = 0; i < 4; ++i) {
+      const int32_t want = 1000 * world * (world - 1) / 2 + world * (it + i);
+      if (p[i] != want) run.Fail("repeat " + std::to_string(it));
     }
   }
 }
 
+// Fails `what` unless `s` is INVALID_ARGUMENT with `needle` in its message.
+void ExpectInvalid(Run& run, const char* what, const absl::Status& s, const char* needle) {
+  if (s.code() != absl::StatusCode::kInvalidArgument ||
+      s.message().find(needle) == absl::string_view::npos)
+    run.Fail(std::string(what) + ": " + s.ToString());
+  else
+    std::printf("rank %d: %s -> %s\n", run.args.rank, what, s.ToString().c_str());
+}
+
+// Group NaN settings the daemon rejects, naming the value and the allowed ones; a buffer of
+// another group.
+void InvalidGroupCalls(Run& run) {
+  commd::GroupOptions bad{.name = "bad", .rank = run.args.rank, .world_size = run.args.world};
+  bad.nan_sample_period = 2000000;
+  ExpectInvalid(run, "group sample period", run.client.JoinGroup(bad).status(), "1 to 1000000");
+  bad.nan_sample_period = 0;
+  bad.nan_check = static_cast<commd::GroupOptions::NanCheck>(9);
+  ExpectInvalid(run, "group nan check", run.client.JoinGroup(bad).status(), "nan check 9");
+  bad.nan_check = commd::GroupOptions::NanCheck::kDefault;
+  bad.nan_policy = static_cast<commd::GroupOptions::NanPolicy>(5);
+  ExpectInvalid(run, "group nan policy", run.client.JoinGroup(bad).status(), "2 (fail)");
+  auto other =
+      run.client.JoinGroup({.name = "other", .rank = run.args.rank, .world_size = run.args.world});
+  if (!other.ok()) return run.Fail("join other: " + other.status().ToString());
+  auto ob = (*other)->AllocateSymmetric(64);
+  if (!ob.ok()) return run.Fail("alloc other");
+  ExpectInvalid(run, "foreign buffer", run.g.AllReduce(**ob, 1, DataType::kInt32, ReduceOp::kSum),
+                "not allocated by this group");
+}
+
+// Calls the SDK rejects with INVALID_ARGUMENT and a message naming the allowed values, none
+// of them touching the buffer.
+void Invalid(Run& run) {
+  commd::Group& g = run.g;
+  std::memset(run.in.data(), 7, 16);
+  const size_t too_many = run.in.size() / 4 + 1;
+  ExpectInvalid(run, "count too large",
+                g.AllReduce(run.in, too_many, DataType::kInt32, ReduceOp::kSum), "at most");
+  ExpectInvalid(run, "bad dtype", g.AllReduce(run.in, 1, static_cast<DataType>(9), ReduceOp::kSum),
+                "[0, 4]");
+  ExpectInvalid(run, "bad op", g.AllReduce(run.in, 1, DataType::kInt32, static_cast<ReduceOp>(7)),
+                "[0, 3]");
+  ExpectInvalid(run, "same buffer", g.AllGather(run.in, run.in, 1, DataType::kInt32),
+                "same buffer");
+  ExpectInvalid(
+      run, "out too small",
+      g.AllGather(run.in, run.out, run.out.size() / 4 / run.args.world + 1, DataType::kInt32),
+      "at most");
+  commd::CollectiveOptions o;
+  o.nan_check = commd::CollectiveOptions::NanCheck::kSampled;
+  o.nan_sample_period = 0;
+  ExpectInvalid(run, "sample period", g.AllReduce(run.in, 1, DataType::kInt32, ReduceOp::kSum, o),
+                "[1, 1000000]");
+  if (static_cast<unsigned char*>(run.in.data())[0] != 7)
+    run.Fail("invalid call touched the buffer");
+  InvalidGroupCalls(run);
+}
+
+// Per-call NaN check on, off and sampled every 4th, NaN at [5] of rank 0's 64 floats.
+void Nan(Run& run) {
+  auto* p = static_cast<float*>(run.in.data());
+  auto once = [&](commd::CollectiveOptions o) {
+    for (int i = 0; i < 64; ++i) p[i] = 1.0f;
+    if (run.args.rank == 0) p[5] = NAN;
+    uint64_t found = 99;
+    o.nonfinite_count = &found;
+    run.Check("nan", run.g.AllReduce(run.in, 64, DataType::kFloat32, ReduceOp::kSum, o));
+    return found;
+  };
+  commd::CollectiveOptions on, off, sampled;
+  on.nan_check = commd::CollectiveOptions::NanCheck::kOn;
+  sampled.nan_check = commd::CollectiveOptions::NanCheck::kSampled;
+  sampled.nan_sample_period = 4;
+  const uint64_t want = run.args.rank == 0 ? 1 : 0;
+  if (once(on) != want) run.Fail("nan on");
+  if (once(off) != 0) run.Fail("nan off");
+  int hits = 0;
+  for (int i = 0; i < 40; ++i) hits += once(sampled) != 0;
+  if (run.args.rank == 0 && hits != 10)
+    run.Fail("sampled(4): " + std::to_string(hits) + " hits of 40");
+  if (run.args.rank != 0 && hits != 0) run.Fail("sampled on a clean rank");
+}
+
 // NaN at [7] and Inf at [8] of rank 1's 64 floats when `plant`; every other value 1.
-void PlantNan(commd::SymmetricBuffer& buf, bool plant) {
-  auto* p = static_cast<float*>(buf.data());
+void PlantNan(Run& run, bool plant) {
+  auto* p = static_cast<float*>(run.in.data());
   for (int i = 0; i < 64; ++i) p[i] = 1.0f;
-  if (plant && g_rank == 1) {
+  if (plant && run.args.rank == 1) {
     p[7] = NAN;
     p[8] = INFINITY;
   }
@@ -216,215 +382,268 @@ struct NanRun {
   uint64_t here = 99;
   int ranks = 99;
 };
-NanRun RunNan(commd::Group& g, commd::SymmetricBuffer& buf, bool plant,
-              commd::CollectiveOptions o = {}) {
-  PlantNan(buf, plant);
+NanRun RunNan(Run& run, bool plant, commd::CollectiveOptions o = {}) {
+  PlantNan(run, plant);
   NanRun r;
   o.nonfinite_count = &r.here;
   o.nonfinite_ranks = &r.ranks;
-  r.status = g.AllReduce(buf, 64, DataType::kFloat32, ReduceOp::kSum, o);
+  r.status = run.g.AllReduce(run.in, 64, DataType::kFloat32, ReduceOp::kSum, o);
   return r;
 }
 
 // The group's default check from the daemon's config (on): 5 collectives with NaN on rank 1,
 // then 3 clean ones; every rank sees rank 1's finding.
-void NanGroupDefault(commd::Group& g, commd::SymmetricBuffer& buf) {
+void NanGroupDefault(Run& run) {
   for (int i = 0; i < 8; ++i) {
-    const NanRun r = RunNan(g, buf, i < 5);
-    Check("nan_group", r.status);
-    const uint64_t here = i < 5 && g_rank == 1 ? 2 : 0;
+    const NanRun r = RunNan(run, i < 5);
+    run.Check("nan_group", r.status);
+    const uint64_t here = i < 5 && run.args.rank == 1 ? 2 : 0;
     if (r.here != here || r.ranks != (i < 5 ? 1 : 0))
-      Fail("nan_group " + std::to_string(i) + ": here " + std::to_string(r.here) + " ranks " +
-           std::to_string(r.ranks));
+      run.Fail("nan_group " + std::to_string(i) + ": here " + std::to_string(r.here) + " ranks " +
+               std::to_string(r.ranks));
   }
 }
 
 // The group samples every 3rd collective (GroupOptions): 10 of 30 consecutive ones check, on
 // every rank alike.
-void NanSampled(commd::Group& g, commd::SymmetricBuffer& buf) {
+void NanSampled(Run& run) {
   int hits = 0;
   for (int i = 0; i < 30; ++i) {
-    const NanRun r = RunNan(g, buf, true);
-    Check("nan_sampled3", r.status);
+    const NanRun r = RunNan(run, true);
+    run.Check("nan_sampled3", r.status);
     hits += r.ranks != 0;
   }
-  if (hits != 10) Fail("sampled(3): " + std::to_string(hits) + " checks found NaN of 30");
+  if (hits != 10) run.Fail("sampled(3): " + std::to_string(hits) + " checks found NaN of 30");
 }
 
 // Policy FAIL (GroupOptions): DATA_LOSS on every rank naming rank 1; the buffer stays usable;
 // a call that opts out of the check is not failed.
-void NanFail(commd::Group& g, commd::SymmetricBuffer& buf) {
-  const NanRun r = RunNan(g, buf, true);
+void NanFail(Run& run) {
+  const NanRun r = RunNan(run, true);
   if (r.status.code() != absl::StatusCode::kDataLoss ||
       r.status.message().find("first rank 1") == absl::string_view::npos ||
       r.status.message().find("all_reduce seq 1") == absl::string_view::npos)
-    Fail("nan_fail: " + r.status.ToString());
+    run.Fail("nan_fail: " + r.status.ToString());
   else
-    std::printf("rank %d: %s\n", g_rank, r.status.ToString().c_str());
-  const NanRun clean = RunNan(g, buf, false);
-  Check("nan_fail clean", clean.status);
-  if (static_cast<float*>(buf.data())[7] != static_cast<float>(g_world)) Fail("nan_fail sum");
+    std::printf("rank %d: %s\n", run.args.rank, r.status.ToString().c_str());
+  const NanRun clean = RunNan(run, false);
+  run.Check("nan_fail clean", clean.status);
+  if (static_cast<float*>(run.in.data())[7] != static_cast<float>(run.args.world))
+    run.Fail("nan_fail sum");
   commd::CollectiveOptions off;
   off.nan_check = commd::CollectiveOptions::NanCheck::kOff;
-  Check("nan_fail opted out", RunNan(g, buf, true, off).status);
+  run.Check("nan_fail opted out", RunNan(run, true, off).status);
 }
 
 // Check off and policy FAIL (GroupOptions): NaN goes through unnoticed.
-void NanOffFail(commd::Group& g, commd::SymmetricBuffer& buf) {
+void NanOffFail(Run& run) {
   for (int i = 0; i < 5; ++i) {
-    const NanRun r = RunNan(g, buf, true);
-    Check("nan_off_fail", r.status);
-    if (r.here != 0 || r.ranks != 0) Fail("nan_off_fail found NaN with the check off");
+    const NanRun r = RunNan(run, true);
+    run.Check("nan_off_fail", r.status);
+    if (r.here != 0 || r.ranks != 0) run.Fail("nan_off_fail found NaN with the check off");
   }
 }
 
 // Seq 1 agrees; seq 2: rank 0 reduces 100 floats, rank 1 200. Both must fail, naming both.
-void Mismatch(commd::Group& g, commd::SymmetricBuffer& buf) {
-  Check("mismatch seq 1", RunNan(g, buf, false).status);
+void Mismatch(Run& run) {
+  run.Check("mismatch seq 1", RunNan(run, false).status);
   const absl::Status s =
-      g.AllReduce(buf, g_rank == 1 ? 200 : 100, DataType::kFloat32, ReduceOp::kSum);
+      run.g.AllReduce(run.in, run.args.rank == 1 ? 200 : 100, DataType::kFloat32, ReduceOp::kSum);
   if (s.code() != absl::StatusCode::kInvalidArgument ||
       s.message().find("rank 0 has 100 x float32") == absl::string_view::npos ||
       s.message().find("rank 1 has 200 x float32") == absl::string_view::npos)
-    Fail("mismatch: " + s.ToString());
+    run.Fail("mismatch: " + s.ToString());
   else
-    std::printf("rank %d: MISMATCHED %s\n", g_rank, s.ToString().c_str());
+    std::printf("rank %d: MISMATCHED %s\n", run.args.rank, s.ToString().c_str());
 }
 
 // Rank 1 enters an all-reduce that rank 0 never joins; the test aborts the group.
-void AbortWhileWaiting(commd::Group& g, commd::SymmetricBuffer& buf) {
-  if (g_rank != 1) return;
+void AbortWhileWaiting(Run& run) {
+  if (run.args.rank != 1) return;
   std::printf("ENTERING\n");
   std::fflush(stdout);
-  const absl::Status s = g.AllReduce(buf, 64, DataType::kFloat32, ReduceOp::kSum);
+  const absl::Status s = run.g.AllReduce(run.in, 64, DataType::kFloat32, ReduceOp::kSum);
   if (s.code() != absl::StatusCode::kAborted ||
       s.message().find("stop the collective test") == absl::string_view::npos)
-    Fail("abort: " + s.ToString());
+    run.Fail("abort: " + s.ToString());
   else
-    std::printf("rank %d: %s\n", g_rank, s.ToString().c_str());
+    std::printf("rank %d: %s\n", run.args.rank, s.ToString().c_str());
 }
 
 #ifdef COMMD_HAVE_CUDA
-void CudaCheck(const char* what, cudaError_t e) {
-  if (e != cudaSuccess) Fail(std::string(what) + ": " + cudaGetErrorString(e));
+void CudaCheck(Run& run, const char* what, cudaError_t e) {
+  if (e != cudaSuccess) run.Fail(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
 // Fills `n` inputs of `tag` into device buffer `dev`, runs `call` on `stream`, waits and
 // copies `out_n` elements of `out` back.
 template <typename Call>
-std::vector<unsigned char> OnDevice(cudaStream_t stream, uint64_t tag, void* dev, size_t n,
-                                    DataType t, void* out, size_t out_n, Call call) {
+std::vector<unsigned char> OnDevice(Run& run, cudaStream_t stream, uint64_t tag, void* dev,
+                                    size_t n, DataType t, void* out, size_t out_n, Call call) {
   std::vector<unsigned char> host(std::max(n, out_n) * Size(t));
-  for (size_t i = 0; i < n; ++i) Store(host.data(), i, t, Input(g_rank, tag, i, t));
-  CudaCheck("copy in",
+  for (size_t i = 0; i < n; ++i) Store(host.data(), i, t, Input(run, run.args.rank, tag, i, t));
+  CudaCheck(run, "copy in",
             cudaMemcpyAsync(dev, host.data(), n * Size(t), cudaMemcpyHostToDevice, stream));
-  Check("cuda collective", call());
-  CudaCheck("copy out",
+  run.Check("cuda collective", call());
+  CudaCheck(run, "copy out",
             cudaMemcpyAsync(host.data(), out, out_n * Size(t), cudaMemcpyDeviceToHost, stream));
-  CudaCheck("sync", cudaStreamSynchronize(stream));
+  CudaCheck(run, "sync", cudaStreamSynchronize(stream));
   return host;
 }
 
-void ExpectReduced(const char* what, const std::vector<unsigned char>& got, uint64_t tag,
-                   size_t first, size_t n, DataType t, ReduceOp op) {
-  for (size_t i = 0; i < n; ++i) {
-    double abs_sum;
-    const double want = Reference(tag, first + i, t, op, &abs_sum);
-    if (!Close(Load(got.data(), i, t), want, abs_sum, t, op)) {
-      Fail(std::string(what) + " [" + std::to_string(i) + "] " +
-           std::to_string(Load(got.data(), i, t)) + " want " + std::to_string(want));
-      return;
-    }
-  }
-}
-
-// All-reduce one-shot (7) and two-shot (4099), all-gather, reduce-scatter and barrier on
-// this rank's GPU, on a stream of its own; then NaN counted on the device reaches the
-// control block once the next call finds the first complete.
-void CudaMode(commd::Group& g, commd::SymmetricBuffer& in, commd::SymmetricBuffer& out) {
-  CudaCheck("set device", cudaSetDevice(g_rank));
-  cudaStream_t stream;
-  CudaCheck("stream", cudaStreamCreate(&stream));
-  commd::CollectiveOptions o;
-  o.cuda_stream = stream;
+// All-reduce one-shot (7) and two-shot (4099), all-gather, reduce-scatter and barrier on this
+// rank's GPU, on a stream of its own, against the reference.
+void CudaCollectives(Run& run, cudaStream_t stream, const commd::CollectiveOptions& o) {
+  commd::Group& g = run.g;
+  const int rank = run.args.rank, world = run.args.world;
+  void* in = run.in.data();
+  void* out = run.out.data();
   for (size_t n : {size_t{7}, size_t{4099}}) {
     for (DataType t : {DataType::kFloat32, DataType::kBFloat16}) {
-      const uint64_t tag = ++g_tag;
-      auto got = OnDevice(stream, tag, in.data(), n, t, in.data(), n,
-                          [&] { return g.AllReduce(in, n, t, ReduceOp::kSum, o); });
-      ExpectReduced("cuda all-reduce", got, tag, 0, n, t, ReduceOp::kSum);
+      const uint64_t tag = ++run.tag;
+      auto got = OnDevice(run, stream, tag, in, n, t, in, n,
+                          [&] { return g.AllReduce(run.in, n, t, ReduceOp::kSum, o); });
+      ExpectReduced(run, "cuda all-reduce", got.data(), tag, 0, n, t, ReduceOp::kSum);
     }
   }
   const size_t n = 1025;
-  uint64_t tag = ++g_tag;
-  auto got = OnDevice(stream, tag, in.data(), n * g_world, DataType::kFloat32, out.data(), n, [&] {
-    return g.ReduceScatter(in, out, n, DataType::kFloat32, ReduceOp::kMax, o);
+  uint64_t tag = ++run.tag;
+  auto got = OnDevice(run, stream, tag, in, n * world, DataType::kFloat32, out, n, [&] {
+    return g.ReduceScatter(run.in, run.out, n, DataType::kFloat32, ReduceOp::kMax, o);
   });
-  ExpectReduced("cuda reduce-scatter", got, tag, g_rank * n, n, DataType::kFloat32, ReduceOp::kMax);
-  tag = ++g_tag;
-  got = OnDevice(stream, tag, in.data(), n, DataType::kInt32, out.data(), n * g_world,
-                 [&] { return g.AllGather(in, out, n, DataType::kInt32, o); });
-  for (int r = 0; r < g_world; ++r) {
-    for (size_t i = 0; i < n; ++i) {
-      if (Load(got.data(), r * n + i, DataType::kInt32) != Input(r, tag, i, DataType::kInt32)) {
-        Fail("cuda all-gather rank " + std::to_string(r) + " [" + std::to_string(i) + "]");
-        r = g_world;
-        break;
-      }
-    }
-  }
-  Check("cuda barrier", g.Barrier());
-  CudaCheck("barrier sync", cudaDeviceSynchronize());
-  // NaN on rank 1, counted on the device: the next call retires it into the nan counters.
+  ExpectReduced(run, "cuda reduce-scatter", got.data(), tag, rank * n, n, DataType::kFloat32,
+                ReduceOp::kMax);
+  tag = ++run.tag;
+  got = OnDevice(run, stream, tag, in, n, DataType::kInt32, out, n * world,
+                 [&] { return g.AllGather(run.in, run.out, n, DataType::kInt32, o); });
+  ExpectGathered(run, "cuda all-gather", got.data(), tag, n, DataType::kInt32);
+  run.Check("cuda barrier", g.Barrier());
+  CudaCheck(run, "barrier sync", cudaDeviceSynchronize());
+}
+
+// NaN on rank 1, counted on the device: the next call retires it into the nan counters.
+void CudaNan(Run& run, cudaStream_t stream, commd::CollectiveOptions o) {
+  commd::Group& g = run.g;
   uint64_t count = 0;
   o.nonfinite_count = &count;
-  if (g.AllReduce(in, 1, DataType::kFloat32, ReduceOp::kSum, o).code() !=
+  if (g.AllReduce(run.in, 1, DataType::kFloat32, ReduceOp::kSum, o).code() !=
       absl::StatusCode::kInvalidArgument)
-    Fail("nonfinite_count on CUDA buffers was accepted");
+    run.Fail("nonfinite_count on CUDA buffers was accepted");
   o.nonfinite_count = nullptr;
   o.nan_check = commd::CollectiveOptions::NanCheck::kOn;
   std::vector<float> nan(64, 1.0f);
-  if (g_rank == 1) nan[3] = NAN;
-  CudaCheck("nan in", cudaMemcpy(in.data(), nan.data(), 64 * 4, cudaMemcpyHostToDevice));
-  Check("cuda nan all-reduce", g.AllReduce(in, 64, DataType::kFloat32, ReduceOp::kSum, o));
-  CudaCheck("nan sync", cudaStreamSynchronize(stream));
-  Check("cuda barrier after nan", g.Barrier());
+  if (run.args.rank == 1) nan[3] = NAN;
+  CudaCheck(run, "nan in", cudaMemcpy(run.in.data(), nan.data(), 64 * 4, cudaMemcpyHostToDevice));
+  run.Check("cuda nan all-reduce", g.AllReduce(run.in, 64, DataType::kFloat32, ReduceOp::kSum, o));
+  CudaCheck(run, "nan sync", cudaStreamSynchronize(stream));
+  run.Check("cuda barrier after nan", g.Barrier());
   const auto* counters = reinterpret_cast<const commd::ControlBlockCounters*>(
       static_cast<const char*>(g.control_block()) + commd::kCountersOffset);
-  if (counters->nan_checks != 1 || counters->nans_found != (g_rank == 1 ? 1u : 0u))
-    Fail("cuda nan counters: checks " + std::to_string(counters->nan_checks) + " found " +
-         std::to_string(counters->nans_found));
-  CudaCheck("final sync", cudaDeviceSynchronize());
+  if (counters->nan_checks != 1 || counters->nans_found != (run.args.rank == 1 ? 1u : 0u))
+    run.Fail("cuda nan counters: checks " + std::to_string(counters->nan_checks) + " found " +
+             std::to_string(counters->nans_found));
+}
+
+// The collectives on this rank's GPU, then NaN counted on the device reaching the control
+// block once the next call finds the first complete.
+void Cuda(Run& run) {
+  CudaCheck(run, "set device", cudaSetDevice(run.args.rank));
+  cudaStream_t stream;
+  CudaCheck(run, "stream", cudaStreamCreate(&stream));
+  commd::CollectiveOptions o;
+  o.cuda_stream = stream;
+  CudaCollectives(run, stream, o);
+  CudaNan(run, stream, o);
+  CudaCheck(run, "final sync", cudaDeviceSynchronize());
   cudaStreamDestroy(stream);
 }
+#else
+void Cuda(Run& run) { run.Fail("mode cuda needs a build with CUDA"); }
 #endif
 
+// ---- Group options of the modes that set their own. ----
+
+void SampleEveryThird(commd::GroupOptions& o) {
+  o.nan_check = commd::GroupOptions::NanCheck::kSampled;
+  o.nan_sample_period = 3;
+}
+void CheckOnPolicyFail(commd::GroupOptions& o) {
+  o.nan_check = commd::GroupOptions::NanCheck::kOn;
+  o.nan_policy = commd::GroupOptions::NanPolicy::kFail;
+}
+void CheckOffPolicyFail(commd::GroupOptions& o) {
+  o.nan_check = commd::GroupOptions::NanCheck::kOff;
+  o.nan_policy = commd::GroupOptions::NanPolicy::kFail;
+}
+void OwnGpu(commd::GroupOptions& o) { o.device = commd::Device::Cuda(o.rank); }
+
+struct Mode {
+  const char* name;
+  void (*run)(Run&);
+  void (*group_options)(commd::GroupOptions&) = nullptr;  // beyond group "c" on the host
+  size_t max_count = 4099;  // elements of 8 bytes per rank in each buffer
+};
+
+const Mode kModes[] = {
+    {"matrix", Matrix},
+    {"large", Large, nullptr, size_t{1} << 20},
+    {"repeat", Repeat},
+    {"invalid", Invalid},
+    {"nan", Nan},
+    {"nan_group", NanGroupDefault},
+    {"nan_sampled3", NanSampled, SampleEveryThird},
+    {"nan_fail", NanFail, CheckOnPolicyFail},
+    {"nan_off_fail", NanOffFail, CheckOffPolicyFail},
+    {"mismatch", Mismatch},
+    {"abort", AbortWhileWaiting},
+    {"cuda", Cuda, OwnGpu},
+};
+
+const Mode* FindMode(const std::string& name) {
+  for (const Mode& m : kModes) {
+    if (name == m.name) return &m;
+  }
+  return nullptr;
+}
+
 // Waits (up to 3 minutes) for $COLLECTIVE_RANK_HOLD to exist, when set.
-void Hold() {
+void Hold(int rank) {
   const char* path = std::getenv("COLLECTIVE_RANK_HOLD");
   if (path == nullptr) return;
-  std::printf("rank %d: HOLDING\n", g_rank);
+  std::printf("rank %d: HOLDING\n", rank);
   std::fflush(stdout);
   for (int i = 0; i < 3600 && access(path, F_OK) != 0; ++i) usleep(50000);
 }
 
-commd::GroupOptions OptionsFor(const std::string& mode) {
-  commd::GroupOptions o{
-      .name = "c", .rank = g_rank, .world_size = g_world, .timeout = absl::Minutes(2)};
-  using G = commd::GroupOptions;
-  if (mode == "nan_sampled3") {
-    o.nan_check = G::NanCheck::kSampled;
-    o.nan_sample_period = 3;
-  } else if (mode == "nan_fail") {
-    o.nan_check = G::NanCheck::kOn;
-    o.nan_policy = G::NanPolicy::kFail;
-  } else if (mode == "nan_off_fail") {
-    o.nan_check = G::NanCheck::kOff;
-    o.nan_policy = G::NanPolicy::kFail;
-  } else if (mode == "cuda") {
-    o.device = commd::Device::Cuda(g_rank);
+// Connects, joins group "c" with the mode's options, allocates the two buffers and runs the
+// mode: the process's exit code.
+int RunMode(const Args& args, const Mode& mode) {
+  auto client = commd::Client::Connect({.job_id = "job"});
+  if (!client.ok()) {
+    std::printf("connect: %s\n", client.status().ToString().c_str());
+    return 1;
   }
-  return o;
+  commd::GroupOptions options{
+      .name = "c", .rank = args.rank, .world_size = args.world, .timeout = absl::Minutes(2)};
+  if (mode.group_options != nullptr) mode.group_options(options);
+  auto group = (*client)->JoinGroup(options);
+  if (!group.ok()) {
+    std::printf("join: %s\n", group.status().ToString().c_str());
+    return 1;
+  }
+  auto in = (*group)->AllocateSymmetric(mode.max_count * 8 * args.world);
+  auto out = (*group)->AllocateSymmetric(mode.max_count * 8 * args.world);
+  if (!in.ok() || !out.ok()) {
+    std::printf("allocate: %s %s\n", in.status().ToString().c_str(),
+                out.status().ToString().c_str());
+    return 1;
+  }
+  Run run{.args = args, .client = **client, .g = **group, .in = **in, .out = **out};
+  mode.run(run);
+  Hold(args.rank);
+  if (run.failures > 0) return 1;
+  std::printf("OK %s\n", args.mode.c_str());
+  return 0;
 }
 
 }  // namespace
@@ -434,173 +653,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: collective_rank <rank> <world> <seed> <mode>\n");
     return 2;
   }
-  g_rank = std::atoi(argv[1]);
-  g_world = std::atoi(argv[2]);
-  g_seed = std::strtoull(argv[3], nullptr, 10);
-  const std::string mode = argv[4];
-  auto client = commd::Client::Connect({.job_id = "job"});
-  if (!client.ok()) {
-    std::printf("connect: %s\n", client.status().ToString().c_str());
-    return 1;
-  }
-  auto group = (*client)->JoinGroup(OptionsFor(mode));
-  if (!group.ok()) {
-    std::printf("join: %s\n", group.status().ToString().c_str());
-    return 1;
-  }
-  commd::Group& g = **group;
-  const size_t max_count = mode == "large" ? (size_t{1} << 20) : 4099;
-  auto in = g.AllocateSymmetric(max_count * 8 * g_world);
-  auto out = g.AllocateSymmetric(max_count * 8 * g_world);
-  if (!in.ok() || !out.ok()) {
-    std::printf("allocate: %s %s\n", in.status().ToString().c_str(),
-                out.status().ToString().c_str());
-    return 1;
-  }
-  const DataType types[] = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
-                            DataType::kInt32, DataType::kInt64};
-  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax};
-  if (mode == "matrix") {
-    // 1 element, odd, not divisible by the world size, 4 KiB of fp32.
-    for (size_t n : {size_t{1}, size_t{7}, size_t{4099}, size_t{1024}}) {
-      for (DataType t : types) {
-        for (ReduceOp op : ops) {
-          AllReduceOne(g, **in, n, t, op);
-          ReduceScatterOne(g, **in, **out, n, t, op);
-        }
-        AllGatherOne(g, **in, **out, n, t);
-      }
-    }
-    Check("barrier", g.Barrier());
-    // Coalesced: three tensors of different types, one collective.
-    const uint64_t tag = ++g_tag;
-    std::vector<commd::CoalescedTensor> ts = {
-        {0, 5, DataType::kFloat32}, {64, 3, DataType::kInt64}, {128, 9, DataType::kInt32}};
-    Poison((*in)->data(), (*in)->size());
-    for (const auto& t : ts) {
-      for (size_t i = 0; i < t.count; ++i)
-        Store(static_cast<char*>((*in)->data()) + t.offset, i, t.dtype,
-              Input(g_rank, tag + t.offset, i, t.dtype));
-    }
-    Check("coalesced", g.AllReduceCoalesced(**in, ts, ReduceOp::kSum));
-    for (const auto& t : ts) {
-      for (size_t i = 0; i < t.count; ++i) {
-        double abs_sum;
-        const double want = Reference(tag + t.offset, i, t.dtype, ReduceOp::kSum, &abs_sum);
-        const double got = Load(static_cast<char*>((*in)->data()) + t.offset, i, t.dtype);
-        if (!Close(got, want, abs_sum, t.dtype, ReduceOp::kSum)) Fail("coalesced");
-      }
-    }
-  } else if (mode == "large") {
-    for (DataType t : {DataType::kFloat32, DataType::kBFloat16}) {
-      AllReduceOne(g, **in, (size_t{1} << 20) / Size(t), t, ReduceOp::kSum);
-    }
-    ReduceScatterOne(g, **in, **out, (size_t{1} << 18) + 1, DataType::kFloat32, ReduceOp::kSum);
-    AllGatherOne(g, **in, **out, (size_t{1} << 18) + 1, DataType::kInt32);
-  } else if (mode.rfind("repeat", 0) == 0) {
-    const int iterations = mode.size() > 7 ? std::atoi(mode.c_str() + 7) : 10000;
-    for (int it = 0; it < iterations && g_failures == 0; ++it) {
-      auto* p = static_cast<int32_t*>((*in)->data());
-      for (int i = 0; i < 4; ++i) p[i] = g_rank * 1000 + it + i;
-      Check("repeat", g.AllReduce(**in, 4, DataType::kInt32, ReduceOp::kSum));
-      for (int i = 0; i < 4; ++i) {
-        const int32_t want = 1000 * g_world * (g_world - 1) / 2 + g_world * (it + i);
-        if (p[i] != want) Fail("repeat " + std::to_string(it));
-      }
-    }
-  } else if (mode == "invalid") {
-    auto expect_invalid = [&](const char* what, absl::Status s, const char* needle) {
-      if (s.code() != absl::StatusCode::kInvalidArgument ||
-          s.message().find(needle) == absl::string_view::npos)
-        Fail(std::string(what) + ": " + s.ToString());
-      else
-        std::printf("rank %d: %s -> %s\n", g_rank, what, s.ToString().c_str());
-    };
-    std::memset((*in)->data(), 7, 16);
-    const size_t too_many = (*in)->size() / 4 + 1;
-    expect_invalid("count too large", g.AllReduce(**in, too_many, DataType::kInt32, ReduceOp::kSum),
-                   "at most");
-    expect_invalid("bad dtype", g.AllReduce(**in, 1, static_cast<DataType>(9), ReduceOp::kSum),
-                   "[0, 4]");
-    expect_invalid("bad op", g.AllReduce(**in, 1, DataType::kInt32, static_cast<ReduceOp>(7)),
-                   "[0, 3]");
-    expect_invalid("same buffer", g.AllGather(**in, **in, 1, DataType::kInt32), "same buffer");
-    expect_invalid("out too small",
-                   g.AllGather(**in, **out, (*out)->size() / 4 / g_world + 1, DataType::kInt32),
-                   "at most");
-    commd::CollectiveOptions o;
-    o.nan_check = commd::CollectiveOptions::NanCheck::kSampled;
-    o.nan_sample_period = 0;
-    expect_invalid("sample period", g.AllReduce(**in, 1, DataType::kInt32, ReduceOp::kSum, o),
-                   "[1, 1000000]");
-    if (static_cast<unsigned char*>((*in)->data())[0] != 7) Fail("invalid call touched the buffer");
-    // Group NaN settings the daemon rejects, naming the value and the allowed ones.
-    commd::GroupOptions bad{.name = "bad", .rank = g_rank, .world_size = g_world};
-    bad.nan_sample_period = 2000000;
-    expect_invalid("group sample period", (*client)->JoinGroup(bad).status(), "1 to 1000000");
-    bad.nan_sample_period = 0;
-    bad.nan_check = static_cast<commd::GroupOptions::NanCheck>(9);
-    expect_invalid("group nan check", (*client)->JoinGroup(bad).status(), "nan check 9");
-    bad.nan_check = commd::GroupOptions::NanCheck::kDefault;
-    bad.nan_policy = static_cast<commd::GroupOptions::NanPolicy>(5);
-    expect_invalid("group nan policy", (*client)->JoinGroup(bad).status(), "2 (fail)");
-    // A buffer of another group.
-    auto other = (*client)->JoinGroup({.name = "other", .rank = g_rank, .world_size = g_world});
-    if (!other.ok()) {
-      Fail("join other: " + other.status().ToString());
-    } else {
-      auto ob = (*other)->AllocateSymmetric(64);
-      if (!ob.ok())
-        Fail("alloc other");
-      else
-        expect_invalid("foreign buffer", g.AllReduce(**ob, 1, DataType::kInt32, ReduceOp::kSum),
-                       "not allocated by this group");
-    }
-  } else if (mode == "nan") {
-    auto* p = static_cast<float*>((*in)->data());
-    auto run = [&](commd::CollectiveOptions o) {
-      for (int i = 0; i < 64; ++i) p[i] = 1.0f;
-      if (g_rank == 0) p[5] = NAN;
-      uint64_t found = 99;
-      o.nonfinite_count = &found;
-      Check("nan", g.AllReduce(**in, 64, DataType::kFloat32, ReduceOp::kSum, o));
-      return found;
-    };
-    commd::CollectiveOptions on, off, sampled;
-    on.nan_check = commd::CollectiveOptions::NanCheck::kOn;
-    sampled.nan_check = commd::CollectiveOptions::NanCheck::kSampled;
-    sampled.nan_sample_period = 4;
-    const uint64_t want = g_rank == 0 ? 1 : 0;
-    if (run(on) != want) Fail("nan on");
-    if (run(off) != 0) Fail("nan off");
-    int hits = 0;
-    for (int i = 0; i < 40; ++i) hits += run(sampled) != 0;
-    if (g_rank == 0 && hits != 10) Fail("sampled(4): " + std::to_string(hits) + " hits of 40");
-    if (g_rank != 0 && hits != 0) Fail("sampled on a clean rank");
-  } else if (mode == "nan_group") {
-    NanGroupDefault(g, **in);
-  } else if (mode == "nan_sampled3") {
-    NanSampled(g, **in);
-  } else if (mode == "nan_fail") {
-    NanFail(g, **in);
-  } else if (mode == "nan_off_fail") {
-    NanOffFail(g, **in);
-  } else if (mode == "mismatch") {
-    Mismatch(g, **in);
-  } else if (mode == "abort") {
-    AbortWhileWaiting(g, **in);
-  } else if (mode == "cuda") {
-#ifdef COMMD_HAVE_CUDA
-    CudaMode(g, **in, **out);
-#else
-    Fail("mode cuda needs a build with CUDA");
-#endif
-  } else {
-    std::printf("unknown mode %s\n", mode.c_str());
+  Args args{.rank = std::atoi(argv[1]),
+            .world = std::atoi(argv[2]),
+            .seed = std::strtoull(argv[3], nullptr, 10),
+            .mode = argv[4]};
+  const size_t colon = args.mode.find(':');
+  args.name = args.mode.substr(0, colon);
+  if (colon != std::string::npos) args.argument = args.mode.substr(colon + 1);
+  const Mode* mode = FindMode(args.name);
+  if (mode == nullptr) {
+    std::printf("unknown mode %s\n", args.mode.c_str());
     return 2;
   }
-  Hold();
-  if (g_failures > 0) return 1;
-  std::printf("OK %s\n", mode.c_str());
-  return 0;
+  return RunMode(args, *mode);
 }

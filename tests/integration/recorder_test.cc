@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "commd/commd.h"
@@ -143,9 +142,8 @@ TEST_F(RecorderTest, DumpsTakenWhileRanksRecordAreConsistent) {
   auto client = Client::Connect({.runtime_dir = daemon_->runtime_dir(), .job_id = "job"});
   ASSERT_TRUE(client.ok());
   // A rank that records nonstop can lap its 1024-slot ring while one read copies it (2 cores,
-  // loaded machine): that read keeps no entry, since every slot was rewritten after it began.
-  // So every file must be consistent, and every rank must show entries in some dump.
-  std::set<std::string> ranks_with_entries;
+  // loaded machine); the reader reads newest first, so that costs a dump the rank's oldest
+  // entries, never all of them: every dump shows entries of every rank.
   for (int i = 0; i < 5; ++i) {
     auto dump = (*client)->Dump("g");
     ASSERT_TRUE(dump.ok()) << dump.status();
@@ -153,12 +151,11 @@ TEST_F(RecorderTest, DumpsTakenWhileRanksRecordAreConsistent) {
     for (const std::string& file : dump->files()) {
       const nlohmann::json j = ReadJson(file);
       ExpectConsistent(j, 4);
-      if (!j["entries"].empty()) ranks_with_entries.insert(fs::path(file).filename().string());
+      EXPECT_FALSE(j["entries"].empty()) << file;
       EXPECT_LE(j["entries"].size(), 1024u);
       EXPECT_EQ(j["commd"]["trigger"], "request");
     }
   }
-  EXPECT_EQ(ranks_with_entries.size(), 4u);
   EXPECT_EQ(Metric(R"(commd_flight_recorder_dumps_total{trigger="request"})"), 5);
   // Recorded entries and ring drops come from the control blocks at scrape time.
   EXPECT_GT(Metric(R"(commd_flight_recorder_entries_total{group="g",job="job"})"), 4 * 1024);

@@ -12,9 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "common/control_block.h"
 #include "common/status_macros.h"
-#include "daemon/recorder/dumper.h"
-#include "daemon/recorder/pickle_writer.h"
-#include "daemon/topology/topology_text.h"
+#include "format/pickle_writer.h"
+#include "format/topology_text.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace commd::ctl {
@@ -174,8 +173,7 @@ absl::Status FrExport(const GlobalOptions& options, std::ostream& out) {
     const auto dir = std::filesystem::path(options.out_dir) / rel;
     std::filesystem::create_directories(dir, ec);
     const std::string rank = name.substr(4, name.size() - 4 - 5);
-    std::ofstream(dir / absl::StrCat(recorder::kTorchTracePrefix, rank), std::ios::binary)
-        << *pickle;
+    std::ofstream(dir / absl::StrCat(kTorchTracePrefix, rank), std::ios::binary) << *pickle;
     ++written;
   }
   if (ec)

@@ -1,4 +1,4 @@
-#include "daemon/topology/topology_text.h"
+#include "format/topology_text.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "daemon/recorder/dump_json.h"
+#include "format/dump_json.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -15,8 +15,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/recorder/pickle_writer.h"
+#include "daemon/recorder/ring_reader.h"
 #include "daemon/recorder/ring_test_util.h"
+#include "format/pickle_writer.h"
 
 namespace commd {
 namespace {

@@ -1,4 +1,4 @@
-#include "daemon/recorder/dump_json.h"
+#include "format/dump_json.h"
 
 #include <algorithm>
 #include <array>

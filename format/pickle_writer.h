@@ -10,8 +10,8 @@
 // shared; pickle.load gives back plain dicts and lists, nothing else is ever constructed.
 //
 // Thread-safety: pure functions.
-#ifndef COMMD_DAEMON_RECORDER_PICKLE_WRITER_H_
-#define COMMD_DAEMON_RECORDER_PICKLE_WRITER_H_
+#ifndef COMMD_FORMAT_PICKLE_WRITER_H_
+#define COMMD_FORMAT_PICKLE_WRITER_H_
 
 #include <string>
 #include <string_view>
@@ -20,6 +20,9 @@
 #include "nlohmann/json.hpp"
 
 namespace commd {
+
+// File name of a rank's pickle, which torchfrtrace finds by prefix: "<prefix><global rank>".
+inline constexpr char kTorchTracePrefix[] = "nccl_trace_rank_";
 
 // INVALID_ARGUMENT for binary values, discarded values, or nesting deeper than 128.
 absl::StatusOr<std::string> EncodePickle(const nlohmann::json& value);
@@ -31,4 +34,4 @@ absl::StatusOr<std::string> EncodePickleFromJson(std::string_view json_text);
 
 }  // namespace commd
 
-#endif  // COMMD_DAEMON_RECORDER_PICKLE_WRITER_H_
+#endif  // COMMD_FORMAT_PICKLE_WRITER_H_

@@ -1,4 +1,4 @@
-#include "daemon/topology/topology_text.h"
+#include "format/topology_text.h"
 
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"

@@ -1,4 +1,4 @@
-#include "daemon/recorder/pickle_writer.h"
+#include "format/pickle_writer.h"
 
 #include <cstdint>
 #include <cstring>

@@ -23,15 +23,15 @@
 // unknown keys.
 //
 // Thread-safety: pure functions of their arguments.
-#ifndef COMMD_DAEMON_RECORDER_DUMP_JSON_H_
-#define COMMD_DAEMON_RECORDER_DUMP_JSON_H_
+#ifndef COMMD_FORMAT_DUMP_JSON_H_
+#define COMMD_FORMAT_DUMP_JSON_H_
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "daemon/recorder/ring_reader.h"
+#include "format/ring_snapshot.h"
 #include "nlohmann/json.hpp"
 
 namespace commd {
@@ -76,4 +76,4 @@ std::string EncodeRankDumpJson(const RankDumpInput& rank, const DumpOptions& opt
 
 }  // namespace commd
 
-#endif  // COMMD_DAEMON_RECORDER_DUMP_JSON_H_
+#endif  // COMMD_FORMAT_DUMP_JSON_H_

@@ -4,8 +4,8 @@
 //
 //   v1::Topology t = ...;  // from the daemon's GetTopology RPC
 //   std::cout << RenderTopologyText(t);
-#ifndef COMMD_DAEMON_TOPOLOGY_TOPOLOGY_TEXT_H_
-#define COMMD_DAEMON_TOPOLOGY_TOPOLOGY_TEXT_H_
+#ifndef COMMD_FORMAT_TOPOLOGY_TEXT_H_
+#define COMMD_FORMAT_TOPOLOGY_TEXT_H_
 
 #include <string>
 
@@ -23,4 +23,4 @@ std::string RenderTopologyText(const v1::Topology& topology);
 
 }  // namespace commd::topology
 
-#endif  // COMMD_DAEMON_TOPOLOGY_TOPOLOGY_TEXT_H_
+#endif  // COMMD_FORMAT_TOPOLOGY_TEXT_H_
