@@ -83,7 +83,7 @@ class CollectiveEntry {
     Recorder::Impl& recorder;
     const v1::CollectiveSettings& settings;
     const PeerProcesses& peers;
-    absl::Duration timeout;  // recorded as the entry's timeout
+    uint64_t timeout_ms;  // the group's timeout, recorded as the entry's
   };
   CollectiveEntry(const GroupParts& g, const CollectiveCall& call);
   CollectiveEntry(const CollectiveEntry&) = delete;  // the descriptors point into it
@@ -99,7 +99,6 @@ class CollectiveEntry {
   Recorder::Impl& recorder_impl() { return g_.recorder; }
   Group& group() { return g_.group; }
   const v1::CollectiveSettings& settings() const { return g_.settings; }
-  absl::Duration timeout() const { return g_.timeout; }
 
   // Ends a call that ran on this thread: counts the NaN check, applies the group's NaN
   // policy, says why a wait failed (abort reason, exited peer), completes or abandons the
@@ -107,6 +106,7 @@ class CollectiveEntry {
   absl::Status Finish(absl::Status status, const kernels::CollectiveResult& result);
 
  private:
+  absl::Status Explain(absl::Status status) const;
   GroupParts g_;
   const CollectiveCall& call_;
   RecordId id_;

@@ -263,27 +263,19 @@ CollectiveEntry::CollectiveEntry(const GroupParts& g, const CollectiveCall& call
 
 void CollectiveEntry::Begin() {
   id_ = recorder().Begin(ShapeOf(call_.kind).recorded, {in_.data(), n_in_}, {out_.data(), n_out_},
-                         -1, absl::ToInt64Milliseconds(g_.timeout));
+                         -1, g_.timeout_ms);
   nan_ = ResolveNanCheck(*call_.options, g_.settings, id_.collective_seq_id);
 }
 
 void CollectiveEntry::BeginStarted() {
   id_ = g_.recorder.BeginStarted(ShapeOf(call_.kind).recorded, {in_.data(), n_in_},
-                                 {out_.data(), n_out_}, absl::ToInt64Milliseconds(g_.timeout));
+                                 {out_.data(), n_out_}, g_.timeout_ms);
   nan_ = ResolveNanCheck(*call_.options, g_.settings, id_.collective_seq_id);
 }
 
-// Failures (a wait, a call mismatch, NaN under policy FAIL) retire the entry as abandoned,
-// not completed: a mismatch stays visible to the watchdog at that seq.
-absl::Status CollectiveEntry::Finish(absl::Status status, const kernels::CollectiveResult& result) {
+// Says why a wait failed: the daemon's abort reason, or a peer that exited.
+absl::Status CollectiveEntry::Explain(absl::Status status) const {
   Group& group = g_.group;
-  if (status.ok() && nan_ == kernels::NanCheck::kOn) {
-    g_.recorder.NanChecked(id_, result.nonfinite_count > 0);
-  }
-  if (status.ok() && result.nonfinite_ranks > 0 &&
-      g_.settings.nan_policy() == v1::NAN_POLICY_FAIL) {
-    status = NanFailure(ShapeOf(call_.kind).recorded, id_, result);
-  }
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     if (group.abort_requested()) {
       // Aborted while this rank gave up waiting: the abort says why, the deadline does not.
@@ -299,9 +291,23 @@ absl::Status CollectiveEntry::Finish(absl::Status status, const kernels::Collect
     status = absl::AbortedError(absl::StrCat("group ", group.name(), " aborted ",
                                              group.abort_reason(), " (", status.message(), ")"));
   }
+  return status;
+}
+
+// Failures (a wait, a call mismatch, NaN under policy FAIL) retire the entry as abandoned,
+// not completed: a mismatch stays visible to the watchdog at that seq.
+absl::Status CollectiveEntry::Finish(absl::Status status, const kernels::CollectiveResult& result) {
+  if (status.ok() && nan_ == kernels::NanCheck::kOn) {
+    g_.recorder.NanChecked(id_, result.nonfinite_count > 0);
+  }
+  if (status.ok() && result.nonfinite_ranks > 0 &&
+      g_.settings.nan_policy() == v1::NAN_POLICY_FAIL) {
+    status = NanFailure(ShapeOf(call_.kind).recorded, id_, result);
+  }
   if (status.ok()) {
     recorder().Completed(id_);
   } else {
+    status = Explain(std::move(status));
     recorder().Abandoned(id_);
   }
   const CollectiveOptions& o = *call_.options;
@@ -327,7 +333,7 @@ absl::Status Group::Run(const CollectiveCall& c) {
       .algorithm = all_reduce ? Choose(c, settings, world_size()) : kernels::Algorithm::kTwoShot,
       .wait = WaitLimit(collective_timeout(), *c.options)};
   CollectiveEntry entry(
-      {*this, *state_->recorder_impl, settings, state_->peers, collective_timeout()}, c);
+      {*this, *state_->recorder_impl, settings, state_->peers, state_->timeout_ms}, c);
   return state_->backend->Run(checked, entry);
 }
 

@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   auto state = std::make_unique<Group::State>();
   state->client = impl_;
   state->options = options;
+  state->timeout_ms = static_cast<uint64_t>(absl::ToInt64Milliseconds(options.timeout));
   RETURN_IF_ERROR(FromGrpcStatus(impl_->groups->JoinGroup(
       impl_->WaitingContext(options.timeout).get(), request, &state->joined)));
   for (const v1::Member& m : state->joined.members()) {

@@ -48,6 +48,7 @@ struct Group::State {
   std::shared_ptr<Client::Impl> client;
   v1::JoinGroupResponse joined;
   GroupOptions options;
+  uint64_t timeout_ms = 0;  // options.timeout, as the flight recorder's entries record it
   PeerProcesses peers;
   std::unique_ptr<Mapping> control_block;
   std::unique_ptr<Recorder> recorder;
