@@ -136,107 +136,123 @@ absl::StatusOr<void*> Scratch(CudaGroupState& s, size_t bytes) ABSL_EXCLUSIVE_LO
 }
 
 // Bytes of scratch `c` needs: the largest one-shot all-reduce (in place, as the SDK's are).
-size_t ScratchBytes(const CudaCollective& c) {
+size_t ScratchBytes(const CheckedCall& c) {
+  if (c.algorithm != kernels::Algorithm::kOneShot) return 0;
+  const CollectiveCall& call = c.call;
+  if (call.kind == CollectiveOp::kAllReduce) {
+    return call.count * kernels::DataTypeSize(static_cast<kernels::DataType>(call.dtype));
+  }
   size_t bytes = 0;
-  if (c.kind != CudaKind::kAllReduce) return 0;
-  for (const CudaLaunch& l : c.launches) {
-    if (l.algorithm == kernels::Algorithm::kOneShot) {
-      bytes = std::max(bytes, l.count * kernels::DataTypeSize(l.dtype));
-    }
+  if (call.kind != CollectiveOp::kAllReduceCoalesced) return 0;
+  for (const CoalescedTensor& t : call.tensors) {
+    bytes =
+        std::max(bytes, t.count * kernels::DataTypeSize(static_cast<kernels::DataType>(t.dtype)));
   }
   return bytes;
 }
 
-absl::StatusOr<kernels::CudaCommView> MakeView(const CudaGroupContext& g, SymmetricBuffer& buf,
+absl::StatusOr<kernels::CudaCommView> MakeView(CollectiveEntry& e, const CheckedCall& c,
                                                void* stream) {
-  const int n = g.group.world_size();
+  const kernels::HostCommView& host = c.views.host;
+  const int n = host.world_size;
   if (n > kernels::kCudaMaxWorldSize) {
     return absl::InvalidArgumentError(absl::StrCat("world size ", n, " is out of range [1, ",
                                                    kernels::kCudaMaxWorldSize,
                                                    "] for collectives on CUDA buffers"));
   }
   kernels::CudaCommView v;
-  v.rank = g.group.rank();
+  v.rank = host.rank;
   v.world_size = n;
   for (int p = 0; p < n; ++p) {
-    v.data[p] = static_cast<std::byte*>(buf.peer(p));
-    v.pads[p] = buf.signal_pad(p);
+    v.data[p] = host.data[p];
+    v.pads[p] = host.pads[p];
   }
-  v.data_bytes = buf.size();
-  v.pad_slots = buf.signal_pad_bytes() / sizeof(uint32_t);
+  v.data_bytes = host.data_bytes;
+  v.pad_slots = host.pad_slots;
   RETURN_IF_ERROR(kernels::ValidateCudaCommView(v));
   // The control block's first page is registered device-mapped by the recorder; the abort
   // word lies in it.
   static_assert(kAbortOffset + offsetof(ControlBlockAbort, reason) + sizeof(uint32_t) <= 4096);
   ASSIGN_OR_RETURN(
       const uint64_t abort_word,
-      g.recorder.DeviceAddress(stream, kAbortOffset + offsetof(ControlBlockAbort, reason)));
+      e.recorder_impl().DeviceAddress(stream, kAbortOffset + offsetof(ControlBlockAbort, reason)));
   v.abort_word = reinterpret_cast<const uint32_t*>(abort_word);
-  v.timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(g.wait));
+  v.timeout_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(c.wait));
   return v;
 }
 
-absl::Status Launch(const kernels::CudaCommView& v, const CudaCollective& c, kernels::NanCheck nan,
+// One launch per tensor for coalesced calls (the device kernels take one tensor a launch).
+absl::Status Launch(const kernels::CudaCommView& v, const CheckedCall& c, kernels::NanCheck nan,
                     void* scratch, cudaStream_t stream) {
-  if (c.kind == CudaKind::kBarrier) return kernels::LaunchBarrier(v, stream);
-  for (const CudaLaunch& l : c.launches) {
-    switch (c.kind) {
-      case CudaKind::kAllReduce:
-        RETURN_IF_ERROR(kernels::LaunchAllReduce(v, l.input, l.output, l.count, l.dtype, c.op,
-                                                 l.algorithm, nan, scratch, stream));
-        break;
-      case CudaKind::kAllGather:
-        RETURN_IF_ERROR(
-            kernels::LaunchAllGather(v, l.input, l.output, l.count, l.dtype, nan, stream));
-        break;
-      default:
-        RETURN_IF_ERROR(kernels::LaunchReduceScatter(v, l.input, l.output, l.count, l.dtype, c.op,
-                                                     nan, stream));
-    }
+  const CollectiveCall& call = c.call;
+  const auto dtype = static_cast<kernels::DataType>(call.dtype);
+  const auto op = static_cast<kernels::ReduceOp>(call.op);
+  std::byte* in = v.data[v.rank];
+  switch (call.kind) {
+    case CollectiveOp::kBarrier:
+      return kernels::LaunchBarrier(v, stream);
+    case CollectiveOp::kAllReduce:
+      return kernels::LaunchAllReduce(v, in, in, call.count, dtype, op, c.algorithm, nan, scratch,
+                                      stream);
+    case CollectiveOp::kAllReduceCoalesced:
+      for (const CoalescedTensor& t : call.tensors) {
+        std::byte* p = in + t.offset;
+        RETURN_IF_ERROR(kernels::LaunchAllReduce(v, p, p, t.count,
+                                                 static_cast<kernels::DataType>(t.dtype), op,
+                                                 c.algorithm, nan, scratch, stream));
+      }
+      return absl::OkStatus();
+    case CollectiveOp::kAllGather:
+      return kernels::LaunchAllGather(v, in, call.out->data(), call.count, dtype, nan, stream);
+    case CollectiveOp::kReduceScatter:
+      return kernels::LaunchReduceScatter(v, in, call.out->data(), call.count, dtype, op, nan,
+                                          stream);
+    default:
+      return absl::UnimplementedError(absl::StrCat(
+          RecordOpTorchName(static_cast<uint32_t>(call.kind)), " has no CUDA kernel in this SDK"));
   }
-  return absl::OkStatus();
 }
 
 // What the device path refuses up front.
-absl::Status CheckSupported(const CudaGroupContext& g, const CollectiveOptions& o) {
+absl::Status CheckSupported(CollectiveEntry& e, const CollectiveOptions& o) {
   if (o.nonfinite_count != nullptr || o.nonfinite_ranks != nullptr) {
     return absl::InvalidArgumentError(
         "nonfinite_count and nonfinite_ranks need host buffers: a collective on CUDA buffers "
         "returns before the device has counted (the counts reach the control block's nan "
         "counters instead)");
   }
-  if (g.settings.nan_policy() == v1::NAN_POLICY_FAIL &&
-      ResolveNanCheck(o, g.settings, 0) == kernels::NanCheck::kOn) {
+  Group& group = e.group();
+  if (e.settings().nan_policy() == v1::NAN_POLICY_FAIL &&
+      ResolveNanCheck(o, e.settings(), 0) == kernels::NanCheck::kOn) {
     return absl::InvalidArgumentError(
-        absl::StrCat("group ", g.group.name(),
+        absl::StrCat("group ", group.name(),
                      ": nan_policy fail needs host buffers (a collective on CUDA "
                      "buffers returns before its NaN/Inf count exists); use nan_policy report or "
                      "CollectiveOptions::nan_check kOff"));
   }
-  if (g.group.abort_requested()) {
+  if (group.abort_requested()) {
     return absl::AbortedError(
-        absl::StrCat("group ", g.group.name(), " aborted ", g.group.abort_reason()));
+        absl::StrCat("group ", group.name(), " aborted ", group.abort_reason()));
   }
   return absl::OkStatus();
 }
 
 // Records the entry around the launch, stream-ordered, and keeps an event for its end.
-absl::Status Enqueue(const CudaGroupContext& g, CudaGroupState& s, const CudaCollective& c,
-                     kernels::CudaCommView v, void* scratch, const CollectiveOptions& o)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e,
+                     kernels::CudaCommView v, void* scratch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  const CollectiveOptions& o = *c.call.options;
   const int slot = TakeSlot(s);
   v.error_word = reinterpret_cast<uint32_t*>(s.words_device + offsetof(DeviceWords, error));
   v.nonfinite_count = reinterpret_cast<unsigned long long*>(
       s.words_device + offsetof(DeviceWords, nonfinite) + slot * sizeof(unsigned long long));
   CUevent done = nullptr;
   CU_RETURN_IF_ERROR(s.api->event_create(&done, CU_EVENT_DISABLE_TIMING));
-  Recorder& rec = g.group.recorder();
-  const RecordId id =
-      rec.Begin(c.record_op, c.inputs, c.outputs, -1, absl::ToInt64Milliseconds(g.group_timeout));
-  const kernels::NanCheck nan = ResolveNanCheck(o, g.settings, id.collective_seq_id);
+  e.Begin();
+  Recorder& rec = e.recorder();
+  const RecordId& id = e.id();
   auto* stream = static_cast<cudaStream_t>(o.cuda_stream);
   absl::Status st = rec.Started(id, o.cuda_stream);
-  if (st.ok()) st = Launch(v, c, nan, scratch, stream);
+  if (st.ok()) st = Launch(v, c, e.nan(), scratch, stream);
   if (st.ok()) st = rec.Completed(id, o.cuda_stream);
   if (st.ok()) {
     if (CUresult r = s.api->event_record(done, static_cast<CUstream>(o.cuda_stream));
@@ -249,9 +265,39 @@ absl::Status Enqueue(const CudaGroupContext& g, CudaGroupState& s, const CudaCol
     s.api->event_destroy(done);
     return st;
   }
-  s.pending.push_back({done, id, slot, nan == kernels::NanCheck::kOn});
+  s.pending.push_back({done, id, slot, e.nan() == kernels::NanCheck::kOn});
   return absl::OkStatus();
 }
+
+class CudaBackend : public CollectiveBackend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {}
+
+  // Enqueues `c` on options.cuda_stream (null: the legacy default stream). INVALID_ARGUMENT,
+  // synchronously and with nothing enqueued, for what the device path cannot do (a NaN
+  // policy of FAIL with the check on, nonfinite_count/nonfinite_ranks outputs, a view the
+  // kernels cannot take); ABORTED once the group is aborted; the deferred error of an
+  // earlier call.
+  absl::Status Run(const CheckedCall& c, CollectiveEntry& entry) override {
+    const CollectiveOptions& options = *c.call.options;
+    RETURN_IF_ERROR(CheckSupported(entry, options));
+    if (state_ == nullptr) {
+      ASSIGN_OR_RETURN(state_, CreateCudaGroupState(device_, &entry.recorder_impl()));
+    }
+    CudaGroupState& s = *state_;
+    absl::MutexLock lock(&s.mu);
+    ContextScope scope(s);
+    if (!scope.ok()) return absl::InternalError("cuCtxPushCurrent of the primary context failed");
+    RETURN_IF_ERROR(Poll(s, entry.group().name()));
+    ASSIGN_OR_RETURN(kernels::CudaCommView view, MakeView(entry, c, options.cuda_stream));
+    ASSIGN_OR_RETURN(void* scratch, Scratch(s, ScratchBytes(c)));
+    return Enqueue(s, c, entry, view, scratch);
+  }
+
+ private:
+  const int device_;
+  CudaGroupStatePtr state_;  // made on the first collective; its deleter waits for the calls
+};
 
 }  // namespace
 
@@ -315,20 +361,8 @@ absl::Status DeviceWaitError(uint32_t word, const std::string& group) {
   }
 }
 
-absl::Status RunCudaCollective(const CudaGroupContext& g, const CudaCollective& c,
-                               const CollectiveOptions& options) {
-  RETURN_IF_ERROR(CheckSupported(g, options));
-  if (g.state == nullptr) {
-    ASSIGN_OR_RETURN(g.state, CreateCudaGroupState(g.group.device().cuda_index(), &g.recorder));
-  }
-  CudaGroupState& s = *g.state;
-  absl::MutexLock lock(&s.mu);
-  ContextScope scope(s);
-  if (!scope.ok()) return absl::InternalError("cuCtxPushCurrent of the primary context failed");
-  RETURN_IF_ERROR(Poll(s, g.group.name()));
-  ASSIGN_OR_RETURN(kernels::CudaCommView view, MakeView(g, *c.view_buffer, options.cuda_stream));
-  ASSIGN_OR_RETURN(void* scratch, Scratch(s, ScratchBytes(c)));
-  return Enqueue(g, s, c, view, scratch, options);
+std::unique_ptr<CollectiveBackend> MakeCudaBackend(int device) {
+  return std::make_unique<CudaBackend>(device);
 }
 
 }  // namespace commd

@@ -1,5 +1,5 @@
-// Internal to the SDK: Group's collectives on CUDA buffers (cuda_collectives.cc, built only
-// with CUDA). collectives.cc checks the arguments as for host buffers and hands over here;
+// Internal to the SDK: the CUDA backend of Group's collectives (cuda_collectives.cc, built
+// only with CUDA). Group::Run checks the arguments as for host buffers and hands over here;
 // this enqueues kernels/cuda's launches on the caller's stream between the recorder's
 // stream-ordered Started/Completed writes and returns without waiting (as NCCL does).
 //
@@ -14,24 +14,14 @@
 
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
+#include "client/src/collective_call.h"
 #include "client/src/recorder_impl.h"
-#include "commd/group.h"
-#include "commd/v1/groups.pb.h"
-#include "kernels/types.h"
 
 namespace commd {
-
-// Defined in collectives.cc: whether collective `seq` checks its input (the call's choice,
-// else the group's).
-kernels::NanCheck ResolveNanCheck(const CollectiveOptions& o, const v1::CollectiveSettings& group,
-                                  uint64_t seq);
 
 struct CudaGroupState;
 struct CudaGroupStateDeleter {
@@ -48,43 +38,14 @@ absl::StatusOr<CudaGroupStatePtr> CreateCudaGroupState(int device, Recorder::Imp
 // code, OK for 0.
 absl::Status DeviceWaitError(uint32_t word, const std::string& group);
 
-enum class CudaKind { kBarrier, kAllReduce, kAllGather, kReduceScatter };
-
-// One kernel launch: all-reduce coalesced has one per tensor, the others one.
-struct CudaLaunch {
-  const void* input = nullptr;
-  void* output = nullptr;
-  size_t count = 0;
-  kernels::DataType dtype = kernels::DataType::kFloat32;
-  kernels::Algorithm algorithm = kernels::Algorithm::kTwoShot;  // all-reduce only
-};
-
-// One collective, its arguments checked by collectives.cc.
-struct CudaCollective {
-  CudaKind kind = CudaKind::kBarrier;
-  CollectiveOp record_op = CollectiveOp::kBarrier;
-  SymmetricBuffer* view_buffer = nullptr;  // its peers and signal pads form the view
-  std::vector<CudaLaunch> launches;
-  kernels::ReduceOp op = kernels::ReduceOp::kSum;
-  std::span<const TensorDesc> inputs, outputs;  // for the recorder
-};
-
-// What the group lends a CUDA collective.
-struct CudaGroupContext {
-  Group& group;
-  Recorder::Impl& recorder;
-  CudaGroupStatePtr& state;  // made here on first use
-  const v1::CollectiveSettings& settings;
-  absl::Duration group_timeout;  // recorded as the entry's timeout
-  absl::Duration wait;           // each device-side wait's limit
-};
-
-// Enqueues `c` on options.cuda_stream (null: the legacy default stream). INVALID_ARGUMENT,
-// synchronously and with nothing enqueued, for what the device path cannot do (a NaN policy
-// of FAIL with the check on, nonfinite_count/nonfinite_ranks outputs, a view the kernels
-// cannot take); ABORTED once the group is aborted; the deferred error of an earlier call.
-absl::Status RunCudaCollective(const CudaGroupContext& g, const CudaCollective& c,
-                               const CollectiveOptions& options);
+#ifdef COMMD_HAVE_CUDA
+// The backend of a group on CUDA device `device`; its state is made on the first collective
+// (FAILED_PRECONDITION there when there is no driver or device).
+std::unique_ptr<CollectiveBackend> MakeCudaBackend(int device);
+#else
+// Without CUDA there is no CUDA backend: the group's collectives say so (UNIMPLEMENTED).
+inline std::unique_ptr<CollectiveBackend> MakeCudaBackend(int) { return nullptr; }
+#endif
 
 }  // namespace commd
 

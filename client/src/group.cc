@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/src/client_impl.h"
+#include "client/src/cuda_collectives.h"
 #include "client/src/group_state.h"
 #include "client/src/recorder_impl.h"
 #include "commd/commd.h"
@@ -18,15 +19,6 @@
 #include "common/status_macros.h"
 
 namespace commd {
-
-struct SymmetricBuffer::State {
-  std::shared_ptr<Client::Impl> client;
-  uint64_t group_id = 0;
-  int rank = 0;
-  Device device = Device::Host();
-  v1::SymmetricAllocation allocation;
-  std::vector<std::unique_ptr<Mapping>> mappings;  // by rank
-};
 
 struct PersistentBuffer::State {
   v1::PersistentBuffer buffer;
@@ -39,6 +31,35 @@ namespace {
 int CudaIndexOf(const v1::PersistentBuffer& buffer) {
   int index = -1;
   return std::sscanf(buffer.handle().device().c_str(), "cuda:%d", &index) == 1 ? index : -1;
+}
+
+// The backend that runs the group's collectives on its device; null for a CUDA group in an
+// SDK built without CUDA (collectives then say so).
+std::unique_ptr<CollectiveBackend> MakeBackend(const GroupOptions& options, void* block,
+                                               size_t block_bytes) {
+  if (!options.device.is_host()) return MakeCudaBackend(options.device.cuda_index());
+  auto* base = static_cast<std::byte*>(block);
+  if (block_bytes < sizeof(ControlBlockFixed)) return MakeHostBackend(nullptr, nullptr);
+  return MakeHostBackend(reinterpret_cast<const uint32_t*>(base + kAbortOffset),
+                         reinterpret_cast<uint64_t*>(base + kProgressOffset +
+                                                     offsetof(ControlBlockProgress, heartbeat_ns)));
+}
+
+// What the collectives borrow of this rank's mapped `buffer`, built once: see BufferViews.
+void BuildViews(SymmetricBuffer& buffer, int rank, int world_size, BufferViews& v) {
+  const int n = world_size;
+  v.data.resize(n);
+  v.pads.resize(n);
+  for (int p = 0; p < n; ++p) {
+    v.data[p] = static_cast<std::byte*>(buffer.peer(p));
+    v.pads[p] = buffer.signal_pad(p);
+  }
+  v.host = kernels::HostCommView{.rank = rank,
+                                 .world_size = n,
+                                 .data = v.data.data(),
+                                 .pads = v.pads.data(),
+                                 .data_bytes = buffer.size(),
+                                 .pad_slots = buffer.signal_pad_bytes() / sizeof(uint32_t)};
 }
 
 }  // namespace
@@ -72,6 +93,7 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   auto state = std::make_unique<Group::State>();
   state->client = impl_;
   state->options = options;
+  state->timeout_ms = static_cast<uint64_t>(absl::ToInt64Milliseconds(options.timeout));
   RETURN_IF_ERROR(FromGrpcStatus(impl_->groups->JoinGroup(
       impl_->WaitingContext(options.timeout).get(), request, &state->joined)));
   for (const v1::Member& m : state->joined.members()) {
@@ -93,6 +115,8 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   recorder->block = state->control_block->data();
   recorder->block_bytes = state->joined.control_block().mapped_bytes();
   state->recorder = std::make_unique<Recorder>(std::move(recorder));
+  state->backend = MakeBackend(options, state->control_block->data(),
+                               state->joined.control_block().mapped_bytes());
   Group::State* raw = state.get();
   state->hook = [raw](const std::string& reason) { raw->RunCallbackOnce(reason); };
   {
@@ -115,9 +139,7 @@ std::string PeerProcesses::Exited() const {
 
 Group::Group(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Group::~Group() {
-#ifdef COMMD_HAVE_CUDA
-  state_->cuda.reset();  // waits for enqueued kernels before barrier_buffer_ is unmapped
-#endif
+  state_->backend.reset();  // CUDA: waits for enqueued kernels before barrier_buffer_ is unmapped
   Client::Impl& client = *state_->client;
   absl::MutexLock lock(&client.abort_mu);
   auto [begin, end] = client.abort_hooks.equal_range(state_->joined.name());
@@ -189,6 +211,7 @@ absl::StatusOr<std::unique_ptr<SymmetricBuffer>> Group::AllocateSymmetric(size_t
   std::vector<const v1::BufferHandle*> handles;
   for (const v1::BufferHandle& h : s.allocation.buffers()) handles.push_back(&h);
   ASSIGN_OR_RETURN(s.mappings, client.MapBuffers(handles, s.device.cuda_index()));
+  BuildViews(*out, s.rank, static_cast<int>(s.mappings.size()), s.views);
   return out;
 }
 

@@ -1,5 +1,6 @@
-// Internal to the SDK: what a Group holds (group.cc manages it; collectives.cc reads the
-// group's collective settings and its recorder's ring writer).
+// Internal to the SDK: what a Group and a SymmetricBuffer hold (group.cc manages them;
+// collectives.cc reads the group's collective settings, its recorder's ring writer, its
+// collective backend and the buffers' cached views).
 #ifndef COMMD_CLIENT_SRC_GROUP_STATE_H_
 #define COMMD_CLIENT_SRC_GROUP_STATE_H_
 
@@ -14,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/src/client_impl.h"
-#include "client/src/cuda_collectives.h"
+#include "client/src/collective_call.h"
 #include "client/src/recorder_impl.h"
 #include "commd/group.h"
 #include "commd/v1/groups.pb.h"
@@ -33,10 +34,21 @@ struct PeerProcesses {
   std::string Exited() const;
 };
 
+struct SymmetricBuffer::State {
+  std::shared_ptr<Client::Impl> client;
+  uint64_t group_id = 0;
+  int rank = 0;
+  Device device = Device::Host();
+  v1::SymmetricAllocation allocation;
+  std::vector<std::unique_ptr<Mapping>> mappings;  // by rank
+  BufferViews views;                               // over `mappings`, built once mapped
+};
+
 struct Group::State {
   std::shared_ptr<Client::Impl> client;
   v1::JoinGroupResponse joined;
   GroupOptions options;
+  uint64_t timeout_ms = 0;  // options.timeout, as the flight recorder's entries record it
   PeerProcesses peers;
   std::unique_ptr<Mapping> control_block;
   std::unique_ptr<Recorder> recorder;
@@ -59,14 +71,10 @@ struct Group::State {
         absl::AbortedError(absl::StrCat("group ", joined.name(), " aborted ",
                                         why.empty() ? absl::StrCat("(", event_text, ")") : why)));
   }
-#ifdef COMMD_HAVE_CUDA
-  // CUDA collectives' state (made on the first one). Last, so destroyed first: it waits for
-  // enqueued kernels, which read the control block's abort word.
-  CudaGroupStatePtr cuda;
-  CudaGroupContext Cuda(Group& group, absl::Duration wait) {
-    return {group, *recorder_impl, cuda, joined.collectives(), options.timeout, wait};
-  }
-#endif
+  // How the group's collectives run on its device, chosen at join; null for CUDA groups in
+  // an SDK built without CUDA. Last, so destroyed first: the CUDA backend waits for enqueued
+  // kernels, which read the control block's abort word.
+  std::unique_ptr<CollectiveBackend> backend;
 };
 
 }  // namespace commd

@@ -19,9 +19,27 @@
 namespace commd {
 namespace {
 
-static_assert(static_cast<int>(CollectiveOp::kAllReduce) == static_cast<int>(RecordOp::kAllReduce));
-static_assert(static_cast<int>(CollectiveOp::kBarrier) == static_cast<int>(RecordOp::kBarrier));
-static_assert(static_cast<int>(CollectiveOp::kRecv) == static_cast<int>(RecordOp::kRecv));
+// CollectiveOp's values are the ring's op codes (RecordOp), so the recorder converts with a
+// cast: every one of them, checked here once.
+constexpr bool SameOp(CollectiveOp a, RecordOp b) {
+  return static_cast<int>(a) == static_cast<int>(b);
+}
+static_assert(SameOp(CollectiveOp::kAllReduce, RecordOp::kAllReduce) &&
+              SameOp(CollectiveOp::kAllGather, RecordOp::kAllGather) &&
+              SameOp(CollectiveOp::kReduceScatter, RecordOp::kReduceScatter) &&
+              SameOp(CollectiveOp::kBroadcast, RecordOp::kBroadcast) &&
+              SameOp(CollectiveOp::kReduce, RecordOp::kReduce) &&
+              SameOp(CollectiveOp::kBarrier, RecordOp::kBarrier) &&
+              SameOp(CollectiveOp::kAllToAll, RecordOp::kAllToAll) &&
+              SameOp(CollectiveOp::kGather, RecordOp::kGather) &&
+              SameOp(CollectiveOp::kScatter, RecordOp::kScatter) &&
+              SameOp(CollectiveOp::kSend, RecordOp::kSend) &&
+              SameOp(CollectiveOp::kRecv, RecordOp::kRecv) &&
+              SameOp(CollectiveOp::kCoalesced, RecordOp::kCoalesced) &&
+              SameOp(CollectiveOp::kAllReduceCoalesced, RecordOp::kAllReduceCoalesced) &&
+              SameOp(CollectiveOp::kAllGatherCoalesced, RecordOp::kAllGatherCoalesced) &&
+              SameOp(CollectiveOp::kReduceScatterCoalesced, RecordOp::kReduceScatterCoalesced) &&
+              static_cast<uint32_t>(CollectiveOp::kReduceScatterCoalesced) + 1 == kRecordOpCount);
 
 RecordDtype ToRecordDtype(DataType t) {
   switch (t) {
@@ -72,18 +90,33 @@ absl::Status NoCuda(void* cuda_stream) {
 Recorder::Recorder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Recorder::~Recorder() = default;
 
-RecordId Recorder::Begin(CollectiveOp op, std::span<const TensorDesc> inputs,
-                         std::span<const TensorDesc> outputs, int peer, uint64_t timeout_ms) {
+namespace {
+
+// Begin or BeginStarted of `writer`, with the public call's arguments converted on the stack.
+template <RecordHandle (RingWriter::*kBegin)(const RecordArgs&)>
+RecordId BeginEntry(RingWriter& writer, CollectiveOp op, std::span<const TensorDesc> inputs,
+                    std::span<const TensorDesc> outputs, int peer, uint64_t timeout_ms) {
   std::array<RecordTensor, kRecordMaxTensors> in{}, out{};
   const size_t n_in = Convert(inputs, &in);
   const size_t n_out = Convert(outputs, &out);
-  // CollectiveOp's values are the first RecordOps, in the same order.
-  const RecordHandle h = impl_->writer->Begin({.op = static_cast<RecordOp>(op),
-                                               .inputs = {in.data(), n_in},
-                                               .outputs = {out.data(), n_out},
-                                               .peer = peer,
-                                               .timeout_ms = timeout_ms});
+  const RecordHandle h = (writer.*kBegin)({.op = static_cast<RecordOp>(op),
+                                           .inputs = {in.data(), n_in},
+                                           .outputs = {out.data(), n_out},
+                                           .peer = peer,
+                                           .timeout_ms = timeout_ms});
   return RecordId{h.record_id, h.collective_seq_id, h.bytes, static_cast<int>(h.op)};
+}
+
+}  // namespace
+
+RecordId Recorder::Begin(CollectiveOp op, std::span<const TensorDesc> inputs,
+                         std::span<const TensorDesc> outputs, int peer, uint64_t timeout_ms) {
+  return BeginEntry<&RingWriter::Begin>(*impl_->writer, op, inputs, outputs, peer, timeout_ms);
+}
+
+RecordId Recorder::Impl::BeginStarted(CollectiveOp op, std::span<const TensorDesc> inputs,
+                                      std::span<const TensorDesc> outputs, uint64_t timeout_ms) {
+  return BeginEntry<&RingWriter::BeginStarted>(*writer, op, inputs, outputs, -1, timeout_ms);
 }
 
 #ifdef COMMD_HAVE_CUDA

@@ -39,8 +39,8 @@ void StoreOwn(const HostCommView& view, int channel, uint32_t value) {
 
 // "100 x float32 (sum, one-shot (every rank reads all peers' inputs))", "3 tensors, the first
 // 100 x float32 (sum)", with the collective's name in front when it is not `kind`.
-std::string DescribeCall(CollectiveKind kind, uint32_t count, uint32_t shape) {
-  const auto other = static_cast<CollectiveKind>(shape & 0xF);
+std::string DescribeCall(CollectiveOp kind, uint32_t count, uint32_t shape) {
+  const auto other = static_cast<CollectiveOp>(shape & 0xF);
   const auto op = static_cast<ReduceOp>((shape >> 4) & 0xF);
   const auto algorithm = static_cast<Algorithm>((shape >> 8) & 0xF);
   const auto dtype = static_cast<DataType>((shape >> 12) & 0xF);
@@ -50,16 +50,16 @@ std::string DescribeCall(CollectiveKind kind, uint32_t count, uint32_t shape) {
   if (tensors != 1) absl::StrAppend(&out, tensors, " tensors, the first ");
   absl::StrAppend(&out, count == UINT32_MAX ? ">= 4294967295" : absl::StrCat(count), " x ",
                   DataTypeName(dtype));
-  if (other == CollectiveKind::kAllReduce) {
+  if (other == CollectiveOp::kAllReduce) {
     absl::StrAppend(&out, " (", ReduceOpName(op), ", ", AlgorithmWords(algorithm), ")");
-  } else if (other == CollectiveKind::kReduceScatter) {
+  } else if (other == CollectiveOp::kReduceScatter) {
     absl::StrAppend(&out, " (", ReduceOpName(op), ")");
   }
   return out;
 }
 
 // Cold path: names every distinct call and the ranks that made it.
-absl::Status MismatchError(const HostCommView& view, CollectiveKind kind,
+absl::Status MismatchError(const HostCommView& view, CollectiveOp kind,
                            const std::vector<uint32_t>& hashes) {
   std::vector<uint32_t> distinct;
   for (uint32_t h : hashes) {
@@ -93,7 +93,7 @@ absl::Status MismatchError(const HostCommView& view, CollectiveKind kind,
 
 }  // namespace
 
-CallWords MakeCallWords(CollectiveKind kind, ReduceOp op, Algorithm algorithm,
+CallWords MakeCallWords(CollectiveOp kind, ReduceOp op, Algorithm algorithm,
                         absl::Span<const TensorArgs> tensors, uint64_t nonfinite) {
   uint32_t h = kFnvBasis;
   h = Mix(h, static_cast<uint64_t>(kind));
@@ -122,7 +122,7 @@ void PublishCall(const HostCommView& view, const CallWords& words) {
   StoreOwn(view, kHostShapeChannel, words.shape);
 }
 
-absl::Status CheckCalls(const HostCommView& view, CollectiveKind kind, CollectiveResult* result) {
+absl::Status CheckCalls(const HostCommView& view, CollectiveOp kind, CollectiveResult* result) {
   // The hot path: one load per rank. The slots stay put until the closing barrier, so the
   // cold paths below read them again.
   const uint32_t first = Load(view, 0, kHostCallChannel) >> 1;

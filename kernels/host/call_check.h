@@ -28,7 +28,7 @@ struct CallWords {
 };
 
 // `op` and `algorithm` must be fixed values (kSum, kOneShot) for kinds that have none.
-CallWords MakeCallWords(CollectiveKind kind, ReduceOp op, Algorithm algorithm,
+CallWords MakeCallWords(CollectiveOp kind, ReduceOp op, Algorithm algorithm,
                         absl::Span<const TensorArgs> tensors, uint64_t nonfinite);
 
 // Stores `words` in this rank's own pad (relaxed: the staging barrier publishes them).
@@ -37,7 +37,7 @@ void PublishCall(const HostCommView& view, const CallWords& words);
 // After the staging barrier: INVALID_ARGUMENT naming the ranks and their calls when some
 // rank's call hash differs from rank 0's; else OK and, when `result` is not null, its
 // group-wide NaN/Inf fields. Every rank reaches the same verdict and the same fields.
-absl::Status CheckCalls(const HostCommView& view, CollectiveKind kind, CollectiveResult* result);
+absl::Status CheckCalls(const HostCommView& view, CollectiveOp kind, CollectiveResult* result);
 
 }  // namespace commd::kernels
 

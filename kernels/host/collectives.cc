@@ -37,7 +37,7 @@ uint64_t CopyInAll(const HostCommView& view, const StagingPlan& plan, NanCheck c
 
 // The call as every rank must make it: checked against the peers' after staging.
 struct Call {
-  CollectiveKind kind;
+  CollectiveOp kind;
   ReduceOp op;
   Algorithm algorithm;
   absl::Span<const TensorArgs> tensors;
@@ -62,7 +62,7 @@ absl::Status Stage(const HostCommView& view, const StagingPlan& plan, NanCheck c
 }
 
 absl::Status OneShot(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
-  const char* name = CollectiveName(CollectiveKind::kAllReduce);
+  const char* name = CollectiveName(CollectiveOp::kAllReduce);
   const std::byte* srcs[kMaxWorldSize];
   std::vector<std::byte>& scratch = Scratch();
   size_t scratch_bytes = 0;
@@ -90,7 +90,7 @@ absl::Status OneShot(const HostCommView& view, const StagingPlan& plan, ReduceOp
 // Reduce-scatter into the own data region (only this rank reads its own chunk), then
 // all-gather every rank's reduced chunk into the output.
 absl::Status TwoShot(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
-  const char* name = CollectiveName(CollectiveKind::kAllReduce);
+  const char* name = CollectiveName(CollectiveOp::kAllReduce);
   const int w = view.world_size;
   const std::byte* srcs[kMaxWorldSize];
   for (const StagedTensor& t : plan.tensors) {
@@ -118,7 +118,7 @@ absl::Status GatherAll(const HostCommView& view, const StagingPlan& plan) {
       std::memcpy(t.output + static_cast<size_t>(p) * bytes, view.data[p] + t.offset, bytes);
     }
   }
-  return HostBarrier(view, CollectiveName(CollectiveKind::kAllGather));
+  return HostBarrier(view, CollectiveName(CollectiveOp::kAllGather));
 }
 
 absl::Status ScatterReduced(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
@@ -128,10 +128,10 @@ absl::Status ScatterReduced(const HostCommView& view, const StagingPlan& plan, R
     ReduceInto(t.dtype, op, srcs, view.world_size, static_cast<size_t>(view.rank) * t.count,
                t.count, t.output, view.world_size);
   }
-  return HostBarrier(view, CollectiveName(CollectiveKind::kReduceScatter));
+  return HostBarrier(view, CollectiveName(CollectiveOp::kReduceScatter));
 }
 
-absl::Status CheckOp(CollectiveKind kind, ReduceOp op) {
+absl::Status CheckOp(CollectiveOp kind, ReduceOp op) {
   if (IsValid(op)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), ": reduce op ",
                                                  static_cast<int>(op), " is not one of 0..",
@@ -149,7 +149,7 @@ absl::Status Barrier(const HostCommView& view) {
 absl::Status AllReduceCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
                                 ReduceOp op, Algorithm algorithm, NanCheck nan_check,
                                 CollectiveResult* result) {
-  const CollectiveKind kind = CollectiveKind::kAllReduce;
+  const CollectiveOp kind = CollectiveOp::kAllReduce;
   RETURN_IF_ERROR(CheckOp(kind, op));
   if (!IsValid(algorithm)) {
     return absl::InvalidArgumentError(absl::StrCat("all_reduce: algorithm ",
@@ -165,7 +165,7 @@ absl::Status AllReduceCoalesced(const HostCommView& view, absl::Span<const Tenso
 
 absl::Status AllGatherCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
                                 NanCheck nan_check, CollectiveResult* result) {
-  const CollectiveKind kind = CollectiveKind::kAllGather;
+  const CollectiveOp kind = CollectiveOp::kAllGather;
   ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
   if (result != nullptr) *result = CollectiveResult{};
   if (plan.tensors.empty()) return absl::OkStatus();
@@ -176,7 +176,7 @@ absl::Status AllGatherCoalesced(const HostCommView& view, absl::Span<const Tenso
 
 absl::Status ReduceScatterCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
                                     ReduceOp op, NanCheck nan_check, CollectiveResult* result) {
-  const CollectiveKind kind = CollectiveKind::kReduceScatter;
+  const CollectiveOp kind = CollectiveOp::kReduceScatter;
   RETURN_IF_ERROR(CheckOp(kind, op));
   ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
   if (result != nullptr) *result = CollectiveResult{};

@@ -40,13 +40,13 @@ bool Inside(ByteRange inner, ByteRange outer) {
   return inner.begin >= outer.begin && inner.end <= outer.end;
 }
 
-std::string TensorLabel(CollectiveKind kind, size_t index, const TensorArgs& t) {
+std::string TensorLabel(CollectiveOp kind, size_t index, const TensorArgs& t) {
   return absl::StrCat(CollectiveName(kind), " tensor ", index, " (count ", t.count, " x ",
                       DataTypeName(t.dtype), ")");
 }
 
 // Elements of the input and of the output of one tensor, or an error on overflow.
-absl::Status TensorSizes(const HostCommView& view, CollectiveKind kind, size_t index,
+absl::Status TensorSizes(const HostCommView& view, CollectiveOp kind, size_t index,
                          const TensorArgs& t, size_t* in_bytes, size_t* out_bytes) {
   const size_t es = DataTypeSize(t.dtype);
   const size_t w = static_cast<size_t>(view.world_size);
@@ -56,12 +56,12 @@ absl::Status TensorSizes(const HostCommView& view, CollectiveKind kind, size_t i
         TensorLabel(kind, index, t), ": count ", t.count,
         " overflows the byte size; allowed: count x element size x world size < 2^64"));
   }
-  *in_bytes = kind == CollectiveKind::kReduceScatter ? wide : bytes;
-  *out_bytes = kind == CollectiveKind::kAllGather ? wide : bytes;
+  *in_bytes = kind == CollectiveOp::kReduceScatter ? wide : bytes;
+  *out_bytes = kind == CollectiveOp::kAllGather ? wide : bytes;
   return absl::OkStatus();
 }
 
-absl::Status CheckPointer(CollectiveKind kind, size_t index, const TensorArgs& t, const char* which,
+absl::Status CheckPointer(CollectiveOp kind, size_t index, const TensorArgs& t, const char* which,
                           const void* p, size_t bytes) {
   const std::string label = TensorLabel(kind, index, t);
   if (p == nullptr) {
@@ -78,8 +78,8 @@ absl::Status CheckPointer(CollectiveKind kind, size_t index, const TensorArgs& t
 }
 
 // Checks one tensor and fills everything but its offset.
-absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveKind kind,
-                                         size_t index, const TensorArgs& t) {
+absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveOp kind, size_t index,
+                                         const TensorArgs& t) {
   const std::string label = TensorLabel(kind, index, t);
   if (!IsValid(t.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), " tensor ", index,
@@ -106,12 +106,12 @@ absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveKin
           "'s own; allowed: inside the own data region or outside all of them"));
     }
   }
-  const bool out_is_input = in_place && kind == CollectiveKind::kAllReduce && t.output == t.input;
+  const bool out_is_input = in_place && kind == CollectiveOp::kAllReduce && t.output == t.input;
   if (!out_is_input) {
     if (const int p = OverlappedRegion(view, out); p >= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(label, ": output overlaps rank ", p, "'s data region; allowed: ",
-                       kind == CollectiveKind::kAllReduce ? "the in-place input itself or " : "",
+                       kind == CollectiveOp::kAllReduce ? "the in-place input itself or " : "",
                        "memory outside every data region"));
     }
   }
@@ -128,7 +128,7 @@ absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveKin
 }
 
 // Outside inputs are packed from offset 0; in-place ones must not overlap each other.
-absl::Status AssignOffsets(const HostCommView& view, CollectiveKind kind, StagingPlan* plan) {
+absl::Status AssignOffsets(const HostCommView& view, CollectiveOp kind, StagingPlan* plan) {
   if (plan->in_place) {
     std::vector<std::pair<size_t, size_t>> ranges;
     for (const StagedTensor& t : plan->tensors) {
@@ -160,14 +160,16 @@ absl::Status AssignOffsets(const HostCommView& view, CollectiveKind kind, Stagin
 
 }  // namespace
 
-const char* CollectiveName(CollectiveKind kind) {
+const char* CollectiveName(CollectiveOp kind) {
   switch (kind) {
-    case CollectiveKind::kAllReduce:
+    case CollectiveOp::kAllReduce:
       return "all_reduce";
-    case CollectiveKind::kAllGather:
+    case CollectiveOp::kAllGather:
       return "all_gather";
-    case CollectiveKind::kReduceScatter:
+    case CollectiveOp::kReduceScatter:
       return "reduce_scatter";
+    default:
+      break;
   }
   return "?";
 }
@@ -202,7 +204,7 @@ absl::Status ValidateHostCommView(const HostCommView& view) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StagingPlan> PlanCollective(const HostCommView& view, CollectiveKind kind,
+absl::StatusOr<StagingPlan> PlanCollective(const HostCommView& view, CollectiveOp kind,
                                            absl::Span<const TensorArgs> tensors) {
   RETURN_IF_ERROR(ValidateHostCommView(view));
   StagingPlan plan;

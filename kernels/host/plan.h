@@ -1,7 +1,7 @@
 // Validation of a host collective's arguments and the staging layout of its tensors in the
 // data regions (rules: collectives.h). Internal to kernels/host.
 //
-//   ASSIGN_OR_RETURN(StagingPlan plan, PlanCollective(view, CollectiveKind::kAllGather, ts));
+//   ASSIGN_OR_RETURN(StagingPlan plan, PlanCollective(view, CollectiveOp::kAllGather, ts));
 #ifndef COMMD_KERNELS_HOST_PLAN_H_
 #define COMMD_KERNELS_HOST_PLAN_H_
 
@@ -10,15 +10,15 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "client/include/commd/collective_op.h"
 #include "kernels/host/collectives.h"
 #include "kernels/host/comm_view.h"
 
 namespace commd::kernels {
 
-enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter };
-
+// Which collective: the SDK's one enum (kAllReduce, kAllGather, kReduceScatter here).
 // "all_reduce", "all_gather", "reduce_scatter".
-const char* CollectiveName(CollectiveKind kind);
+const char* CollectiveName(CollectiveOp kind);
 
 struct StagedTensor {
   const std::byte* input;
@@ -38,7 +38,7 @@ struct StagingPlan {
 
 // INVALID_ARGUMENT naming the offending value and the allowed range, before anything is
 // touched; the view is validated too.
-absl::StatusOr<StagingPlan> PlanCollective(const HostCommView& view, CollectiveKind kind,
+absl::StatusOr<StagingPlan> PlanCollective(const HostCommView& view, CollectiveOp kind,
                                            absl::Span<const TensorArgs> tensors);
 
 }  // namespace commd::kernels

@@ -28,21 +28,23 @@ class SdkPath : public CollectivePath {
     const auto dtype = static_cast<DataType>(o_.dtype);
     const auto op = static_cast<ReduceOp>(o_.redop);
     switch (o_.op) {
-      case Op::kAllReduce:
+      case CollectiveOp::kAllReduce:
         return group_.AllReduce(*b_.in, s.per_rank, dtype, op, call_);
-      case Op::kAllGather:
+      case CollectiveOp::kAllGather:
         return group_.AllGather(*b_.in, *b_.out, s.per_rank, dtype, call_);
-      case Op::kReduceScatter:
+      case CollectiveOp::kReduceScatter:
         return group_.ReduceScatter(*b_.in, *b_.out, s.per_rank, dtype, op, call_);
-      case Op::kBarrier:
+      case CollectiveOp::kBarrier:
         return group_.Barrier();
-      case Op::kAllReduceCoalesced:
+      case CollectiveOp::kAllReduceCoalesced:
         // Built once per size, as a training loop keeps its bucket layout.
         if (tensors_for_ != s.per_rank) {
           tensors_ = CoalescedTensors(o_, s);
           tensors_for_ = s.per_rank;
         }
         return group_.AllReduceCoalesced(*b_.in, tensors_, op, call_);
+      default:
+        break;
     }
     return absl::InternalError("unknown op");
   }
@@ -86,18 +88,18 @@ class KernelPath : public CollectivePath {
     constexpr auto kOff = kernels::NanCheck::kOff;
     void* in = b_.in->data();
     switch (o_.op) {
-      case Op::kAllReduce:
+      case CollectiveOp::kAllReduce:
         return kernels::AllReduce(view_, in, in, s.per_rank, o_.dtype, o_.redop,
                                   AllReduceAlgorithm(o_, s.per_rank * TypeSize(o_), s.per_rank),
                                   kOff, nullptr);
-      case Op::kAllGather:
+      case CollectiveOp::kAllGather:
         return kernels::AllGather(view_, in, b_.out->data(), s.per_rank, o_.dtype, kOff, nullptr);
-      case Op::kReduceScatter:
+      case CollectiveOp::kReduceScatter:
         return kernels::ReduceScatter(view_, in, b_.out->data(), s.per_rank, o_.dtype, o_.redop,
                                       kOff, nullptr);
-      case Op::kBarrier:
+      case CollectiveOp::kBarrier:
         return kernels::Barrier(view_);
-      case Op::kAllReduceCoalesced:
+      case CollectiveOp::kAllReduceCoalesced:
         if (args_for_ != s.per_rank) {
           args_.clear();
           for (const CoalescedTensor& t : CoalescedTensors(o_, s)) {
@@ -109,6 +111,8 @@ class KernelPath : public CollectivePath {
         return kernels::AllReduceCoalesced(
             view_, args_, o_.redop,
             AllReduceAlgorithm(o_, s.per_rank * TypeSize(o_), args_.front().count), kOff, nullptr);
+      default:
+        break;
     }
     return absl::InternalError("unknown op");
   }

@@ -28,7 +28,7 @@
 
 namespace {
 
-using commd::bench::Op;
+using commd::CollectiveOp;
 using commd::bench::Options;
 using commd::bench::Shared;
 using commd::testing::DaemonProcess;
@@ -114,9 +114,9 @@ int main(int argc, char** argv) {
   const Options o = commd::bench::ParseFlags(argc, argv);
   const std::vector<commd::bench::Size> sizes = commd::bench::Sizes(o);
   if (sizes.empty()) {
-    const char* unit = o.op == Op::kAllReduce            ? ""
-                       : o.op == Op::kAllReduceCoalesced ? " per tensor"
-                                                         : " per rank";
+    const char* unit = o.op == CollectiveOp::kAllReduce            ? ""
+                       : o.op == CollectiveOp::kAllReduceCoalesced ? " per tensor"
+                                                                   : " per rank";
     commd::bench::BadFlag(absl::StrCat("no size in -b ", o.min_bytes, " .. -e ", o.max_bytes,
                                        " holds a whole element", unit, " of ",
                                        commd::bench::TypeName(o.dtype)));

@@ -129,18 +129,19 @@ DataType DatatypeFlag(const std::string& flag, const std::string& v) {
                              "float, half, bfloat16, int32, int64");
 }
 
-Op OpFlag(const std::string& flag, const std::string& v) {
-  return NamedFlag<Op>(flag, v,
-                       {{"allreduce", Op::kAllReduce},
-                        {"all_reduce", Op::kAllReduce},
-                        {"allgather", Op::kAllGather},
-                        {"all_gather", Op::kAllGather},
-                        {"reducescatter", Op::kReduceScatter},
-                        {"reduce_scatter", Op::kReduceScatter},
-                        {"barrier", Op::kBarrier},
-                        {"allreduce_coalesced", Op::kAllReduceCoalesced},
-                        {"allreducecoalesced", Op::kAllReduceCoalesced}},
-                       "allreduce, allgather, reducescatter, barrier, allreduce_coalesced");
+CollectiveOp OpFlag(const std::string& flag, const std::string& v) {
+  return NamedFlag<CollectiveOp>(
+      flag, v,
+      {{"allreduce", CollectiveOp::kAllReduce},
+       {"all_reduce", CollectiveOp::kAllReduce},
+       {"allgather", CollectiveOp::kAllGather},
+       {"all_gather", CollectiveOp::kAllGather},
+       {"reducescatter", CollectiveOp::kReduceScatter},
+       {"reduce_scatter", CollectiveOp::kReduceScatter},
+       {"barrier", CollectiveOp::kBarrier},
+       {"allreduce_coalesced", CollectiveOp::kAllReduceCoalesced},
+       {"allreducecoalesced", CollectiveOp::kAllReduceCoalesced}},
+      "allreduce, allgather, reducescatter, barrier, allreduce_coalesced");
 }
 
 // The flags that only make sense together.
@@ -255,21 +256,21 @@ Options ParseFlags(int argc, char** argv) {
 
 std::vector<Size> Sizes(const Options& o) {
   std::vector<Size> out;
-  if (o.op == Op::kBarrier) {
+  if (o.op == CollectiveOp::kBarrier) {
     out.push_back({0, 0, 0});
     return out;
   }
   const size_t ts = kernels::DataTypeSize(o.dtype);
   size_t unit = ts;
-  if (o.op == Op::kAllGather || o.op == Op::kReduceScatter) unit = ts * o.ranks;
-  if (o.op == Op::kAllReduceCoalesced) unit = ts * o.tensors;
+  if (o.op == CollectiveOp::kAllGather || o.op == CollectiveOp::kReduceScatter) unit = ts * o.ranks;
+  if (o.op == CollectiveOp::kAllReduceCoalesced) unit = ts * o.tensors;
   double s = static_cast<double>(o.min_bytes);
   size_t last = 0;
   while (s <= static_cast<double>(o.max_bytes) * (1 + 1e-9)) {
     const size_t bytes = static_cast<size_t>(s) / unit * unit;
     if (bytes > 0 && bytes != last) {
       const size_t count = bytes / ts;
-      const bool split = o.op == Op::kAllGather || o.op == Op::kReduceScatter;
+      const bool split = o.op == CollectiveOp::kAllGather || o.op == CollectiveOp::kReduceScatter;
       out.push_back({bytes, count, split ? count / o.ranks : count});
       last = bytes;
     }
@@ -278,37 +279,41 @@ std::vector<Size> Sizes(const Options& o) {
   return out;
 }
 
-const char* OpName(Op op) {
+const char* OpName(CollectiveOp op) {
   switch (op) {
-    case Op::kAllReduce:
+    case CollectiveOp::kAllReduce:
       return "allreduce";
-    case Op::kAllGather:
+    case CollectiveOp::kAllGather:
       return "allgather";
-    case Op::kReduceScatter:
+    case CollectiveOp::kReduceScatter:
       return "reducescatter";
-    case Op::kBarrier:
+    case CollectiveOp::kBarrier:
       return "barrier";
-    case Op::kAllReduceCoalesced:
+    case CollectiveOp::kAllReduceCoalesced:
       return "allreduce_coalesced";
+    default:
+      break;
   }
   return "?";
 }
 
 const char* PathName(Path path) { return path == Path::kSdk ? "sdk" : "kernel"; }
 
-const char* PathCall(Path path, Op op) {
+const char* PathCall(Path path, CollectiveOp op) {
   const bool sdk = path == Path::kSdk;
   switch (op) {
-    case Op::kAllReduce:
+    case CollectiveOp::kAllReduce:
       return sdk ? "Group::AllReduce" : "kernels::AllReduce";
-    case Op::kAllGather:
+    case CollectiveOp::kAllGather:
       return sdk ? "Group::AllGather" : "kernels::AllGather";
-    case Op::kReduceScatter:
+    case CollectiveOp::kReduceScatter:
       return sdk ? "Group::ReduceScatter" : "kernels::ReduceScatter";
-    case Op::kBarrier:
+    case CollectiveOp::kBarrier:
       return sdk ? "Group::Barrier" : "kernels::Barrier";
-    case Op::kAllReduceCoalesced:
+    case CollectiveOp::kAllReduceCoalesced:
       return sdk ? "Group::AllReduceCoalesced" : "kernels::AllReduceCoalesced";
+    default:
+      break;
   }
   return "?";
 }

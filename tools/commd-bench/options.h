@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "commd/collective_op.h"
 #include "kernels/types.h"
 
 namespace commd::bench {
 
-enum class Op { kAllReduce, kAllGather, kReduceScatter, kBarrier, kAllReduceCoalesced };
 // sdk: Group's collectives, as an application calls them (argument checks, the flight
 // recorder, the group's settings). kernel: kernels/host straight over the same symmetric
 // buffers, the floor the SDK adds to.
@@ -36,7 +36,7 @@ struct Options {
   int iters = 20;
   kernels::DataType dtype = kernels::DataType::kFloat32;
   kernels::ReduceOp redop = kernels::ReduceOp::kSum;
-  Op op = Op::kAllReduce;
+  CollectiveOp op = CollectiveOp::kAllReduce;  // one that --op names
   Path path = Path::kSdk;
   int tensors = 8;  // all-reduce coalesced: tensors per call
   AlgoChoice algo = AlgoChoice::kAuto;
@@ -63,10 +63,10 @@ Options ParseFlags(int argc, char** argv);
 // 0 or repeat skipped. Barrier: one row of size 0.
 std::vector<Size> Sizes(const Options& o);
 
-const char* OpName(Op op);
+const char* OpName(CollectiveOp op);
 const char* PathName(Path path);
 // What the path runs for `op`, for the header line: "Group::AllReduce", "kernels::AllReduce".
-const char* PathCall(Path path, Op op);
+const char* PathCall(Path path, CollectiveOp op);
 const char* TypeName(kernels::DataType t);
 
 }  // namespace commd::bench

@@ -103,8 +103,9 @@ bool Close(DataType t, double got, double want) {
   return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
 }
 
-bool Reduces(Op op) {
-  return op == Op::kAllReduce || op == Op::kReduceScatter || op == Op::kAllReduceCoalesced;
+bool Reduces(CollectiveOp op) {
+  return op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduceScatter ||
+         op == CollectiveOp::kAllReduceCoalesced;
 }
 
 // The bytes of each rank's input (and all-gather / reduce-scatter output) buffer for the
@@ -119,19 +120,19 @@ BufferSizes Need(const Options& o, const std::vector<Size>& sizes) {
   const size_t ts = kernels::DataTypeSize(o.dtype);
   for (const Size& s : sizes) {
     switch (o.op) {
-      case Op::kAllReduce:
-      case Op::kAllReduceCoalesced:
+      case CollectiveOp::kAllReduce:
+      case CollectiveOp::kAllReduceCoalesced:
         need.in = std::max(need.in, s.per_rank * ts);
         break;
-      case Op::kAllGather:
+      case CollectiveOp::kAllGather:
         need.in = std::max(need.in, s.per_rank * ts);
         need.out = std::max(need.out, s.per_rank * ts * o.ranks);
         break;
-      case Op::kReduceScatter:
+      case CollectiveOp::kReduceScatter:
         need.in = std::max(need.in, s.per_rank * ts * o.ranks);
         need.out = std::max(need.out, s.per_rank * ts);
         break;
-      case Op::kBarrier:
+      default:  // barrier: no data
         break;
     }
   }
@@ -184,7 +185,7 @@ class Rank {
 
   void RunSize(const Size& s) {
     path_->NewSize();
-    if (o_.check || o_.op != Op::kAllReduce) Fill(s);  // non-zero, finite inputs
+    if (o_.check || o_.op != CollectiveOp::kAllReduce) Fill(s);  // non-zero, finite inputs
     for (int i = 0; i < o_.warmup; ++i) Step(s);
     Sync();
     const auto t0 = std::chrono::steady_clock::now();
@@ -192,7 +193,7 @@ class Rank {
     const auto t1 = std::chrono::steady_clock::now();
     shared_->row.seconds[rank_] = std::chrono::duration<double>(t1 - t0).count() / o_.iters;
     uint64_t wrong = 0;
-    if (o_.check && o_.op != Op::kBarrier) {
+    if (o_.check && o_.op != CollectiveOp::kBarrier) {
       Fill(s);
       Sync();
       Step(s);
@@ -208,21 +209,21 @@ class Rank {
   // contribution only).
   void Fill(const Size& s) {
     auto* mine = static_cast<std::byte*>(in_->data());
-    const size_t n = o_.op == Op::kReduceScatter ? s.per_rank * o_.ranks : s.per_rank;
+    const size_t n = o_.op == CollectiveOp::kReduceScatter ? s.per_rank * o_.ranks : s.per_rank;
     for (size_t i = 0; i < n; ++i) WriteAs(o_.dtype, mine, i, InputValue(rank_, i));
   }
 
   uint64_t Verify(const Size& s) const {
     uint64_t wrong = 0;
     switch (o_.op) {
-      case Op::kAllReduce:
-      case Op::kAllReduceCoalesced:
+      case CollectiveOp::kAllReduce:
+      case CollectiveOp::kAllReduceCoalesced:
         for (size_t i = 0; i < s.per_rank; ++i) {
           const double got = ReadAs(o_.dtype, static_cast<const std::byte*>(in_->data()), i);
           if (!Close(o_.dtype, got, Expected(o_.redop, o_.dtype, o_.ranks, i))) ++wrong;
         }
         break;
-      case Op::kAllGather:
+      case CollectiveOp::kAllGather:
         for (int p = 0; p < o_.ranks; ++p) {
           for (size_t i = 0; i < s.per_rank; ++i) {
             const double got =
@@ -231,14 +232,14 @@ class Rank {
           }
         }
         break;
-      case Op::kReduceScatter:
+      case CollectiveOp::kReduceScatter:
         for (size_t i = 0; i < s.per_rank; ++i) {
           const size_t g = static_cast<size_t>(rank_) * s.per_rank + i;
           const double got = ReadAs(o_.dtype, static_cast<const std::byte*>(out_->data()), i);
           if (!Close(o_.dtype, got, Expected(o_.redop, o_.dtype, o_.ranks, g))) ++wrong;
         }
         break;
-      case Op::kBarrier:
+      default:  // barrier: no data
         break;
     }
     return wrong;
@@ -246,10 +247,11 @@ class Rank {
 
   // "oneshot" / "twoshot" for all-reduce; "auto" when a daemon of its own config chose.
   const char* AlgoName(const Size& s) const {
-    if (o_.op != Op::kAllReduce && o_.op != Op::kAllReduceCoalesced) return "-";
+    if (o_.op != CollectiveOp::kAllReduce && o_.op != CollectiveOp::kAllReduceCoalesced) return "-";
     if (o_.path == Path::kSdk && !o_.runtime_dir.empty()) return "auto";
     const size_t ts = kernels::DataTypeSize(o_.dtype);
-    const size_t min_count = o_.op == Op::kAllReduce ? s.per_rank : s.per_rank / o_.tensors;
+    const size_t min_count =
+        o_.op == CollectiveOp::kAllReduce ? s.per_rank : s.per_rank / o_.tensors;
     return AllReduceAlgorithm(o_, s.per_rank * ts, min_count) == kernels::Algorithm::kOneShot
                ? "oneshot"
                : "twoshot";
@@ -266,8 +268,9 @@ class Rank {
     const double algbw = s.bytes / worst / 1e9;
     const int n = o_.ranks;
     double factor = static_cast<double>(n - 1) / n;  // all-gather, reduce-scatter
-    if (o_.op == Op::kAllReduce || o_.op == Op::kAllReduceCoalesced) factor *= 2;
-    const bool bw = o_.op != Op::kBarrier;
+    if (o_.op == CollectiveOp::kAllReduce || o_.op == CollectiveOp::kAllReduceCoalesced)
+      factor *= 2;
+    const bool bw = o_.op != CollectiveOp::kBarrier;
     const char* type = bw ? TypeName(o_.dtype) : "-";
     const char* redop = Reduces(o_.op) ? kernels::ReduceOpName(o_.redop) : "-";
     shared_->wrong += wrong;

@@ -27,6 +27,12 @@
 
 namespace commd {
 
+// The range of a NaN/Inf check's sample period (GroupOptions::nan_sample_period and
+// CollectiveOptions::nan_sample_period under kSampled); the daemon's
+// collectives.nan_sample_period has the same range.
+inline constexpr uint32_t kMinNanSamplePeriod = 1;
+inline constexpr uint32_t kMaxNanSamplePeriod = 1000000;
+
 struct GroupOptions {
   std::string name;
   int rank = -1;  // rank within the group on this node
@@ -47,7 +53,8 @@ struct GroupOptions {
   // config (collectives.nan_check, .nan_sample_period, .nan_policy).
   enum class NanCheck { kDefault, kOff, kOn, kSampled };
   NanCheck nan_check = NanCheck::kDefault;
-  uint32_t nan_sample_period = 0;  // for kSampled: 1 to 1000000; 0: the daemon's
+  // For kSampled: kMinNanSamplePeriod to kMaxNanSamplePeriod; 0: the daemon's.
+  uint32_t nan_sample_period = 0;
   // kReport: count the finding (commd_nan_detected_total) and flag the flight-recorder entry.
   // kFail: also fail the collective on every rank with DATA_LOSS naming the rank(s).
   enum class NanPolicy { kDefault, kReport, kFail };
@@ -67,7 +74,7 @@ struct CollectiveOptions {
   // group's policy decides what a finding on any rank does (GroupOptions::nan_policy).
   enum class NanCheck { kOff, kOn, kSampled, kDefault };
   NanCheck nan_check = NanCheck::kDefault;
-  uint32_t nan_sample_period = 100;  // for kSampled; 1 to 1000000
+  uint32_t nan_sample_period = 100;  // for kSampled: kMinNanSamplePeriod to kMaxNanSamplePeriod
   // When set, receives the NaN/Inf count found in this rank's input (0 when not checked).
   uint64_t* nonfinite_count = nullptr;
   // When set, receives how many ranks found NaN/Inf in their input in this collective (the
@@ -105,6 +112,8 @@ class COMMD_API SymmetricBuffer {
   explicit SymmetricBuffer(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
+
+struct CollectiveCall;  // internal to the SDK: one collective call (Group::Run)
 
 class COMMD_API Group {
  public:
@@ -193,6 +202,8 @@ class COMMD_API Group {
   friend class Client;
   struct State;
   explicit Group(std::unique_ptr<State> state);
+  // The one path of every collective: checks, records and runs `call` (collectives.cc).
+  absl::Status Run(const CollectiveCall& call);
   absl::Duration collective_timeout() const;
   bool owns(const SymmetricBuffer& buffer) const;  // allocated by this group for this rank
   std::unique_ptr<State> state_;

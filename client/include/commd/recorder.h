@@ -37,24 +37,11 @@
 #include <span>
 
 #include "absl/status/status.h"
+#include "commd/collective_op.h"
 #include "commd/export.h"
 #include "commd/types.h"
 
 namespace commd {
-
-enum class CollectiveOp {
-  kAllReduce,
-  kAllGather,
-  kReduceScatter,
-  kBroadcast,
-  kReduce,
-  kBarrier,
-  kAllToAll,
-  kGather,
-  kScatter,
-  kSend,
-  kRecv,
-};
 
 // A tensor argument: `dims` (borrowed for the call) holds `ndim` sizes.
 struct TensorDesc {

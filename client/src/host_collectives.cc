@@ -1,0 +1,78 @@
+// The host backend of Group's collectives: kernels/host over the buffers' cached views, run
+// on this thread between the entry's transitions (the kernels run the cross-rank call check).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/src/collective_call.h"
+#include "common/control_block.h"
+#include "kernels/host/collectives.h"
+
+namespace commd {
+namespace {
+
+// Coalesced calls up to this many tensors build their kernel arguments on the stack.
+constexpr size_t kInlineTensors = 16;
+
+class HostBackend : public CollectiveBackend {
+ public:
+  HostBackend(const uint32_t* abort_word, uint64_t* heartbeat_ns)
+      : abort_word_(abort_word), heartbeat_ns_(heartbeat_ns) {}
+
+  absl::Status Run(const CheckedCall& c, CollectiveEntry& entry) override {
+    kernels::HostCommView view = c.views.host;
+    view.abort_word = abort_word_;
+    view.heartbeat_ns = heartbeat_ns_;
+    view.deadline = absl::Now() + c.wait;
+    entry.BeginStarted();
+    kernels::CollectiveResult result;
+    return entry.Finish(Launch(view, c, entry.nan(), &result), result);
+  }
+
+ private:
+  static absl::Status Launch(const kernels::HostCommView& v, const CheckedCall& c,
+                             kernels::NanCheck nan, kernels::CollectiveResult* r) {
+    const CollectiveCall& call = c.call;
+    std::byte* in = v.data[v.rank];
+    const auto dtype = static_cast<kernels::DataType>(call.dtype);
+    const auto op = static_cast<kernels::ReduceOp>(call.op);
+    switch (call.kind) {
+      case CollectiveOp::kBarrier:
+        return kernels::Barrier(v);
+      case CollectiveOp::kAllReduce:
+        return kernels::AllReduce(v, in, in, call.count, dtype, op, c.algorithm, nan, r);
+      case CollectiveOp::kAllReduceCoalesced: {
+        absl::InlinedVector<kernels::TensorArgs, kInlineTensors> args;
+        args.reserve(call.tensors.size());
+        for (const CoalescedTensor& t : call.tensors) {
+          std::byte* p = in + t.offset;
+          args.push_back({p, p, t.count, static_cast<kernels::DataType>(t.dtype)});
+        }
+        return kernels::AllReduceCoalesced(v, args, op, c.algorithm, nan, r);
+      }
+      case CollectiveOp::kAllGather:
+        return kernels::AllGather(v, in, call.out->data(), call.count, dtype, nan, r);
+      case CollectiveOp::kReduceScatter:
+        return kernels::ReduceScatter(v, in, call.out->data(), call.count, dtype, op, nan, r);
+      default:
+        return absl::UnimplementedError(
+            absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)),
+                         " has no host kernel in this SDK"));
+    }
+  }
+
+  const uint32_t* abort_word_;
+  uint64_t* heartbeat_ns_;
+};
+
+}  // namespace
+
+std::unique_ptr<CollectiveBackend> MakeHostBackend(const uint32_t* abort_word,
+                                                   uint64_t* heartbeat_ns) {
+  return std::make_unique<HostBackend>(abort_word, heartbeat_ns);
+}
+
+}  // namespace commd
