@@ -12,17 +12,17 @@
 namespace commd::kernels {
 namespace {
 
-constexpr uint32_t kFnvPrime = 16777619u;
-constexpr uint32_t kFnvBasis = 2166136261u;
+constexpr uint64_t kHashSeed = 0x9E3779B97F4A7C15ull;  // fixed: ranks in different processes agree
+constexpr uint64_t kMixMultiplier = 0xFF51AFD7ED558CCDull;  // odd, from MurmurHash3's finaliser
 constexpr uint32_t kNanBit = 1;
 constexpr size_t kMaxDescribedCalls = 8;  // distinct calls named in a mismatch error
 
-uint32_t Mix(uint32_t h, uint64_t v) {
-  for (int i = 0; i < 8; ++i) {
-    h ^= static_cast<uint32_t>(v >> (8 * i)) & 0xFF;
-    h *= kFnvPrime;
-  }
-  return h;
+// One 64-bit word per step (a multiply and a shift, where byte-wise FNV took eight multiplies
+// per word): with an odd multiplier each step is a bijection of h for a fixed v and of v for
+// a fixed h, so two calls that differ in one word always differ in the 64-bit state.
+uint64_t Mix(uint64_t h, uint64_t v) {
+  h = (h ^ v) * kMixMultiplier;
+  return h ^ (h >> 32);
 }
 
 uint32_t Saturate32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v); }
@@ -95,17 +95,18 @@ absl::Status MismatchError(const HostCommView& view, CollectiveKind kind,
 
 CallWords MakeCallWords(CollectiveKind kind, ReduceOp op, Algorithm algorithm,
                         absl::Span<const TensorArgs> tensors, uint64_t nonfinite) {
-  uint32_t h = kFnvBasis;
-  h = Mix(h, static_cast<uint64_t>(kind));
-  h = Mix(h, static_cast<uint64_t>(op));
-  h = Mix(h, static_cast<uint64_t>(algorithm));
+  // The enums are small and non-negative (checked before this is called): one word for them.
+  uint64_t h = Mix(kHashSeed, static_cast<uint64_t>(kind) | static_cast<uint64_t>(op) << 16 |
+                                  static_cast<uint64_t>(algorithm) << 32);
   h = Mix(h, tensors.size());
   for (const TensorArgs& t : tensors) {
     h = Mix(h, t.count);
     h = Mix(h, static_cast<uint64_t>(t.dtype));
   }
+  h *= kMixMultiplier;  // spread the last words into the top bits before folding to 31
+  const uint32_t h31 = static_cast<uint32_t>(h >> 33);
   CallWords w;
-  w.call = (h << 1) | (nonfinite > 0 ? kNanBit : 0);
+  w.call = (h31 << 1) | (nonfinite > 0 ? kNanBit : 0);
   w.nan_count = Saturate32(nonfinite);
   w.count = tensors.empty() ? 0 : Saturate32(tensors[0].count);
   const uint32_t dtype = tensors.empty() ? 0 : static_cast<uint32_t>(tensors[0].dtype) & 0xF;
