@@ -61,8 +61,9 @@ absl::Status TensorSizes(const HostCommView& view, CollectiveKind kind, size_t i
                        " overflows the byte size; allowed: count x element size x world size "
                        "< 2^64");
   }
-  *in_bytes = kind == CollectiveKind::kReduceScatter ? wide : bytes;
-  *out_bytes = kind == CollectiveKind::kAllGather ? wide : bytes;
+  const bool all_to_all = kind == CollectiveKind::kAllToAll;
+  *in_bytes = kind == CollectiveKind::kReduceScatter || all_to_all ? wide : bytes;
+  *out_bytes = kind == CollectiveKind::kAllGather || all_to_all ? wide : bytes;
   return absl::OkStatus();
 }
 
@@ -106,11 +107,16 @@ absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveKin
                          "'s own; allowed: inside the own data region or outside all of them");
     }
   }
-  const bool out_is_input = in_place && kind == CollectiveKind::kAllReduce && t.output == t.input;
+  // Their output may be the in-place input itself: all-reduce overwrites it only after every
+  // peer has read it (one-shot keeps its results aside until then), and a broadcast writes only
+  // the buffers of ranks other than the root, which no peer reads.
+  const bool may_be_input =
+      kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kBroadcast;
+  const bool out_is_input = in_place && may_be_input && t.output == t.input;
   if (!out_is_input) {
     if (const int p = OverlappedRegion(view, out); p >= 0) {
       return TensorError(kind, index, t, "output overlaps rank ", p, "'s data region; allowed: ",
-                         kind == CollectiveKind::kAllReduce ? "the in-place input itself or " : "",
+                         may_be_input ? "the in-place input itself or " : "",
                          "memory outside every data region");
     }
   }
@@ -168,6 +174,10 @@ const char* CollectiveName(CollectiveKind kind) {
       return "all_gather";
     case CollectiveKind::kReduceScatter:
       return "reduce_scatter";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kAllToAll:
+      return "all_to_all";
   }
   return "?";
 }

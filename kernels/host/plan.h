@@ -15,9 +15,10 @@
 
 namespace commd::kernels {
 
-enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter };
+// The values are part of the call check's shape word (4 bits; kernels/signal_layout.h).
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll };
 
-// "all_reduce", "all_gather", "reduce_scatter".
+// "all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all".
 const char* CollectiveName(CollectiveKind kind);
 
 struct StagedTensor {
