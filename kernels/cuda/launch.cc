@@ -161,4 +161,55 @@ absl::Status LaunchReduceScatter(const CudaCommView& view, const void* input, vo
   return Launch(view, a, stream);
 }
 
+absl::Status LaunchBroadcast(const CudaCommView& view, void* buffer, size_t count, DataType dtype,
+                             int root, NanCheck nan_check, cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateCudaCommView(view));
+  if (root < 0 || root >= view.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("broadcast: root ", root,
+                                                   " is out of range [0, ", view.world_size - 1,
+                                                   "] (the group's ranks)"));
+  }
+  if (count == 0) return absl::OkStatus();
+  LaunchArgs a{CudaCollective::kBroadcast,
+               buffer,
+               buffer,
+               nullptr,
+               count,
+               0,
+               false,
+               dtype,
+               ReduceOp::kSum,
+               nan_check,
+               root};
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(count, DataTypeSize(dtype), &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("broadcast: count ", count, " overflows"));
+  }
+  RETURN_IF_ERROR(Place(view, "broadcast", bytes, bytes, true, &a));
+  return Launch(view, a, stream);
+}
+
+absl::Status LaunchAllToAll(const CudaCommView& view, const void* input, void* output, size_t count,
+                            DataType dtype, NanCheck nan_check, cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateCudaCommView(view));
+  if (count == 0) return absl::OkStatus();
+  LaunchArgs a{CudaCollective::kAllToAll,
+               input,
+               output,
+               nullptr,
+               count,
+               0,
+               false,
+               dtype,
+               ReduceOp::kSum,
+               nan_check};
+  size_t bytes = 0, all = 0;
+  if (__builtin_mul_overflow(count, DataTypeSize(dtype), &bytes) ||
+      __builtin_mul_overflow(bytes, static_cast<size_t>(view.world_size), &all)) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all: count ", count, " overflows"));
+  }
+  RETURN_IF_ERROR(Place(view, "all_to_all", all, all, false, &a));
+  return Launch(view, a, stream);
+}
+
 }  // namespace commd::kernels
