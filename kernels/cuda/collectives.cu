@@ -106,6 +106,18 @@ __device__ ChunkRange BlockPart(size_t count, int parts, int part) {
   return ChunkRange{c.begin + b.begin, c.begin + b.end};
 }
 
+// Copy-in of `total` staged elements as world_size chunks, block b taking part b of each: the
+// part of a chunk that block b of a peer reads is the part our block b staged.
+template <typename T>
+__device__ void CopyInChunks(const CudaCommView& v, const LaunchArgs& a, size_t total,
+                             bool vec_ok) {
+  for (int p = 0; p < v.world_size; ++p) {
+    const ChunkRange r = BlockPart(total, v.world_size, p);
+    CopyInRange<T>(static_cast<const T*>(a.input), Staged<T>(v, v.rank, a.offset), r.begin, r.end,
+                   vec_ok, a.nan_check == NanCheck::kOn, v.nonfinite_count);
+  }
+}
+
 __global__ void __launch_bounds__(kCudaThreads) BarrierKernel(CudaCommView v) { BlockBarrier(v); }
 
 template <typename T, ReduceOp Op>
@@ -129,11 +141,7 @@ __global__ void __launch_bounds__(kCudaThreads)
     TwoShotKernel(CudaCommView v, LaunchArgs a, bool vec_ok) {
   const int w = v.world_size;
   T* own = Staged<T>(v, v.rank, a.offset);
-  for (int p = 0; p < w; ++p) {
-    const ChunkRange r = BlockPart(a.count, w, p);
-    CopyInRange<T>(static_cast<const T*>(a.input), own, r.begin, r.end, vec_ok,
-                   a.nan_check == NanCheck::kOn, v.nonfinite_count);
-  }
+  CopyInChunks<T>(v, a, a.count, vec_ok);
   if (!BlockBarrier(v)) return;
   const T* srcs[kCudaMaxWorldSize];
   for (int p = 0; p < w; ++p) srcs[p] = Staged<T>(v, p, a.offset);
@@ -165,12 +173,7 @@ template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kCudaThreads)
     ReduceScatterKernel(CudaCommView v, LaunchArgs a, bool vec_ok) {
   const int w = v.world_size;
-  const size_t total = a.count * static_cast<size_t>(w);
-  for (int p = 0; p < w; ++p) {
-    const ChunkRange r = BlockPart(total, w, p);
-    CopyInRange<T>(static_cast<const T*>(a.input), Staged<T>(v, v.rank, a.offset), r.begin, r.end,
-                   vec_ok, a.nan_check == NanCheck::kOn, v.nonfinite_count);
-  }
+  CopyInChunks<T>(v, a, a.count * static_cast<size_t>(w), vec_ok);
   if (!BlockBarrier(v)) return;
   const T* srcs[kCudaMaxWorldSize];
   const size_t first = static_cast<size_t>(v.rank) * a.count;
@@ -196,18 +199,12 @@ __global__ void __launch_bounds__(kCudaThreads)
   BlockBarrier(v);  // the root's region stays until every peer has read it
 }
 
-// Block p of the output is chunk `rank` of rank p's staged input. Block b stages and reads
-// the same part of every chunk, as in ReduceScatterKernel.
+// Block p of the output is chunk `rank` of rank p's staged input.
 template <typename T>
 __global__ void __launch_bounds__(kCudaThreads)
     AllToAllKernel(CudaCommView v, LaunchArgs a, bool vec_ok) {
   const int w = v.world_size;
-  const size_t total = a.count * static_cast<size_t>(w);
-  for (int p = 0; p < w; ++p) {
-    const ChunkRange r = BlockPart(total, w, p);
-    CopyInRange<T>(static_cast<const T*>(a.input), Staged<T>(v, v.rank, a.offset), r.begin, r.end,
-                   vec_ok, a.nan_check == NanCheck::kOn, v.nonfinite_count);
-  }
+  CopyInChunks<T>(v, a, a.count * static_cast<size_t>(w), vec_ok);
   if (!BlockBarrier(v)) return;
   const size_t first = static_cast<size_t>(v.rank) * a.count;
   const ChunkRange r = BlockPart(a.count, 1, 0);
