@@ -19,15 +19,15 @@
 // Call check (CPU path, channels 2 to 5): every collective with data (not Barrier) writes, in
 // ITS OWN pad only, slot (c, r) of channels 2 to 5 (relaxed stores) before its staging
 // barrier, and after that barrier reads slot (c, p) of every peer p's pad:
-//   - channel 2, the call word: a 31-bit hash of the call's kind, op, algorithm, number of
-//     tensors and each tensor's count and dtype, shifted left by one, with bit 0 set when this
-//     rank's input had NaN/Inf (only known when it was checked; 0 otherwise). Read on every
-//     collective (world_size loads): ranks whose hash differs from rank 0's make every rank
-//     fail with INVALID_ARGUMENT, and the bits give the group-wide NaN finding.
+//   - channel 2, the call word: a 31-bit hash of the call's kind, op, algorithm, root
+//     (broadcast), number of tensors and each tensor's count and dtype, shifted left by one, with
+//     bit 0 set when this rank's input had NaN/Inf (only known when it was checked; 0 otherwise).
+//     Read on every collective (world_size loads): ranks whose hash differs from rank 0's make
+//     every rank fail with INVALID_ARGUMENT, and the bits give the group-wide NaN finding.
 //   - channel 3: this rank's NaN/Inf count, saturated to 2^32 - 1 (0 when not checked);
 //   - channel 4: the first tensor's count, saturated to 2^32 - 1;
 //   - channel 5: kind | op << 4 | algorithm << 8 | dtype of the first tensor << 12 | number
-//     of tensors (saturated to 2^16 - 1) << 16.
+//     of tensors (saturated to 2^16 - 1) << 16; a broadcast (one tensor) has its root there.
 //   Channels 3 to 5 are written on every collective but read only when a call word asks
 //   (a NaN bit, a mismatch), to describe it. The slots are written every time, so they
 //   always describe this rank's latest call.
@@ -53,7 +53,7 @@ inline constexpr int kHostSleepChannel = 1;
 inline constexpr int kHostCallChannel = 2;      // call hash << 1 | NaN/Inf found
 inline constexpr int kHostNanCountChannel = 3;  // NaN/Inf count, saturated
 inline constexpr int kHostCountChannel = 4;     // first tensor's count, saturated
-inline constexpr int kHostShapeChannel = 5;     // kind, op, algorithm, dtype, tensors
+inline constexpr int kHostShapeChannel = 5;     // kind, op, algorithm, dtype, tensors/root
 inline constexpr int kHostPadChannels = 6;      // channels the CPU path needs
 
 COMMD_HOST_DEVICE constexpr size_t PadSlot(int channel, int peer, int world_size) {

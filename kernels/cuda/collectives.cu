@@ -106,6 +106,18 @@ __device__ ChunkRange BlockPart(size_t count, int parts, int part) {
   return ChunkRange{c.begin + b.begin, c.begin + b.end};
 }
 
+// Copy-in of `total` staged elements as world_size chunks, block b taking part b of each: the
+// part of a chunk that block b of a peer reads is the part our block b staged.
+template <typename T>
+__device__ void CopyInChunks(const CudaCommView& v, const LaunchArgs& a, size_t total,
+                             bool vec_ok) {
+  for (int p = 0; p < v.world_size; ++p) {
+    const ChunkRange r = BlockPart(total, v.world_size, p);
+    CopyInRange<T>(static_cast<const T*>(a.input), Staged<T>(v, v.rank, a.offset), r.begin, r.end,
+                   vec_ok, a.nan_check == NanCheck::kOn, v.nonfinite_count);
+  }
+}
+
 __global__ void __launch_bounds__(kCudaThreads) BarrierKernel(CudaCommView v) { BlockBarrier(v); }
 
 template <typename T, ReduceOp Op>
@@ -129,11 +141,7 @@ __global__ void __launch_bounds__(kCudaThreads)
     TwoShotKernel(CudaCommView v, LaunchArgs a, bool vec_ok) {
   const int w = v.world_size;
   T* own = Staged<T>(v, v.rank, a.offset);
-  for (int p = 0; p < w; ++p) {
-    const ChunkRange r = BlockPart(a.count, w, p);
-    CopyInRange<T>(static_cast<const T*>(a.input), own, r.begin, r.end, vec_ok,
-                   a.nan_check == NanCheck::kOn, v.nonfinite_count);
-  }
+  CopyInChunks<T>(v, a, a.count, vec_ok);
   if (!BlockBarrier(v)) return;
   const T* srcs[kCudaMaxWorldSize];
   for (int p = 0; p < w; ++p) srcs[p] = Staged<T>(v, p, a.offset);
@@ -165,12 +173,7 @@ template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kCudaThreads)
     ReduceScatterKernel(CudaCommView v, LaunchArgs a, bool vec_ok) {
   const int w = v.world_size;
-  const size_t total = a.count * static_cast<size_t>(w);
-  for (int p = 0; p < w; ++p) {
-    const ChunkRange r = BlockPart(total, w, p);
-    CopyInRange<T>(static_cast<const T*>(a.input), Staged<T>(v, v.rank, a.offset), r.begin, r.end,
-                   vec_ok, a.nan_check == NanCheck::kOn, v.nonfinite_count);
-  }
+  CopyInChunks<T>(v, a, a.count * static_cast<size_t>(w), vec_ok);
   if (!BlockBarrier(v)) return;
   const T* srcs[kCudaMaxWorldSize];
   const size_t first = static_cast<size_t>(v.rank) * a.count;
@@ -180,13 +183,59 @@ __global__ void __launch_bounds__(kCudaThreads)
   BlockBarrier(v);
 }
 
+// Only the root's buffer is staged; every other rank copies it from the root's region.
+template <typename T>
+__global__ void __launch_bounds__(kCudaThreads)
+    BroadcastKernel(CudaCommView v, LaunchArgs a, bool vec_ok) {
+  const ChunkRange r = BlockPart(a.count, 1, 0);
+  if (v.rank == a.root) {
+    CopyInRange<T>(static_cast<const T*>(a.input), Staged<T>(v, v.rank, a.offset), r.begin, r.end,
+                   vec_ok, a.nan_check == NanCheck::kOn, v.nonfinite_count);
+  }
+  if (!BlockBarrier(v)) return;
+  if (v.rank != a.root) {
+    CopyRange<T>(Staged<T>(v, a.root, a.offset), static_cast<T*>(a.output), r.begin, r.end, vec_ok);
+  }
+  BlockBarrier(v);  // the root's region stays until every peer has read it
+}
+
+// Block p of the output is chunk `rank` of rank p's staged input.
+template <typename T>
+__global__ void __launch_bounds__(kCudaThreads)
+    AllToAllKernel(CudaCommView v, LaunchArgs a, bool vec_ok) {
+  const int w = v.world_size;
+  CopyInChunks<T>(v, a, a.count * static_cast<size_t>(w), vec_ok);
+  if (!BlockBarrier(v)) return;
+  const size_t first = static_cast<size_t>(v.rank) * a.count;
+  const ChunkRange r = BlockPart(a.count, 1, 0);
+  for (int p = 0; p < w; ++p) {
+    T* out = static_cast<T*>(a.output) + static_cast<size_t>(p) * a.count;
+    CopyRange<T>(Staged<T>(v, p, a.offset) + first, out, r.begin, r.end, vec_ok);
+  }
+  BlockBarrier(v);
+}
+
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether 16-byte vector accesses are aligned everywhere the kernel makes them: ForEachInRange
+// aligns element indices relative to each base pointer, so every base must be aligned,
+// including the chunk bases at multiples of count elements that all-gather, reduce-scatter
+// and all-to-all use (base + p * count).
+template <typename T>
+bool VectorsAligned(const CudaCommView& v, const LaunchArgs& a) {
+  bool ok = Aligned16(a.input) && Aligned16(a.output) && a.offset % 16 == 0;
+  if (a.scratch != nullptr) ok = ok && Aligned16(a.scratch);
+  for (int p = 0; p < v.world_size; ++p) ok = ok && Aligned16(v.data[p]);
+  const bool chunked = a.collective == CudaCollective::kAllGather ||
+                       a.collective == CudaCollective::kReduceScatter ||
+                       a.collective == CudaCollective::kAllToAll;
+  if (chunked) ok = ok && (a.count * sizeof(T)) % 16 == 0;
+  return ok;
+}
 
 template <typename T, ReduceOp Op>
 void LaunchTyped(const CudaCommView& v, const LaunchArgs& a, cudaStream_t s) {
-  bool vec_ok = Aligned16(a.input) && Aligned16(a.output) && a.offset % 16 == 0;
-  if (a.scratch != nullptr) vec_ok = vec_ok && Aligned16(a.scratch);
-  for (int p = 0; p < v.world_size; ++p) vec_ok = vec_ok && Aligned16(v.data[p]);
+  const bool vec_ok = VectorsAligned<T>(v, a);
   const dim3 grid(kCudaBlocks), block(kCudaThreads);
   switch (a.collective) {
     case CudaCollective::kAllReduceOneShot:
@@ -197,6 +246,10 @@ void LaunchTyped(const CudaCommView& v, const LaunchArgs& a, cudaStream_t s) {
       return AllGatherKernel<T><<<grid, block, 0, s>>>(v, a, vec_ok);
     case CudaCollective::kReduceScatter:
       return ReduceScatterKernel<T, Op><<<grid, block, 0, s>>>(v, a, vec_ok);
+    case CudaCollective::kBroadcast:
+      return BroadcastKernel<T><<<grid, block, 0, s>>>(v, a, vec_ok);
+    case CudaCollective::kAllToAll:
+      return AllToAllKernel<T><<<grid, block, 0, s>>>(v, a, vec_ok);
     case CudaCollective::kBarrier:
       return BarrierKernel<<<grid, block, 0, s>>>(v);
   }

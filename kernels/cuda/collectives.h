@@ -1,7 +1,8 @@
 // The collectives as CUDA kernels over peer-mapped device memory (the GPU twin of
-// kernels/host/collectives.h): barrier, one-shot and two-shot all-reduce, all-gather and
-// reduce-scatter, with the NaN/Inf count fused into copy-in. Per-element work is done by the
-// host-device functions of kernels/element_ops.h that the CPU path shares and tests.
+// kernels/host/collectives.h): barrier, one-shot and two-shot all-reduce, all-gather,
+// reduce-scatter, broadcast and all-to-all (equal splits), with the NaN/Inf count fused into
+// copy-in. Per-element work is done by the host-device functions of kernels/element_ops.h that the
+// CPU path shares and tests.
 //
 //   CudaCommView view = ...;                 // peer pointers from the SDK's CUDA mapping
 //   RETURN_IF_ERROR(LaunchAllReduce(view, view.data[view.rank], view.data[view.rank], n,
@@ -62,6 +63,11 @@ absl::Status LaunchAllGather(const CudaCommView& view, const void* input, void* 
 absl::Status LaunchReduceScatter(const CudaCommView& view, const void* input, void* output,
                                  size_t count, DataType dtype, ReduceOp op, NanCheck nan_check,
                                  cudaStream_t stream);
+// The CPU path's Broadcast and AllToAll (host/collectives.h): same placement, same results.
+absl::Status LaunchBroadcast(const CudaCommView& view, void* buffer, size_t count, DataType dtype,
+                             int root, NanCheck nan_check, cudaStream_t stream);
+absl::Status LaunchAllToAll(const CudaCommView& view, const void* input, void* output, size_t count,
+                            DataType dtype, NanCheck nan_check, cudaStream_t stream);
 
 namespace cuda_internal {
 
@@ -70,7 +76,9 @@ enum class CudaCollective {
   kAllReduceOneShot,
   kAllReduceTwoShot,
   kAllGather,
-  kReduceScatter
+  kReduceScatter,
+  kBroadcast,
+  kAllToAll
 };
 
 // A validated launch: `offset` is the staged input's byte offset in every data region;
@@ -86,6 +94,7 @@ struct LaunchArgs {
   DataType dtype;
   ReduceOp op;
   NanCheck nan_check;
+  int root = 0;  // broadcast
 };
 
 // Defined in collectives.cu.

@@ -58,6 +58,33 @@ TEST(CudaValidationTest, RejectsBadViewsAndArguments) {
                                                           NanCheck::kOff, nullptr)));
 }
 
+TEST(CudaValidationTest, BroadcastAndAllToAll) {
+  const CudaCommView v = FakeView();
+  std::vector<float> in(4096), out(4096);
+  const absl::Status bad_root =
+      LaunchBroadcast(v, in.data(), 16, DataType::kFloat32, 2, NanCheck::kOff, nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(bad_root));
+  EXPECT_TRUE(absl::StrContains(bad_root.message(), "root 2 is out of range [0, 1]")) << bad_root;
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      LaunchBroadcast(v, in.data(), 16, DataType::kFloat32, -1, NanCheck::kOff, nullptr)));
+  const absl::Status too_big =
+      LaunchBroadcast(v, in.data(), 1025, DataType::kFloat32, 0, NanCheck::kOff, nullptr);
+  EXPECT_TRUE(absl::StrContains(too_big.message(), "4100 bytes")) << too_big;
+  const absl::Status in_peer =
+      LaunchBroadcast(v, v.data[1], 16, DataType::kFloat32, 0, NanCheck::kOff, nullptr);
+  EXPECT_TRUE(absl::StrContains(in_peer.message(), "input overlaps rank 1")) << in_peer;
+  // All-to-all stages world_size x count: 513 floats x 2 ranks = 4104 bytes.
+  const absl::Status a2a_big =
+      LaunchAllToAll(v, in.data(), out.data(), 513, DataType::kFloat32, NanCheck::kOff, nullptr);
+  EXPECT_TRUE(absl::StrContains(a2a_big.message(), "4104 bytes")) << a2a_big;
+  const absl::Status overflow = LaunchAllToAll(v, in.data(), out.data(), SIZE_MAX / 4,
+                                               DataType::kFloat32, NanCheck::kOff, nullptr);
+  EXPECT_TRUE(absl::StrContains(overflow.message(), "overflows")) << overflow;
+  const absl::Status into_own =
+      LaunchAllToAll(v, v.data[0], v.data[0], 16, DataType::kFloat32, NanCheck::kOff, nullptr);
+  EXPECT_TRUE(absl::StrContains(into_own.message(), "output overlaps rank 0")) << into_own;
+}
+
 TEST(CudaCollectivesTest, TwoGpuAllReduce) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) {

@@ -61,6 +61,30 @@ absl::Status Launch(const CudaCommView& v, const LaunchArgs& a, cudaStream_t str
   return absl::OkStatus();
 }
 
+LaunchArgs Args(CudaCollective c, const void* input, void* output, size_t count, DataType dtype,
+                ReduceOp op, NanCheck nan_check, int root = 0) {
+  return LaunchArgs{c, input, output, nullptr, count, 0, false, dtype, op, nan_check, root};
+}
+
+// Which of input and output hold world_size x count elements.
+enum class Wide { kNeither, kInput, kOutput, kBoth };
+
+// Byte sizes (INVALID_ARGUMENT on overflow), placement, launch. The output may be the input
+// itself (in place) only for broadcast, as on the CPU path.
+absl::Status PlaceAndLaunch(const CudaCommView& v, const char* name, Wide wide, LaunchArgs a,
+                            cudaStream_t stream) {
+  size_t bytes = 0, all = 0;
+  if (__builtin_mul_overflow(a.count, DataTypeSize(a.dtype), &bytes) ||
+      __builtin_mul_overflow(bytes, static_cast<size_t>(v.world_size), &all)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": count ", a.count, " overflows"));
+  }
+  const bool in_wide = wide == Wide::kInput || wide == Wide::kBoth;
+  const bool out_wide = wide == Wide::kOutput || wide == Wide::kBoth;
+  RETURN_IF_ERROR(Place(v, name, in_wide ? all : bytes, out_wide ? all : bytes,
+                        a.collective == CudaCollective::kBroadcast, &a));
+  return Launch(v, a, stream);
+}
+
 }  // namespace
 
 absl::Status ValidateCudaCommView(const CudaCommView& v) {
@@ -118,23 +142,10 @@ absl::Status LaunchAllGather(const CudaCommView& view, const void* input, void* 
                              cudaStream_t stream) {
   RETURN_IF_ERROR(ValidateCudaCommView(view));
   if (count == 0) return absl::OkStatus();
-  LaunchArgs a{CudaCollective::kAllGather,
-               input,
-               output,
-               nullptr,
-               count,
-               0,
-               false,
-               dtype,
-               ReduceOp::kSum,
-               nan_check};
-  size_t bytes = 0, out = 0;
-  if (__builtin_mul_overflow(count, DataTypeSize(dtype), &bytes) ||
-      __builtin_mul_overflow(bytes, static_cast<size_t>(view.world_size), &out)) {
-    return absl::InvalidArgumentError(absl::StrCat("all_gather: count ", count, " overflows"));
-  }
-  RETURN_IF_ERROR(Place(view, "all_gather", bytes, out, false, &a));
-  return Launch(view, a, stream);
+  return PlaceAndLaunch(
+      view, "all_gather", Wide::kOutput,
+      Args(CudaCollective::kAllGather, input, output, count, dtype, ReduceOp::kSum, nan_check),
+      stream);
 }
 
 absl::Status LaunchReduceScatter(const CudaCommView& view, const void* input, void* output,
@@ -142,23 +153,34 @@ absl::Status LaunchReduceScatter(const CudaCommView& view, const void* input, vo
                                  cudaStream_t stream) {
   RETURN_IF_ERROR(ValidateCudaCommView(view));
   if (count == 0) return absl::OkStatus();
-  LaunchArgs a{CudaCollective::kReduceScatter,
-               input,
-               output,
-               nullptr,
-               count,
-               0,
-               false,
-               dtype,
-               op,
-               nan_check};
-  size_t bytes = 0, in = 0;
-  if (__builtin_mul_overflow(count, DataTypeSize(dtype), &bytes) ||
-      __builtin_mul_overflow(bytes, static_cast<size_t>(view.world_size), &in)) {
-    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter: count ", count, " overflows"));
+  return PlaceAndLaunch(
+      view, "reduce_scatter", Wide::kInput,
+      Args(CudaCollective::kReduceScatter, input, output, count, dtype, op, nan_check), stream);
+}
+
+absl::Status LaunchBroadcast(const CudaCommView& view, void* buffer, size_t count, DataType dtype,
+                             int root, NanCheck nan_check, cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateCudaCommView(view));
+  if (root < 0 || root >= view.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("broadcast: root ", root,
+                                                   " is out of range [0, ", view.world_size - 1,
+                                                   "] (the group's ranks)"));
   }
-  RETURN_IF_ERROR(Place(view, "reduce_scatter", in, bytes, false, &a));
-  return Launch(view, a, stream);
+  if (count == 0) return absl::OkStatus();
+  return PlaceAndLaunch(view, "broadcast", Wide::kNeither,
+                        Args(CudaCollective::kBroadcast, buffer, buffer, count, dtype,
+                             ReduceOp::kSum, nan_check, root),
+                        stream);
+}
+
+absl::Status LaunchAllToAll(const CudaCommView& view, const void* input, void* output, size_t count,
+                            DataType dtype, NanCheck nan_check, cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateCudaCommView(view));
+  if (count == 0) return absl::OkStatus();
+  return PlaceAndLaunch(
+      view, "all_to_all", Wide::kBoth,
+      Args(CudaCollective::kAllToAll, input, output, count, dtype, ReduceOp::kSum, nan_check),
+      stream);
 }
 
 }  // namespace commd::kernels

@@ -12,17 +12,17 @@
 namespace commd::kernels {
 namespace {
 
-constexpr uint32_t kFnvPrime = 16777619u;
-constexpr uint32_t kFnvBasis = 2166136261u;
+constexpr uint64_t kHashSeed = 0x9E3779B97F4A7C15ull;  // fixed: ranks in different processes agree
+constexpr uint64_t kMixMultiplier = 0xFF51AFD7ED558CCDull;  // odd, from MurmurHash3's finaliser
 constexpr uint32_t kNanBit = 1;
 constexpr size_t kMaxDescribedCalls = 8;  // distinct calls named in a mismatch error
 
-uint32_t Mix(uint32_t h, uint64_t v) {
-  for (int i = 0; i < 8; ++i) {
-    h ^= static_cast<uint32_t>(v >> (8 * i)) & 0xFF;
-    h *= kFnvPrime;
-  }
-  return h;
+// One 64-bit word per step (a multiply and a shift, where byte-wise FNV took eight multiplies
+// per word): with an odd multiplier each step is a bijection of h for a fixed v and of v for
+// a fixed h, so two calls that differ in one word always differ in the 64-bit state.
+uint64_t Mix(uint64_t h, uint64_t v) {
+  h = (h ^ v) * kMixMultiplier;
+  return h ^ (h >> 32);
 }
 
 uint32_t Saturate32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v); }
@@ -37,23 +37,45 @@ void StoreOwn(const HostCommView& view, int channel, uint32_t value) {
       .store(value, std::memory_order_relaxed);
 }
 
+// A shape word (channel 5) taken apart.
+struct Shape {
+  CollectiveOp kind;
+  ReduceOp op;
+  Algorithm algorithm;
+  DataType dtype;
+  uint32_t tensors;
+  int root;  // broadcast; 0 otherwise
+};
+
+Shape Decode(uint32_t shape) {
+  Shape s{static_cast<CollectiveOp>(shape & 0xF),
+          static_cast<ReduceOp>((shape >> 4) & 0xF),
+          static_cast<Algorithm>((shape >> 8) & 0xF),
+          static_cast<DataType>((shape >> 12) & 0xF),
+          shape >> 16,
+          0};
+  if (s.kind == CollectiveOp::kBroadcast) {
+    s.root = static_cast<int>(s.tensors);
+    s.tensors = 1;
+  }
+  return s;
+}
+
 // "100 x float32 (sum, one-shot (every rank reads all peers' inputs))", "3 tensors, the first
-// 100 x float32 (sum)", with the collective's name in front when it is not `kind`.
-std::string DescribeCall(CollectiveOp kind, uint32_t count, uint32_t shape) {
-  const auto other = static_cast<CollectiveOp>(shape & 0xF);
-  const auto op = static_cast<ReduceOp>((shape >> 4) & 0xF);
-  const auto algorithm = static_cast<Algorithm>((shape >> 8) & 0xF);
-  const auto dtype = static_cast<DataType>((shape >> 12) & 0xF);
-  const uint32_t tensors = shape >> 16;
+// 100 x float32 (sum)", "100 x int32 (root 3)", with the collective's name in front when it
+// is not `kind`.
+std::string DescribeCall(CollectiveOp kind, uint32_t count, const Shape& s) {
   std::string out;
-  if (other != kind) absl::StrAppend(&out, CollectiveName(other), " of ");
-  if (tensors != 1) absl::StrAppend(&out, tensors, " tensors, the first ");
+  if (s.kind != kind) absl::StrAppend(&out, CollectiveName(s.kind), " of ");
+  if (s.tensors != 1) absl::StrAppend(&out, s.tensors, " tensors, the first ");
   absl::StrAppend(&out, count == UINT32_MAX ? ">= 4294967295" : absl::StrCat(count), " x ",
-                  DataTypeName(dtype));
-  if (other == CollectiveOp::kAllReduce) {
-    absl::StrAppend(&out, " (", ReduceOpName(op), ", ", AlgorithmWords(algorithm), ")");
-  } else if (other == CollectiveOp::kReduceScatter) {
-    absl::StrAppend(&out, " (", ReduceOpName(op), ")");
+                  DataTypeName(s.dtype));
+  if (s.kind == CollectiveOp::kAllReduce) {
+    absl::StrAppend(&out, " (", ReduceOpName(s.op), ", ", AlgorithmWords(s.algorithm), ")");
+  } else if (s.kind == CollectiveOp::kReduceScatter) {
+    absl::StrAppend(&out, " (", ReduceOpName(s.op), ")");
+  } else if (s.kind == CollectiveOp::kBroadcast) {
+    absl::StrAppend(&out, " (root ", s.root, ")");
   }
   return out;
 }
@@ -72,11 +94,11 @@ absl::Status MismatchError(const HostCommView& view, CollectiveOp kind,
     for (int p = 0; p < view.world_size; ++p) {
       if (hashes[p] == distinct[i]) ranks.push_back(p);
     }
-    std::string d = DescribeCall(kind, Load(view, ranks[0], kHostCountChannel),
-                                 Load(view, ranks[0], kHostShapeChannel));
+    const Shape shape = Decode(Load(view, ranks[0], kHostShapeChannel));
+    std::string d = DescribeCall(kind, Load(view, ranks[0], kHostCountChannel), shape);
     // Calls that differ only in later tensors look alike: tell them apart by their hash.
     if (std::find(descriptions.begin(), descriptions.end(), d) != descriptions.end() ||
-        (Load(view, ranks[0], kHostShapeChannel) >> 16) > 1) {
+        shape.tensors > 1) {
       absl::StrAppend(&d, " [call hash 0x", absl::Hex(distinct[i]), "]");
     }
     descriptions.push_back(d);
@@ -93,25 +115,32 @@ absl::Status MismatchError(const HostCommView& view, CollectiveOp kind,
 
 }  // namespace
 
-CallWords MakeCallWords(CollectiveOp kind, ReduceOp op, Algorithm algorithm,
-                        absl::Span<const TensorArgs> tensors, uint64_t nonfinite) {
-  uint32_t h = kFnvBasis;
-  h = Mix(h, static_cast<uint64_t>(kind));
-  h = Mix(h, static_cast<uint64_t>(op));
-  h = Mix(h, static_cast<uint64_t>(algorithm));
+CallWords MakeCallWords(const CallSignature& call, uint64_t nonfinite) {
+  const absl::Span<const TensorArgs> tensors = call.tensors;
+  // The enums and the root (< kMaxWorldSize) are small and non-negative: one word for them.
+  uint64_t h =
+      Mix(kHashSeed, static_cast<uint64_t>(call.kind) | static_cast<uint64_t>(call.op) << 16 |
+                         static_cast<uint64_t>(call.algorithm) << 32 |
+                         static_cast<uint64_t>(call.root) << 48);
   h = Mix(h, tensors.size());
   for (const TensorArgs& t : tensors) {
     h = Mix(h, t.count);
     h = Mix(h, static_cast<uint64_t>(t.dtype));
   }
+  h *= kMixMultiplier;  // spread the last words into the top bits before folding to 31
+  const uint32_t h31 = static_cast<uint32_t>(h >> 33);
   CallWords w;
-  w.call = (h << 1) | (nonfinite > 0 ? kNanBit : 0);
+  w.call = (h31 << 1) | (nonfinite > 0 ? kNanBit : 0);
   w.nan_count = Saturate32(nonfinite);
   w.count = tensors.empty() ? 0 : Saturate32(tensors[0].count);
   const uint32_t dtype = tensors.empty() ? 0 : static_cast<uint32_t>(tensors[0].dtype) & 0xF;
-  w.shape = (static_cast<uint32_t>(kind) & 0xF) | (static_cast<uint32_t>(op) & 0xF) << 4 |
-            (static_cast<uint32_t>(algorithm) & 0xF) << 8 | dtype << 12 |
-            std::min<uint32_t>(Saturate32(tensors.size()), 0xFFFF) << 16;
+  // A broadcast has one tensor: the top half names its root instead.
+  const uint32_t high = call.kind == CollectiveOp::kBroadcast
+                            ? static_cast<uint32_t>(call.root)
+                            : std::min<uint32_t>(Saturate32(tensors.size()), 0xFFFF);
+  w.shape = (static_cast<uint32_t>(call.kind) & 0xF) | (static_cast<uint32_t>(call.op) & 0xF) << 4 |
+            (static_cast<uint32_t>(call.algorithm) & 0xF) << 8 | dtype << 12 |
+            (high & 0xFFFF) << 16;
   return w;
 }
 

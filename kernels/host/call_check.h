@@ -2,7 +2,7 @@
 // and its NaN/Inf finding in its own signal pad before the staging barrier, and reads every
 // peer's after it (protocol and channels: kernels/signal_layout.h). Internal to kernels/host.
 //
-//   const CallWords mine = MakeCallWords(kind, op, algorithm, tensors, nonfinite);
+//   const CallWords mine = MakeCallWords(CallSignature{.kind = kind, .tensors = ts}, nonfinite);
 //   PublishCall(view, mine);
 //   RETURN_IF_ERROR(HostBarrier(view, name));
 //   absl::Status agreed = CheckCalls(view, kind, mine, result);  // same verdict on every rank
@@ -24,12 +24,22 @@ struct CallWords {
   uint32_t call = 0;       // 31-bit call hash << 1 | NaN/Inf found
   uint32_t nan_count = 0;  // saturated
   uint32_t count = 0;      // first tensor's count, saturated
-  uint32_t shape = 0;      // kind | op << 4 | algorithm << 8 | dtype << 12 | tensors << 16
+  // kind | op << 4 | algorithm << 8 | dtype << 12 | tensors << 16 (broadcast: root << 16)
+  uint32_t shape = 0;
 };
 
-// `op` and `algorithm` must be fixed values (kSum, kOneShot) for kinds that have none.
-CallWords MakeCallWords(CollectiveOp kind, ReduceOp op, Algorithm algorithm,
-                        absl::Span<const TensorArgs> tensors, uint64_t nonfinite);
+// A call as every rank must make it. Fields a kind does not have keep their defaults, so
+// that equal calls hash equally.
+struct CallSignature {
+  CollectiveOp kind = CollectiveOp::kAllReduce;
+  ReduceOp op = ReduceOp::kSum;               // all-reduce and reduce-scatter
+  Algorithm algorithm = Algorithm::kOneShot;  // all-reduce
+  int root = 0;                               // broadcast, in [0, world size)
+  absl::Span<const TensorArgs> tensors;
+};
+
+// The enums and the root must be valid (checked before the call is staged).
+CallWords MakeCallWords(const CallSignature& call, uint64_t nonfinite);
 
 // Stores `words` in this rank's own pad (relaxed: the staging barrier publishes them).
 void PublishCall(const HostCommView& view, const CallWords& words);

@@ -77,6 +77,16 @@ TEST_P(MismatchTest, EveryRankFailsAndTheAllocationStaysUsable) {
         ExpectMismatch(ReduceScatter(v, in.data(), out.data(), count, DataType::kFloat32,
                                      ReduceOp::kMax, NanCheck::kOff, nullptr),
                        {"reduce_scatter", even, odd, "(max)"}));
+    RETURN_IF_ERROR(ExpectMismatch(
+        AllToAll(v, in.data(), out.data(), count, DataType::kFloat32, NanCheck::kOff, nullptr),
+        {"all_to_all", even, odd}));
+    // Another root on the last rank, same count.
+    const int root = rank == world - 1 ? 1 : 0;
+    RETURN_IF_ERROR(ExpectMismatch(
+        Broadcast(v, in.data(), 100, DataType::kFloat32, root, NanCheck::kOff, nullptr),
+        {"broadcast", "disagree", absl::StrCat("rank ", world - 1, " has 100 x float32 (root 1)"),
+         "100 x float32 (root 0)"}));
+    RETURN_IF_ERROR(ExactAllReduce(*mv, SplitMix64(seed + 5), 11, Algorithm::kOneShot));
     // Another type on one rank, same count.
     const DataType t = rank == 0 ? DataType::kInt32 : DataType::kFloat32;
     RETURN_IF_ERROR(ExpectMismatch(AllReduce(v, in.data(), out.data(), 100, t, ReduceOp::kSum,
@@ -154,6 +164,36 @@ TEST_P(NanFindingTest, EveryRankNamesTheRankWithNan) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, NanFindingTest, ::testing::Values(1, 2, 3));
+
+// A broadcast checks the root's buffer only: NaN on the root is every rank's finding, NaN on
+// another rank (overwritten by the root's data) is nobody's.
+TEST(NanFindingTest, BroadcastReportsTheRootsBuffer) {
+  constexpr int kWorld = 3;
+  auto mem = SymmetricHostMemory::Create(kWorld, 1 << 16);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  const auto outcomes = RunRanks(kWorld, [&](int rank) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(auto mv, MappedView::Map(*mem, rank, nullptr, absl::Now() + absl::Minutes(1)));
+    for (const int root : {2, 0}) {
+      std::vector<float> buf(32, static_cast<float>(rank + 1));
+      buf[5] = std::numeric_limits<float>::quiet_NaN();  // every rank, only the root's counts
+      buf[6] = rank == 2 ? std::numeric_limits<float>::infinity() : 1.0f;
+      CollectiveResult r;
+      RETURN_IF_ERROR(Broadcast(mv->view(), buf.data(), buf.size(), DataType::kFloat32, root,
+                                NanCheck::kOn, &r));
+      const uint64_t root_bad = root == 2 ? 2 : 1;
+      const uint64_t here = rank == root ? root_bad : 0;
+      if (r.nonfinite_count != here || r.nonfinite_ranks != 1 || r.first_nonfinite_rank != root ||
+          r.group_nonfinite_count != root_bad || buf[0] != static_cast<float>(root + 1)) {
+        return absl::InternalError(absl::StrCat("root ", root, ": got count ", r.nonfinite_count,
+                                                " ranks ", r.nonfinite_ranks, " first ",
+                                                r.first_nonfinite_rank, " group ",
+                                                r.group_nonfinite_count, " value ", buf[0]));
+      }
+    }
+    return std::string("ok");
+  });
+  testing::ExpectAllOk(outcomes);
+}
 
 }  // namespace
 }  // namespace commd::kernels

@@ -35,24 +35,17 @@ uint64_t CopyInAll(const HostCommView& view, const StagingPlan& plan, NanCheck c
   return bad;
 }
 
-// The call as every rank must make it: checked against the peers' after staging.
-struct Call {
-  CollectiveOp kind;
-  ReduceOp op;
-  Algorithm algorithm;
-  absl::Span<const TensorArgs> tensors;
-};
-
-// Copy-in and this rank's call words, then the barrier that says every rank's input is
-// staged, then the call check: on a mismatch every rank runs one closing barrier (so the
-// barrier counts stay equal) and fails.
+// Copy-in (a broadcast stages the root's buffer only) and this rank's call words, then the
+// barrier that says every rank's input is staged, then the call check: on a mismatch every
+// rank runs one closing barrier (so the barrier counts stay equal) and fails.
 absl::Status Stage(const HostCommView& view, const StagingPlan& plan, NanCheck check,
-                   const Call& call, CollectiveResult* result) {
+                   const CallSignature& call, CollectiveResult* result) {
   const char* name = CollectiveName(call.kind);
   RETURN_IF_ERROR(CheckNotAborted(view, name));
-  const uint64_t bad = CopyInAll(view, plan, check);
+  const bool stages = call.kind != CollectiveOp::kBroadcast || view.rank == call.root;
+  const uint64_t bad = stages ? CopyInAll(view, plan, check) : 0;
   if (result != nullptr) result->nonfinite_count = bad;
-  PublishCall(view, MakeCallWords(call.kind, call.op, call.algorithm, call.tensors, bad));
+  PublishCall(view, MakeCallWords(call, bad));
   RETURN_IF_ERROR(HostBarrier(view, name));
   if (absl::Status agreed = CheckCalls(view, call.kind, result); !agreed.ok()) {
     RETURN_IF_ERROR(HostBarrier(view, name));
@@ -111,14 +104,36 @@ absl::Status TwoShot(const HostCommView& view, const StagingPlan& plan, ReduceOp
   return HostBarrier(view, name);
 }
 
-absl::Status GatherAll(const HostCommView& view, const StagingPlan& plan) {
+// All-gather: block p of the output is rank p's whole staged input. All-to-all: block p is
+// chunk `rank` of rank p's staged input (its block for this rank).
+absl::Status Gather(const HostCommView& view, CollectiveOp kind,
+                    absl::Span<const TensorArgs> tensors, NanCheck nan_check,
+                    CollectiveResult* result) {
+  ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
+  if (result != nullptr) *result = CollectiveResult{};
+  if (plan.tensors.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(
+      Stage(view, plan, nan_check, CallSignature{.kind = kind, .tensors = tensors}, result));
   for (const StagedTensor& t : plan.tensors) {
     const size_t bytes = t.count * t.element_size;
+    const size_t from =
+        kind == CollectiveOp::kAllToAll ? static_cast<size_t>(view.rank) * bytes : 0;
     for (int p = 0; p < view.world_size; ++p) {
-      std::memcpy(t.output + static_cast<size_t>(p) * bytes, view.data[p] + t.offset, bytes);
+      std::memcpy(t.output + static_cast<size_t>(p) * bytes, view.data[p] + t.offset + from, bytes);
     }
   }
-  return HostBarrier(view, CollectiveName(CollectiveOp::kAllGather));
+  return HostBarrier(view, CollectiveName(kind));
+}
+
+// Every rank but the root copies the root's staged buffer into its own; the closing barrier
+// keeps the root's region unchanged until then.
+absl::Status ReadRoot(const HostCommView& view, const StagingPlan& plan, int root) {
+  if (view.rank != root) {
+    for (const StagedTensor& t : plan.tensors) {
+      std::memcpy(t.output, view.data[root] + t.offset, t.count * t.element_size);
+    }
+  }
+  return HostBarrier(view, CollectiveName(CollectiveOp::kBroadcast));
 }
 
 absl::Status ScatterReduced(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
@@ -136,6 +151,13 @@ absl::Status CheckOp(CollectiveOp kind, ReduceOp op) {
   return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), ": reduce op ",
                                                  static_cast<int>(op), " is not one of 0..",
                                                  kReduceOpCount - 1));
+}
+
+// The view must have been validated.
+absl::Status CheckRoot(const HostCommView& view, int root) {
+  if (root >= 0 && root < view.world_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("broadcast: root ", root, " is out of range [0, ",
+                                                 view.world_size - 1, "] (the group's ranks)"));
 }
 
 }  // namespace
@@ -159,19 +181,15 @@ absl::Status AllReduceCoalesced(const HostCommView& view, absl::Span<const Tenso
   ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
   if (result != nullptr) *result = CollectiveResult{};
   if (plan.tensors.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(Stage(view, plan, nan_check, Call{kind, op, algorithm, tensors}, result));
+  RETURN_IF_ERROR(Stage(
+      view, plan, nan_check,
+      CallSignature{.kind = kind, .op = op, .algorithm = algorithm, .tensors = tensors}, result));
   return algorithm == Algorithm::kOneShot ? OneShot(view, plan, op) : TwoShot(view, plan, op);
 }
 
 absl::Status AllGatherCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
                                 NanCheck nan_check, CollectiveResult* result) {
-  const CollectiveOp kind = CollectiveOp::kAllGather;
-  ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
-  if (result != nullptr) *result = CollectiveResult{};
-  if (plan.tensors.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(Stage(view, plan, nan_check,
-                        Call{kind, ReduceOp::kSum, Algorithm::kOneShot, tensors}, result));
-  return GatherAll(view, plan);
+  return Gather(view, CollectiveOp::kAllGather, tensors, nan_check, result);
 }
 
 absl::Status ReduceScatterCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
@@ -181,8 +199,8 @@ absl::Status ReduceScatterCoalesced(const HostCommView& view, absl::Span<const T
   ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
   if (result != nullptr) *result = CollectiveResult{};
   if (plan.tensors.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(
-      Stage(view, plan, nan_check, Call{kind, op, Algorithm::kOneShot, tensors}, result));
+  RETURN_IF_ERROR(Stage(view, plan, nan_check,
+                        CallSignature{.kind = kind, .op = op, .tensors = tensors}, result));
   return ScatterReduced(view, plan, op);
 }
 
@@ -204,6 +222,26 @@ absl::Status ReduceScatter(const HostCommView& view, const void* input, void* ou
                            CollectiveResult* result) {
   const TensorArgs t{input, output, count, dtype};
   return ReduceScatterCoalesced(view, absl::MakeConstSpan(&t, 1), op, nan_check, result);
+}
+
+absl::Status Broadcast(const HostCommView& view, void* buffer, size_t count, DataType dtype,
+                       int root, NanCheck nan_check, CollectiveResult* result) {
+  const CollectiveOp kind = CollectiveOp::kBroadcast;
+  const TensorArgs t{buffer, buffer, count, dtype};
+  const absl::Span<const TensorArgs> tensors = absl::MakeConstSpan(&t, 1);
+  ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
+  RETURN_IF_ERROR(CheckRoot(view, root));
+  if (result != nullptr) *result = CollectiveResult{};
+  if (plan.tensors.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(Stage(view, plan, nan_check,
+                        CallSignature{.kind = kind, .root = root, .tensors = tensors}, result));
+  return ReadRoot(view, plan, root);
+}
+
+absl::Status AllToAll(const HostCommView& view, const void* input, void* output, size_t count,
+                      DataType dtype, NanCheck nan_check, CollectiveResult* result) {
+  const TensorArgs t{input, output, count, dtype};
+  return Gather(view, CollectiveOp::kAllToAll, absl::MakeConstSpan(&t, 1), nan_check, result);
 }
 
 }  // namespace commd::kernels

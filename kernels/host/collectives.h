@@ -1,6 +1,7 @@
 // The collectives on the CPU, over symmetric host memory that every rank has mapped: barrier,
-// all-reduce (one-shot and two-shot), all-gather, reduce-scatter, and coalesced variants that
-// run many tensors as one collective (one copy-in pass, one barrier pair).
+// all-reduce (one-shot and two-shot), all-gather, reduce-scatter, broadcast, all-to-all with
+// equal splits, and coalesced variants of the first three that run many tensors as one
+// collective (one copy-in pass, one barrier pair).
 //
 //   HostCommView view = ...;                       // see comm_view.h
 //   CollectiveResult result;
@@ -12,10 +13,10 @@
 // Every rank of the view must make the same calls in the same order with the same counts,
 // types, ops, algorithms and (for in-place inputs) the same offsets into its data region.
 // The ranks check part of that: each publishes a 31-bit hash of its call (collective, op,
-// algorithm, number of tensors, each tensor's count and type) in its signal pad with its
-// input staged, and when the hashes differ every rank returns INVALID_ARGUMENT naming the
-// ranks and their calls, after one closing barrier and without reading a peer's data: the
-// allocation stays usable. Not detected: different offsets, a call that fails validation
+// algorithm, broadcast root, number of tensors, each tensor's count and type) in its signal
+// pad with its input staged, and when the hashes differ every rank returns INVALID_ARGUMENT
+// naming the ranks and their calls, after one closing barrier and without reading a peer's
+// data: the allocation stays usable. Not detected: different offsets, a call that fails validation
 // on some ranks only, an empty call (count 0) against a non-empty one, hash collisions.
 //
 // Where the data goes. Each rank's data region is the staging area that peers read:
@@ -23,17 +24,22 @@
 //     the same offset on every rank) or disjoint from every rank's data region (then copied
 //     into the region; coalesced calls pack the tensors from offset 0, each 64-byte aligned).
 //     A coalesced call's inputs are all in place or all outside.
-//   - output: for all-reduce, either the input itself when the input is in place (fully in
-//     place) or memory disjoint from every data region; for all-gather and reduce-scatter,
-//     memory disjoint from every data region. Output may overlap an input outside the data
-//     regions (inputs are copied in before any output is written).
+//   - output: for all-reduce and broadcast, either the input itself when the input is in
+//     place (fully in place) or memory disjoint from every data region; for all-gather,
+//     reduce-scatter and all-to-all, memory disjoint from every data region. Output may
+//     overlap an input outside the data regions (inputs are copied in before any output is
+//     written).
+//   - broadcast stages only the root's buffer; the other ranks copy it from the root's data
+//     region into theirs, so every rank passes its own buffer (in place at the same offset on
+//     every rank, or outside the data regions on every rank).
 //   - After the call this rank's data region holds the result where the output is in place;
 //     elsewhere its staged contents are unspecified (two-shot reduces into it).
 //   - Pointers must be aligned to the element size. A count of 0 (every tensor empty) is a
 //     no-op that does not synchronise.
-// Synchronisation: copy-in, a barrier (every input staged), the reads, for two-shot a middle
-// barrier, and a closing barrier (no rank overwrites its region while a peer may still read
-// it). So back-to-back collectives on one allocation need no extra barrier.
+// Synchronisation: copy-in, a barrier (every input staged), the reads (broadcast: every rank
+// but the root reads the root's region; all-to-all: each rank reads its chunk of every peer's
+// input), for two-shot a middle barrier, and a closing barrier (no rank overwrites its region while
+// a peer may still read it). So back-to-back collectives on one allocation need no extra barrier.
 //
 // Errors: INVALID_ARGUMENT (naming the value and the allowed range) before anything is
 // touched, or after staging when the ranks disagree on the call (above); ABORTED when the view's
@@ -66,9 +72,10 @@ struct CollectiveResult {
   uint64_t group_nonfinite_count = 0;
 };
 
-// One tensor of a collective. `count` is elements per rank: all-reduce in = out = count;
-// all-gather in = count, out = world_size * count (rank-major); reduce-scatter in =
-// world_size * count (chunk p goes to rank p), out = count.
+// One tensor of a collective. `count` is elements per rank: all-reduce and broadcast in = out
+// = count; all-gather in = count, out = world_size * count (rank-major); reduce-scatter in =
+// world_size * count (chunk p goes to rank p), out = count; all-to-all in = out = world_size *
+// count (chunk p of the input goes to rank p, chunk p of the output came from rank p).
 struct TensorArgs {
   const void* input = nullptr;
   void* output = nullptr;
@@ -87,6 +94,17 @@ absl::Status AllGather(const HostCommView& view, const void* input, void* output
 absl::Status ReduceScatter(const HostCommView& view, const void* input, void* output, size_t count,
                            DataType dtype, ReduceOp op, NanCheck nan_check,
                            CollectiveResult* result);
+
+// Every rank's `buffer` receives the root's (in place: `buffer` is input and output).
+// INVALID_ARGUMENT when root is outside [0, world_size). The NaN check counts the root's
+// buffer only: on the other ranks nonfinite_count is 0 and the group-wide finding names the
+// root.
+absl::Status Broadcast(const HostCommView& view, void* buffer, size_t count, DataType dtype,
+                       int root, NanCheck nan_check, CollectiveResult* result);
+// Equal splits (MPI_Alltoall): chunk p (`count` elements) of this rank's output is chunk
+// `rank` of rank p's input; input and output each hold world_size * count elements.
+absl::Status AllToAll(const HostCommView& view, const void* input, void* output, size_t count,
+                      DataType dtype, NanCheck nan_check, CollectiveResult* result);
 
 // Many tensors (each with its own count and type) as one collective.
 absl::Status AllReduceCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,

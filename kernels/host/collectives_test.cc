@@ -39,6 +39,10 @@ enum class Mode {
   kAllReduceCoalesced,
   kAllGatherCoalesced,
   kReduceScatterCoalesced,
+  kBroadcast,
+  kBroadcastInPlace,
+  kAllToAll,
+  kAllToAllInPlace,
 };
 
 const char* ModeName(Mode m) {
@@ -52,11 +56,15 @@ const char* ModeName(Mode m) {
                                        "ReduceScatterInPlace",
                                        "AllReduceCoalesced",
                                        "AllGatherCoalesced",
-                                       "ReduceScatterCoalesced"};
+                                       "ReduceScatterCoalesced",
+                                       "Broadcast",
+                                       "BroadcastInPlace",
+                                       "AllToAll",
+                                       "AllToAllInPlace"};
   return kNames[static_cast<int>(m)];
 }
 
-enum class Kind { kAllReduce, kAllGather, kReduceScatter };
+enum class Kind { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll };
 
 Kind KindOf(Mode m) {
   switch (m) {
@@ -68,6 +76,12 @@ Kind KindOf(Mode m) {
     case Mode::kReduceScatterInPlace:
     case Mode::kReduceScatterCoalesced:
       return Kind::kReduceScatter;
+    case Mode::kBroadcast:
+    case Mode::kBroadcastInPlace:
+      return Kind::kBroadcast;
+    case Mode::kAllToAll:
+    case Mode::kAllToAllInPlace:
+      return Kind::kAllToAll;
     default:
       return Kind::kAllReduce;
   }
@@ -75,7 +89,8 @@ Kind KindOf(Mode m) {
 
 bool InPlace(Mode m) {
   return m == Mode::kAllReduceOneShotInPlace || m == Mode::kAllReduceTwoShotInPlace ||
-         m == Mode::kAllGatherInPlace || m == Mode::kReduceScatterInPlace;
+         m == Mode::kAllGatherInPlace || m == Mode::kReduceScatterInPlace ||
+         m == Mode::kBroadcastInPlace || m == Mode::kAllToAllInPlace;
 }
 
 bool Coalesced(Mode m) {
@@ -91,16 +106,21 @@ struct CaseTensor {
   size_t count;
   DataType dtype;
   uint64_t seed;
-  std::vector<std::byte> input;   // empty when in place
-  std::vector<std::byte> output;  // out bytes + guard; empty when the output is in place
+  std::vector<std::byte> input;   // empty when in place; broadcast: the buffer + guard
+  std::vector<std::byte> output;  // out bytes + guard; empty when the output is the input
   size_t offset = 0;              // staging offset when in place
 };
 
 size_t InCount(Kind k, const CaseTensor& t, int w) {
-  return k == Kind::kReduceScatter ? t.count * w : t.count;
+  return k == Kind::kReduceScatter || k == Kind::kAllToAll ? t.count * w : t.count;
 }
 size_t OutCount(Kind k, const CaseTensor& t, int w) {
-  return k == Kind::kAllGather ? t.count * w : t.count;
+  return k == Kind::kAllGather || k == Kind::kAllToAll ? t.count * w : t.count;
+}
+
+// The kinds whose output is their input (in place, or a broadcast's buffer).
+bool OutputIsInput(Kind k, bool in_place) {
+  return k == Kind::kBroadcast || (in_place && k == Kind::kAllReduce);
 }
 
 struct Case {
@@ -109,6 +129,7 @@ struct Case {
   Algorithm algorithm;
   bool in_place;
   std::vector<CaseTensor> tensors;
+  int root = 0;  // broadcast
 };
 
 // Poisons the own data region and every output, writes the inputs.
@@ -127,10 +148,12 @@ void Prepare(MappedView& mv, Case& c) {
     if (c.in_place) {
       FillInputs(t.dtype, t.seed, v.rank, 0, in_count, mv.own_data() + t.offset);
     } else {
-      t.input.resize(in_count * es);
+      // A broadcast's buffer is also its output: guard it like one.
+      t.input.resize(in_count * es + (kind == Kind::kBroadcast ? kGuardBytes : 0));
+      Poison(t.input.data(), t.input.size());
       FillInputs(t.dtype, t.seed, v.rank, 0, in_count, t.input.data());
     }
-    if (!(c.in_place && kind == Kind::kAllReduce)) {
+    if (!OutputIsInput(kind, c.in_place)) {
       t.output.resize(OutCount(kind, t, v.world_size) * es + kGuardBytes);
       Poison(t.output.data(), t.output.size());
     }
@@ -141,8 +164,8 @@ absl::Status RunCase(MappedView& mv, Case& c, CollectiveResult* result) {
   std::vector<TensorArgs> args;
   for (CaseTensor& t : c.tensors) {
     std::byte* staged = mv.own_data() + t.offset;
-    const void* in = c.in_place ? staged : t.input.data();
-    void* out = t.output.empty() ? staged : t.output.data();
+    void* in = c.in_place ? staged : t.input.data();
+    void* out = t.output.empty() ? in : t.output.data();
     args.push_back(TensorArgs{in, out, t.count, t.dtype});
   }
   const HostCommView& v = mv.view();
@@ -156,6 +179,10 @@ absl::Status RunCase(MappedView& mv, Case& c, CollectiveResult* result) {
         return AllGather(v, a.input, a.output, a.count, a.dtype, NanCheck::kOn, result);
       case Kind::kReduceScatter:
         return ReduceScatter(v, a.input, a.output, a.count, a.dtype, c.op, NanCheck::kOn, result);
+      case Kind::kBroadcast:
+        return Broadcast(v, a.output, a.count, a.dtype, c.root, NanCheck::kOn, result);
+      case Kind::kAllToAll:
+        return AllToAll(v, a.input, a.output, a.count, a.dtype, NanCheck::kOn, result);
     }
   }
   switch (KindOf(c.mode)) {
@@ -165,6 +192,8 @@ absl::Status RunCase(MappedView& mv, Case& c, CollectiveResult* result) {
       return AllGatherCoalesced(v, args, NanCheck::kOn, result);
     case Kind::kReduceScatter:
       return ReduceScatterCoalesced(v, args, c.op, NanCheck::kOn, result);
+    default:
+      break;
   }
   return absl::InternalError("unreachable");
 }
@@ -178,7 +207,9 @@ absl::Status Verify(MappedView& mv, const Case& c, const std::string& label, uin
     const size_t es = DataTypeSize(t.dtype);
     const size_t out_bytes = OutCount(kind, t, v.world_size) * es;
     const std::string what = absl::StrCat(label, " tensor ", i);
-    const std::byte* out = t.output.empty() ? mv.own_data() + t.offset : t.output.data();
+    const std::byte* out = !t.output.empty() ? t.output.data()
+                           : c.in_place      ? mv.own_data() + t.offset
+                                             : t.input.data();
     switch (kind) {
       case Kind::kAllReduce:
         RETURN_IF_ERROR(CheckReduced(t.dtype, c.op, t.seed, v.world_size, out, 0, t.count, what));
@@ -193,12 +224,25 @@ absl::Status Verify(MappedView& mv, const Case& c, const std::string& label, uin
         RETURN_IF_ERROR(CheckReduced(t.dtype, c.op, t.seed, v.world_size, out,
                                      static_cast<size_t>(v.rank) * t.count, t.count, what));
         break;
+      case Kind::kBroadcast:
+        RETURN_IF_ERROR(CheckCopied(t.dtype, t.seed, c.root, out, 0, t.count,
+                                    absl::StrCat(what, " from root ", c.root)));
+        break;
+      case Kind::kAllToAll:
+        for (int p = 0; p < v.world_size; ++p) {
+          RETURN_IF_ERROR(CheckCopied(t.dtype, t.seed, p, out + p * t.count * es,
+                                      static_cast<size_t>(v.rank) * t.count, t.count,
+                                      absl::StrCat(what, " block ", p)));
+        }
+        break;
     }
-    if (!t.output.empty()) {
+    if (!t.output.empty() || !c.in_place) {  // outputs outside the data region have a guard
       RETURN_IF_ERROR(CheckPoisoned(out + out_bytes, kGuardBytes, what + " guard after output"));
     }
     *digest = Digest(out, out_bytes, *digest);
-    staged_end = std::max(staged_end, t.offset + InCount(kind, t, v.world_size) * es);
+    // A broadcast from outside the data regions stages nothing but on the root.
+    const bool staged = !(kind == Kind::kBroadcast && !c.in_place && v.rank != c.root);
+    if (staged) staged_end = std::max(staged_end, t.offset + InCount(kind, t, v.world_size) * es);
   }
   return CheckPoisoned(mv.own_data() + staged_end, v.data_bytes - staged_end,
                        label + " data region beyond the staged inputs");
@@ -221,7 +265,7 @@ std::vector<size_t> Counts(const Param& p) {
   const size_t es = DataTypeSize(p.dtype);
   const size_t w = static_cast<size_t>(p.world_size);
   size_t big = (size_t{1} << 20) / es;
-  if (KindOf(p.mode) != Kind::kAllReduce) big /= w;
+  if (KindOf(p.mode) != Kind::kAllReduce && KindOf(p.mode) != Kind::kBroadcast) big /= w;
   if (Coalesced(p.mode)) big /= 2;
   return {1, 7, 5 * w + 1, 4096 / es, big};
 }
@@ -232,6 +276,7 @@ Case MakeCase(const Param& p, ReduceOp op, size_t count, uint64_t seed, int inde
     c.algorithm = Algorithm::kTwoShot;
   }
   c.tensors.push_back(CaseTensor{count, p.dtype, seed, {}, {}});
+  c.root = index % 2 == 0 ? 0 : p.world_size - 1;  // broadcast: the first and the last rank
   if (Coalesced(p.mode)) {
     // Alternate algorithm and in-place placement; mix in a tensor of another type.
     c.algorithm = index % 2 ? Algorithm::kTwoShot : Algorithm::kOneShot;
@@ -253,7 +298,10 @@ TEST_P(HostCollectivesTest, MatchesFloat64Reference) {
   auto mem = SymmetricHostMemory::Create(p.world_size, kDataBytes);
   ASSERT_TRUE(mem.ok()) << mem.status();
   std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax};
-  if (KindOf(p.mode) == Kind::kAllGather) ops = {ReduceOp::kSum};
+  // Only all-reduce and reduce-scatter reduce.
+  if (KindOf(p.mode) != Kind::kAllReduce && KindOf(p.mode) != Kind::kReduceScatter) {
+    ops = {ReduceOp::kSum};
+  }
   const std::vector<size_t> counts = Counts(p);
 
   const std::vector<RankOutcome> outcomes =
@@ -284,10 +332,10 @@ TEST_P(HostCollectivesTest, MatchesFloat64Reference) {
         return absl::StrCat(digest);
       });
   testing::ExpectAllOk(outcomes);
-  if (KindOf(p.mode) == Kind::kAllReduce) {
+  if (KindOf(p.mode) == Kind::kAllReduce || KindOf(p.mode) == Kind::kBroadcast) {
     for (const RankOutcome& o : outcomes) {
       EXPECT_EQ(o.report, outcomes[0].report)
-          << "all-reduce results differ between rank 0 and rank " << o.rank;
+          << ModeName(p.mode) << " results differ between rank 0 and rank " << o.rank;
     }
   }
 }
@@ -305,7 +353,9 @@ TEST_P(HostCollectivesLargeTest, SixtyFourMiB) {
   const ReduceOp op = GetParam().op;
   constexpr size_t kBytes = size_t{64} << 20;
   size_t count = kBytes / DataTypeSize(p.dtype);
-  if (KindOf(p.mode) != Kind::kAllReduce) count /= p.world_size;
+  if (KindOf(p.mode) != Kind::kAllReduce && KindOf(p.mode) != Kind::kBroadcast) {
+    count /= p.world_size;
+  }
   const uint64_t seed = SplitMix64(testing::RunSeed() ^ 0x64);
   auto mem = SymmetricHostMemory::Create(p.world_size, kBytes + 4096);
   ASSERT_TRUE(mem.ok()) << mem.status();
@@ -334,7 +384,9 @@ INSTANTIATE_TEST_SUITE_P(
                                  ReduceOp::kSum},
                       LargeParam{{Mode::kAllReduceOneShot, 2, DataType::kFloat32}, ReduceOp::kAvg},
                       LargeParam{{Mode::kAllGather, 2, DataType::kInt32}, ReduceOp::kSum},
-                      LargeParam{{Mode::kReduceScatter, 3, DataType::kFloat16}, ReduceOp::kMax}),
+                      LargeParam{{Mode::kReduceScatter, 3, DataType::kFloat16}, ReduceOp::kMax},
+                      LargeParam{{Mode::kBroadcastInPlace, 3, DataType::kBFloat16}, ReduceOp::kSum},
+                      LargeParam{{Mode::kAllToAll, 4, DataType::kInt64}, ReduceOp::kSum}),
     [](const auto& info) {
       return absl::StrCat(ModeName(info.param.param.mode), "_W", info.param.param.world_size, "_",
                           DataTypeName(info.param.param.dtype), "_", ReduceOpName(info.param.op));
@@ -342,7 +394,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 std::vector<Param> AllParams() {
   std::vector<Param> params;
-  for (int m = 0; m <= static_cast<int>(Mode::kReduceScatterCoalesced); ++m) {
+  for (int m = 0; m <= static_cast<int>(Mode::kAllToAllInPlace); ++m) {
     for (int w : {2, 3, 4, 8}) {
       for (int t = 0; t < kDataTypeCount; ++t) {
         params.push_back(Param{static_cast<Mode>(m), w, static_cast<DataType>(t)});

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <string>
 #include <utility>
-#include <vector>
 
+#include "absl/base/attributes.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/symmetric_layout.h"
@@ -40,9 +40,14 @@ bool Inside(ByteRange inner, ByteRange outer) {
   return inner.begin >= outer.begin && inner.end <= outer.end;
 }
 
-std::string TensorLabel(CollectiveOp kind, size_t index, const TensorArgs& t) {
-  return absl::StrCat(CollectiveName(kind), " tensor ", index, " (count ", t.count, " x ",
-                      DataTypeName(t.dtype), ")");
+// INVALID_ARGUMENT about one tensor, "all_reduce tensor 0 (count 9 x float32): <parts>".
+// Only ever called on a failed check: the success path builds no label and allocates nothing.
+template <typename... Parts>
+ABSL_ATTRIBUTE_NOINLINE absl::Status TensorError(CollectiveOp kind, size_t index,
+                                                 const TensorArgs& t, const Parts&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), " tensor ", index,
+                                                 " (count ", t.count, " x ", DataTypeName(t.dtype),
+                                                 "): ", parts...));
 }
 
 // Elements of the input and of the output of one tensor, or an error on overflow.
@@ -52,35 +57,32 @@ absl::Status TensorSizes(const HostCommView& view, CollectiveOp kind, size_t ind
   const size_t w = static_cast<size_t>(view.world_size);
   size_t bytes = 0, wide = 0;
   if (__builtin_mul_overflow(t.count, es, &bytes) || __builtin_mul_overflow(bytes, w, &wide)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        TensorLabel(kind, index, t), ": count ", t.count,
-        " overflows the byte size; allowed: count x element size x world size < 2^64"));
+    return TensorError(kind, index, t, "count ", t.count,
+                       " overflows the byte size; allowed: count x element size x world size "
+                       "< 2^64");
   }
-  *in_bytes = kind == CollectiveOp::kReduceScatter ? wide : bytes;
-  *out_bytes = kind == CollectiveOp::kAllGather ? wide : bytes;
+  const bool all_to_all = kind == CollectiveOp::kAllToAll;
+  *in_bytes = kind == CollectiveOp::kReduceScatter || all_to_all ? wide : bytes;
+  *out_bytes = kind == CollectiveOp::kAllGather || all_to_all ? wide : bytes;
   return absl::OkStatus();
 }
 
 absl::Status CheckPointer(CollectiveOp kind, size_t index, const TensorArgs& t, const char* which,
                           const void* p, size_t bytes) {
-  const std::string label = TensorLabel(kind, index, t);
   if (p == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(label, ": ", which, " is null; allowed: non-null for count > 0"));
+    return TensorError(kind, index, t, which, " is null; allowed: non-null for count > 0");
   }
   const size_t es = DataTypeSize(t.dtype);
   if (reinterpret_cast<uintptr_t>(p) % es != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(label, ": ", which, " 0x",
-                                                   absl::Hex(reinterpret_cast<uintptr_t>(p)),
-                                                   " is not aligned to the element size ", es));
+    return TensorError(kind, index, t, which, " 0x", absl::Hex(reinterpret_cast<uintptr_t>(p)),
+                       " is not aligned to the element size ", es);
   }
   return absl::OkStatus();
 }
 
 // Checks one tensor and fills everything but its offset.
-absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveOp kind, size_t index,
-                                         const TensorArgs& t) {
-  const std::string label = TensorLabel(kind, index, t);
+absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveOp kind,
+                                         size_t index, const TensorArgs& t) {
   if (!IsValid(t.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), " tensor ", index,
                                                    ": data type ", static_cast<int>(t.dtype),
@@ -89,9 +91,8 @@ absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveOp 
   size_t in_bytes = 0, out_bytes = 0;
   RETURN_IF_ERROR(TensorSizes(view, kind, index, t, &in_bytes, &out_bytes));
   if (in_bytes > view.data_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(label, ": input of ", in_bytes,
-                                                   " bytes exceeds the data region of ",
-                                                   view.data_bytes, " bytes per rank"));
+    return TensorError(kind, index, t, "input of ", in_bytes, " bytes exceeds the data region of ",
+                       view.data_bytes, " bytes per rank");
   }
   RETURN_IF_ERROR(CheckPointer(kind, index, t, "input", t.input, in_bytes));
   RETURN_IF_ERROR(CheckPointer(kind, index, t, "output", t.output, out_bytes));
@@ -101,18 +102,22 @@ absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveOp 
   const bool in_place = Inside(in, own);
   if (!in_place) {
     if (const int p = OverlappedRegion(view, in); p >= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          label, ": input overlaps rank ", p, "'s data region but is not inside rank ", view.rank,
-          "'s own; allowed: inside the own data region or outside all of them"));
+      return TensorError(kind, index, t, "input overlaps rank ", p,
+                         "'s data region but is not inside rank ", view.rank,
+                         "'s own; allowed: inside the own data region or outside all of them");
     }
   }
-  const bool out_is_input = in_place && kind == CollectiveOp::kAllReduce && t.output == t.input;
+  // Their output may be the in-place input itself: all-reduce overwrites it only after every
+  // peer has read it (one-shot keeps its results aside until then), and a broadcast writes only
+  // the buffers of ranks other than the root, which no peer reads.
+  const bool may_be_input =
+      kind == CollectiveOp::kAllReduce || kind == CollectiveOp::kBroadcast;
+  const bool out_is_input = in_place && may_be_input && t.output == t.input;
   if (!out_is_input) {
     if (const int p = OverlappedRegion(view, out); p >= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(label, ": output overlaps rank ", p, "'s data region; allowed: ",
-                       kind == CollectiveOp::kAllReduce ? "the in-place input itself or " : "",
-                       "memory outside every data region"));
+      return TensorError(kind, index, t, "output overlaps rank ", p, "'s data region; allowed: ",
+                         may_be_input ? "the in-place input itself or " : "",
+                         "memory outside every data region");
     }
   }
   StagedTensor s{};
@@ -130,7 +135,8 @@ absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveOp 
 // Outside inputs are packed from offset 0; in-place ones must not overlap each other.
 absl::Status AssignOffsets(const HostCommView& view, CollectiveOp kind, StagingPlan* plan) {
   if (plan->in_place) {
-    std::vector<std::pair<size_t, size_t>> ranges;
+    if (plan->tensors.size() < 2) return absl::OkStatus();
+    absl::InlinedVector<std::pair<size_t, size_t>, 4> ranges;
     for (const StagedTensor& t : plan->tensors) {
       ranges.emplace_back(t.offset, t.offset + t.staged_count * t.element_size);
     }
@@ -168,6 +174,10 @@ const char* CollectiveName(CollectiveOp kind) {
       return "all_gather";
     case CollectiveOp::kReduceScatter:
       return "reduce_scatter";
+    case CollectiveOp::kBroadcast:
+      return "broadcast";
+    case CollectiveOp::kAllToAll:
+      return "all_to_all";
     default:
       break;
   }

@@ -16,8 +16,10 @@
 
 namespace commd::kernels {
 
-// Which collective: the SDK's one enum (kAllReduce, kAllGather, kReduceScatter here).
-// "all_reduce", "all_gather", "reduce_scatter".
+// Which collective: the SDK's one enum (kAllReduce, kAllGather, kReduceScatter, kBroadcast
+// and kAllToAll here). Its values are part of the call check's shape word (4 bits;
+// kernels/signal_layout.h). "all_reduce", "all_gather", "reduce_scatter", "broadcast",
+// "all_to_all".
 const char* CollectiveName(CollectiveOp kind);
 
 struct StagedTensor {

@@ -126,8 +126,23 @@ TEST(OversubscribedTest, EightRanksCompleteMixedCollectives) {
   testing::ExpectAllOk(outcomes);
 }
 
-// Ranks 0..2 wait in an all-reduce for rank 3, which instead sets the abort word.
-TEST(AbortTest, WaitersReturnAbortedPromptly) {
+// Ranks 0..2 wait in a collective (all_reduce, broadcast from rank 3, all_to_all) for rank 3,
+// which instead sets the abort word.
+class AbortTest : public ::testing::TestWithParam<std::string> {};
+
+absl::Status WaitingCollective(const std::string& name, const HostCommView& v, int32_t* buf) {
+  if (name == "broadcast") {
+    return Broadcast(v, buf, 16, DataType::kInt32, 3, NanCheck::kOff, nullptr);
+  }
+  if (name == "all_to_all") {
+    return AllToAll(v, buf, buf + 64, 16, DataType::kInt32, NanCheck::kOff, nullptr);
+  }
+  return AllReduce(v, buf, buf, 16, DataType::kInt32, ReduceOp::kSum, Algorithm::kTwoShot,
+                   NanCheck::kOff, nullptr);
+}
+
+TEST_P(AbortTest, WaitersReturnAbortedPromptly) {
+  const std::string name = GetParam();
   constexpr int kWorld = 4;
   auto mem = SymmetricHostMemory::Create(kWorld, 4096);
   ASSERT_TRUE(mem.ok()) << mem.status();
@@ -144,12 +159,11 @@ TEST(AbortTest, WaitersReturnAbortedPromptly) {
       __atomic_store_n(abort_word, 5u, __ATOMIC_RELEASE);
       return std::string();
     }
-    int32_t buf[16] = {};
-    const absl::Status s = AllReduce(mv->view(), buf, buf, 16, DataType::kInt32, ReduceOp::kSum,
-                                     Algorithm::kTwoShot, NanCheck::kOff, nullptr);
+    int32_t buf[128] = {};
+    const absl::Status s = WaitingCollective(name, mv->view(), buf);
     const double late_ms = (MonotonicNs() - __atomic_load_n(abort_ns, __ATOMIC_RELAXED)) / 1e6;
     if (!absl::IsAborted(s)) return absl::InternalError("expected ABORTED, got " + s.ToString());
-    if (!absl::StrContains(s.message(), "all_reduce") ||
+    if (!absl::StrContains(s.message(), name + " on rank") ||
         !absl::StrContains(s.message(), "rank 3")) {
       return absl::InternalError("message should name the collective and rank 3: " + s.ToString());
     }
@@ -162,9 +176,15 @@ TEST(AbortTest, WaitersReturnAbortedPromptly) {
     return absl::StrCat(late_ms);
   });
   testing::ExpectAllOk(outcomes);
-  for (int r = 0; r < 3; ++r)
-    std::printf("rank %d returned %s ms after the abort\n", r, outcomes[r].report.c_str());
+  for (int r = 0; r < 3; ++r) {
+    std::printf("%s: rank %d returned %s ms after the abort\n", name.c_str(), r,
+                outcomes[r].report.c_str());
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Collectives, AbortTest,
+                         ::testing::Values("all_reduce", "broadcast", "all_to_all"),
+                         [](const auto& info) { return info.param; });
 
 // Rank 2 never arrives: the others give up at their deadline naming it.
 TEST(DeadlineTest, MissingPeerIsNamed) {

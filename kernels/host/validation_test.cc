@@ -147,12 +147,44 @@ TEST_F(ValidationTest, BadEnumsAndPlacement) {
                 {"overlap at data offset 16"});
 }
 
+TEST_F(ValidationTest, BroadcastAndAllToAll) {
+  ExpectInvalid(Broadcast(view_, in_, 4, DataType::kFloat32, 2, NanCheck::kOff, nullptr),
+                {"broadcast: root 2", "out of range [0, 1]"});
+  ExpectInvalid(Broadcast(view_, in_, 4, DataType::kFloat32, -1, NanCheck::kOff, nullptr),
+                {"root -1", "[0, 1]"});
+  ExpectInvalid(Broadcast(view_, in_, 257, DataType::kFloat32, 0, NanCheck::kOff, nullptr),
+                {"broadcast tensor 0", "1028 bytes", "1024 bytes"});
+  ExpectInvalid(Broadcast(view_, in_, SIZE_MAX / 4, DataType::kInt64, 0, NanCheck::kOff, nullptr),
+                {"broadcast", "overflows"});
+  // The buffer straddles the end of the own data region, or lies in a peer's.
+  ExpectInvalid(Broadcast(view_, data_[0] + kDataBytes - 8, 4, DataType::kFloat32, 0,
+                          NanCheck::kOff, nullptr),
+                {"input overlaps rank 0"});
+  ExpectInvalid(Broadcast(view_, data_[1], 4, DataType::kFloat32, 1, NanCheck::kOff, nullptr),
+                {"input overlaps rank 1"});
+  // All-to-all stages and writes world_size x count.
+  ExpectInvalid(AllToAll(view_, in_, out_.data(), 129, DataType::kFloat32, NanCheck::kOff, nullptr),
+                {"all_to_all tensor 0", "1032 bytes", "1024"});
+  ExpectInvalid(
+      AllToAll(view_, in_, out_.data(), SIZE_MAX / 4, DataType::kInt32, NanCheck::kOff, nullptr),
+      {"all_to_all", "overflows", "2^64"});
+  ExpectInvalid(AllToAll(view_, in_, data_[1], 4, DataType::kFloat32, NanCheck::kOff, nullptr),
+                {"output overlaps rank 1", "allowed: memory outside every data region"});
+  ExpectInvalid(AllToAll(view_, data_[0], data_[0], 4, DataType::kFloat32, NanCheck::kOff, nullptr),
+                {"output overlaps rank 0"});
+  ExpectInvalid(
+      AllToAll(view_, in_, out_.data(), 4, static_cast<DataType>(6), NanCheck::kOff, nullptr),
+      {"data type 6", "0..4"});
+}
+
 TEST_F(ValidationTest, EmptyCollectiveIsANoOp) {
   CollectiveResult r{.nonfinite_count = 9};
   EXPECT_TRUE(AllReduce(view_, nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum,
                         Algorithm::kOneShot, NanCheck::kOn, &r)
                   .ok());
   EXPECT_EQ(r.nonfinite_count, 0u);
+  EXPECT_TRUE(Broadcast(view_, nullptr, 0, DataType::kInt32, 1, NanCheck::kOn, &r).ok());
+  EXPECT_TRUE(AllToAll(view_, nullptr, nullptr, 0, DataType::kInt32, NanCheck::kOn, &r).ok());
   for (uint32_t v : pad_storage_[1]) EXPECT_EQ(v, 0u);
 }
 
