@@ -1,6 +1,6 @@
 // For the groups' unit tests: a fake of the pending RPC (the only fake; the registry, the
 // allocation table, host memory and the timer queue are the real ones) and a harness that
-// owns a registry and joins ranks through it.
+// owns a registry (over the daemon's default limits) and joins ranks through it.
 #ifndef COMMD_DAEMON_GROUPS_GROUP_TEST_UTIL_H_
 #define COMMD_DAEMON_GROUPS_GROUP_TEST_UTIL_H_
 
@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/config/config.h"
 #include "daemon/groups/group_registry.h"
 #include "daemon/memory/allocation_table.h"
 #include "daemon/memory/memory_backend.h"
@@ -62,20 +63,6 @@ class FakePendingCall : public server::PendingCall {
   int finishes_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<void()> on_cancel_ ABSL_GUARDED_BY(mu_);
 };
-
-inline v1::DaemonConfig MemoryConfig() {
-  v1::DaemonConfig c;
-  v1::LimitsConfig& l = *c.mutable_limits();
-  l.set_max_allocations_per_session(1000);
-  l.set_max_bytes_per_job(uint64_t{1} << 40);
-  l.set_max_allocation_bytes(uint64_t{1} << 30);
-  v1::PerUidLimits& u = *l.mutable_per_uid();
-  u.set_allocations(1000);
-  u.set_host_bytes(uint64_t{1} << 30);
-  u.set_control_blocks(100);
-  c.mutable_session()->set_import_token_ttl_ms(60000);
-  return c;
-}
 
 struct Joining {
   std::shared_ptr<FakePendingCall> call = std::make_shared<FakePendingCall>();
@@ -176,8 +163,8 @@ class Harness {
 
  private:
   prometheus::Registry registry_;
-  memory::AllocationTable memory_{*memory::CreateHostMemoryBackend(), nullptr, MemoryConfig(),
-                                  &registry_};
+  memory::AllocationTable memory_{*memory::CreateHostMemoryBackend(), nullptr,
+                                  config::DefaultConfig(), &registry_};
   std::unique_ptr<server::TimerQueue> timers_ = std::make_unique<server::TimerQueue>();
   std::unique_ptr<GroupRegistry> groups_;
   absl::Mutex mu_;
