@@ -112,17 +112,18 @@ absl::Status Daemon::StartMemory() {
     if (watchdog_ != nullptr) {
       watchdog_->OnRankDeath(death);
     } else {
-      dumper_->DumpLater("rank_death", death.sources);
+      (void)group_dumps_->DumpGroups(death.group, "rank_death", std::nullopt);
     }
   };
   // The watchdog starts with the servers (it pushes on Attach streams); no group can time out
   // its rendezvous before clients can join.
-  options.on_rendezvous_timeout = [this](const groups::WatchedGroup& g, std::vector<int> joined,
+  options.on_rendezvous_timeout = [this](const groups::GroupSnapshot& g, std::vector<int> joined,
                                          std::vector<int> missing) {
     if (watchdog_ != nullptr) watchdog_->OnRendezvousTimeout(g, joined, missing);
   };
   groups_ = std::make_unique<groups::GroupRegistry>(options, table_.get(), timers_.get(),
                                                     &metrics_->registry());
+  group_dumps_ = std::make_unique<recorder::GroupDumps>(groups_.get(), dumper_.get());
   persistent_ =
       std::make_unique<memory::PersistentBuffers>(table_.get(), timers_.get(), config_.memory());
   store_ = std::make_unique<store::KvStore>(
@@ -190,8 +191,7 @@ absl::Status Daemon::StartServers() {
       std::make_unique<store::StoreService>(rpc_.get(), store_.get(), &metrics_->registry());
   builder.RegisterService(memory_service_.get());
   builder.RegisterService(store_service_.get());
-  recorder_service_ =
-      std::make_unique<recorder::RecorderService>(rpc_.get(), groups_.get(), dumper_.get());
+  recorder_service_ = std::make_unique<recorder::RecorderService>(rpc_.get(), group_dumps_.get());
   builder.RegisterService(recorder_service_.get());
   const v1::WatchdogConfig& wd = config_.watchdog();
   watchdog_ = std::make_unique<watchdog::Watchdog>(
@@ -200,7 +200,7 @@ absl::Status Daemon::StartServers() {
                                 .max_timeout = absl::Milliseconds(wd.max_collective_timeout_ms()),
                                 .policy = wd.policy(),
                                 .terminate_grace = absl::Milliseconds(wd.terminate_grace_ms())},
-      groups_.get(), dumper_.get(),
+      groups_.get(), group_dumps_.get(),
       [service = session_service_.get()](const std::string& token, const v1::SessionEvent& e) {
         return service->Push(token, e);
       },
@@ -262,12 +262,10 @@ void Daemon::Reload(const v1::DaemonConfig& config) {
 }
 
 void Daemon::DumpAll(const std::string& trigger) {
-  auto sources = groups_->DumpSources({});
-  if (sources.empty()) {
+  auto r = group_dumps_->DumpGroups(groups::GroupSelector{}, trigger, std::nullopt, {.now = true});
+  if (absl::IsNotFound(r.status())) {
     COMMD_LOG(INFO, "recorder") << trigger << ": no formed group to dump";
-    return;
-  }
-  if (auto r = dumper_->Dump(trigger, sources, std::nullopt); !r.ok()) {
+  } else if (!r.ok()) {
     COMMD_LOG(WARNING, "recorder") << trigger << " dump failed: " << r.status();
   }
 }
@@ -292,6 +290,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   groups_service_.reset();
   session_service_.reset();
   node_service_.reset();
+  group_dumps_.reset();
   groups_.reset();
   persistent_.reset();
   store_.reset();

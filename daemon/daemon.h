@@ -23,6 +23,7 @@
 #include "daemon/memory/persistent_buffers.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/recorder/dumper.h"
+#include "daemon/recorder/group_dumps.h"
 #include "daemon/recorder/recorder_service.h"
 #include "daemon/server/event_loop.h"
 #include "daemon/server/grpc_connections.h"
@@ -84,6 +85,7 @@ class Daemon {
   std::unique_ptr<memory::PersistentBuffers> persistent_;
   std::unique_ptr<store::KvStore> store_;
   std::unique_ptr<recorder::Dumper> dumper_;
+  std::unique_ptr<recorder::GroupDumps> group_dumps_;  // every dump of groups goes through it
   std::unique_ptr<server::RpcContext> rpc_;
   std::unique_ptr<server::NodeService> node_service_;
   std::unique_ptr<server::SessionService> session_service_;

@@ -28,33 +28,15 @@ std::string AbortText(const server::Session& session, const std::string& reason)
                       session.pid, ") says: ", reason);
 }
 
-// The groups a session may name: its own job's; any job's (or all) for an admin.
-absl::StatusOr<HealthFilter> FilterFor(const server::Session& session, const std::string& job,
-                                       bool all_jobs, const std::string& group) {
-  HealthFilter f;
-  f.group = group;
-  const bool other_job = !job.empty() && job != session.job_id;
-  if ((other_job || all_jobs) && !session.admin) {
-    return absl::NotFoundError(absl::StrCat("no job ", all_jobs ? "(all)" : QuoteForError(job),
-                                            " visible to this session"));
-  }
-  if (all_jobs) return f;
-  if (other_job) {
-    f.job_any_uid = job;
-  } else {
-    f.job = std::make_pair(session.uid, session.job_id);
-  }
-  return f;
-}
-
 }  // namespace
 
 grpc::ServerUnaryReactor* HealthService::GetHealth(grpc::CallbackServerContext* ctx,
                                                    const v1::GetHealthRequest* request,
                                                    v1::GetHealthResponse* response) {
   return rpc_->Serve(ctx, "GetHealth", [&](const server::Session& session) -> absl::Status {
-    ASSIGN_OR_RETURN(HealthFilter filter,
-                     FilterFor(session, request->job_id(), request->all_jobs(), request->group()));
+    ASSIGN_OR_RETURN(
+        groups::GroupSelector filter,
+        groups::SelectorFor(session, request->job_id(), request->all_jobs(), request->group()));
     for (auto& h : watchdog_->Health(filter)) *response->add_groups() = std::move(h);
     if (!request->group().empty() && response->groups_size() == 0) {
       return absl::NotFoundError(absl::StrCat("no group ", QuoteForError(request->group())));
@@ -76,8 +58,8 @@ grpc::ServerUnaryReactor* HealthService::Abort(grpc::CallbackServerContext* ctx,
                        kMaxReasonBytes, " (the control block's abort text of ", kAbortTextBytes - 1,
                        " bytes also names who asked)"));
     }
-    ASSIGN_OR_RETURN(HealthFilter filter,
-                     FilterFor(session, request->job_id(), false, request->group()));
+    ASSIGN_OR_RETURN(groups::GroupSelector filter,
+                     groups::SelectorFor(session, request->job_id(), false, request->group()));
     ASSIGN_OR_RETURN(int notified, watchdog_->Abort(filter, AbortText(session, request->reason())));
     response->set_ranks_notified(notified);
     return absl::OkStatus();

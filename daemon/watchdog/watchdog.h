@@ -8,7 +8,7 @@
 //              waiters) and send an abort event on each rank's Attach stream;
 //   TERMINATE  also SIGTERM the group's live ranks, and SIGKILL them after terminate_grace.
 //
-//   Watchdog dog(options, groups, dumper, push_event, &registry, NewRealtimeRecorderClock());
+//   Watchdog dog(options, groups, group_dumps, push_event, &registry, NewRealtimeRecorderClock());
 //   dog.Start();                       // its own thread
 //   auto health = dog.Health(filter);  // GetHealth
 //   dog.Abort(target, "admin says so");
@@ -17,6 +17,8 @@
 // reads are bounded seqlocked copies, dumps are queued on the dumper's thread, events are
 // queued on the session's stream, signals go through pidfds. What it learns per group (state,
 // progress, durations, findings) goes to GroupMetrics, which serves every per-group series.
+// Its parts: each rank's ring cursor (ring_cursor.h), the signals to ranks (rank_signals.h),
+// and here the poll over the registry's snapshot, the policies and the health report.
 //
 // Thread-safety: every public method is thread-safe.
 #ifndef COMMD_DAEMON_WATCHDOG_WATCHDOG_H_
@@ -40,12 +42,13 @@
 #include "commd/v1/health.pb.h"
 #include "commd/v1/session.pb.h"
 #include "common/control_block_clock.h"
-#include "common/unique_fd.h"
 #include "daemon/groups/group_registry.h"
-#include "daemon/recorder/dumper.h"
+#include "daemon/recorder/group_dumps.h"
 #include "daemon/recorder/ring_reader.h"
 #include "daemon/watchdog/classifier.h"
 #include "daemon/watchdog/group_metrics.h"
+#include "daemon/watchdog/rank_signals.h"
+#include "daemon/watchdog/ring_cursor.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
@@ -59,20 +62,10 @@ struct WatchdogOptions {
   absl::Duration terminate_grace = absl::Seconds(5);
 };
 
-// Sends an event on a session's Attach stream; false when the session is not attached.
-using PushEvent = std::function<bool(const std::string& token, const v1::SessionEvent& event)>;
-
-// Which groups a Health or Abort call is about.
-struct HealthFilter {
-  std::optional<std::pair<uid_t, std::string>> job;  // none: every job (admins)
-  std::optional<std::string> job_any_uid;            // an admin naming a job: any uid
-  std::string group;                                 // empty: every group
-};
-
 class Watchdog {
  public:
-  // `groups`, `dumper` and `registry` must outlive the watchdog.
-  Watchdog(WatchdogOptions options, groups::GroupRegistry* groups, recorder::Dumper* dumper,
+  // `groups`, `dumps` and `registry` must outlive the watchdog.
+  Watchdog(WatchdogOptions options, groups::GroupRegistry* groups, recorder::GroupDumps* dumps,
            PushEvent push, prometheus::Registry* registry, std::unique_ptr<RecorderClock> clock);
   ~Watchdog();  // stops the thread
 
@@ -84,11 +77,11 @@ class Watchdog {
   void PollOnce();
 
   // Current health of the groups `filter` selects.
-  std::vector<v1::GroupHealth> Health(const HealthFilter& filter) const;
+  std::vector<v1::GroupHealth> Health(const groups::GroupSelector& filter) const;
 
   // Sets the abort word of every rank of the selected groups (kAdmin) and sends each an abort
   // event; returns the ranks notified. NOT_FOUND when no group matches.
-  absl::StatusOr<int> Abort(const HealthFilter& filter, const std::string& reason);
+  absl::StatusOr<int> Abort(const groups::GroupSelector& filter, const std::string& reason);
 
   // The per-group series ({job, group}); the daemon serves it on /metrics.
   std::shared_ptr<prometheus::Collectable> group_metrics() const { return group_metrics_; }
@@ -99,21 +92,12 @@ class Watchdog {
   void OnRankDeath(const groups::RankDeath& death);
 
   // The registry's hook: a rendezvous timed out.
-  void OnRendezvousTimeout(const groups::WatchedGroup& group, const std::vector<int>& joined,
+  void OnRendezvousTimeout(const groups::GroupSnapshot& group, const std::vector<int>& joined,
                            const std::vector<int>& missing);
 
  private:
-  struct RankCursor {
-    uint64_t next_record = 0;               // lowest record id not yet seen completed or retired
-    std::set<uint64_t> counted;             // completed records >= next_record already counted
-    std::map<uint64_t, EntryView> entries;  // recent entries by collective seq
-    RankView last;                          // the last good read (kept when a read fails)
-    uint64_t completed_seen = 0;            // last completed seq, and when it changed
-    uint64_t progress_ns = 0;
-    uint32_t abort_reason = 0;
-  };
   struct Tracked {
-    groups::WatchedGroup info;
+    groups::GroupSnapshot info;
     GroupTracker tracker;
     std::vector<RankCursor> ranks;
     v1::GroupHealthState state = v1::HEALTHY;
@@ -122,44 +106,33 @@ class Watchdog {
     std::string abort_reason;
     bool retired = false;
   };
-  struct Kill {
-    UniqueFd pidfd;
-    absl::Time at;
-  };
   using Deferred = std::vector<std::function<void()>>;
 
   void Run();
-  void ReadRank(const groups::WatchedMember& m, RankCursor& cursor, uint64_t now_ns,
-                const groups::WatchedGroup& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ObserveEntries(const RingSnapshot& snap, RankCursor& cursor, const groups::WatchedGroup& g)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReadRank(const groups::MemberSnapshot& m, RankCursor& cursor, uint64_t now_ns,
+                const groups::GroupSnapshot& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `death`: the finding is a rank's death, acted on under every policy.
   void Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
            const groups::RankDeath* death = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int Notify(const groups::WatchedGroup& g, AbortReason reason, const std::string& text);
-  void Terminate(const groups::WatchedGroup& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishMetrics(const Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Duration TimeoutOf(const groups::WatchedGroup& g) const;
-  v1::WatchdogPolicy PolicyOf(const groups::WatchedGroup& g) const;
-  static bool Selected(const HealthFilter& f, uid_t uid, const std::string& job,
-                       const std::string& group);
+  absl::Duration TimeoutOf(const groups::GroupSnapshot& g) const;
+  v1::WatchdogPolicy PolicyOf(const groups::GroupSnapshot& g) const;
 
   const WatchdogOptions options_;
   groups::GroupRegistry* const groups_;
-  recorder::Dumper* const dumper_;
-  const PushEvent push_;
+  recorder::GroupDumps* const dumps_;
   std::unique_ptr<RecorderClock> clock_;
 
   const std::shared_ptr<GroupMetrics> group_metrics_ = std::make_shared<GroupMetrics>();
+  RankSignals signals_;
   prometheus::Histogram* poll_seconds_;
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, Tracked> tracked_ ABSL_GUARDED_BY(mu_);  // by group id
   std::vector<Tracked> retired_ ABSL_GUARDED_BY(mu_);         // newest last, bounded
-  std::vector<Kill> kills_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex run_mu_;
   bool stopping_ ABSL_GUARDED_BY(run_mu_) = false;
