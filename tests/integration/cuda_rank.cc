@@ -6,9 +6,12 @@
 //   2. writes a rank pattern, exchanges flags, checks every peer's pattern through peer(r);
 //   3. dirties its whole pad and data (0xab), releases the buffer, and checks that no
 //      mapping or fd of device memory is left in this process;
-//   4. allocates again (the driver may hand back the same physical memory): zero again.
-// Prints "OK" then waits until the file GO exists (the test looks at the daemon meanwhile),
-// exits 0; or prints "ERROR <status>" and exits 1.
+//   4. allocates again (the driver may hand back the same physical memory): zero again;
+//      writes its pattern there.
+// Prints "OK" then waits until the file GO exists (the test looks at the daemon meanwhile, and
+// may let peers leave first), checks that every peer's pattern is still there (memory a
+// departed peer's rank held lives on while this rank maps it), exits 0; or prints
+// "ERROR <status>" and exits 1.
 //
 //   cuda_rank GROUP RANK WORLD BYTES GO
 #include <unistd.h>
@@ -17,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -67,20 +71,35 @@ absl::Status Flag(commd::SymmetricBuffer& buf, int world, int rank, int slot) {
   return absl::OkStatus();
 }
 
-absl::Status ExchangePatterns(commd::SymmetricBuffer& buf, int world, int rank) {
+// Patterns differ between groups, so one group's data is never taken for another's.
+unsigned char group_salt = 0;
+
+unsigned char Pattern(int rank, size_t i) {
+  return static_cast<unsigned char>(rank * 31 + i + group_salt);
+}
+
+void WritePattern(commd::SymmetricBuffer& buf, int rank) {
   auto* mine = static_cast<unsigned char*>(buf.data());
-  for (size_t i = 0; i < buf.size(); ++i) mine[i] = static_cast<unsigned char>(rank * 31 + i);
-  if (auto s = Flag(buf, world, rank, 0); !s.ok()) return s;
+  for (size_t i = 0; i < buf.size(); ++i) mine[i] = Pattern(rank, i);
+}
+
+absl::Status CheckPatterns(commd::SymmetricBuffer& buf, int world, const std::string& what) {
   for (int r = 0; r < world; ++r) {
     const auto* theirs = static_cast<const unsigned char*>(buf.peer(r));
     for (size_t i = 0; i < buf.size(); ++i) {
-      if (theirs[i] != static_cast<unsigned char>(r * 31 + i)) {
-        return absl::DataLossError(absl::StrCat("rank ", r, "'s byte ", i,
-                                                " does not hold its "
-                                                "pattern: not the same memory"));
+      if (theirs[i] != Pattern(r, i)) {
+        return absl::DataLossError(
+            absl::StrCat("rank ", r, "'s byte ", i, " does not hold its pattern ", what));
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ExchangePatterns(commd::SymmetricBuffer& buf, int world, int rank) {
+  WritePattern(buf, rank);
+  if (auto s = Flag(buf, world, rank, 0); !s.ok()) return s;
+  if (auto s = CheckPatterns(buf, world, "(not the same memory)"); !s.ok()) return s;
   return Flag(buf, world, rank, 1);  // nobody dirties its buffer before everyone has read
 }
 
@@ -102,6 +121,7 @@ absl::StatusOr<std::unique_ptr<commd::SymmetricBuffer>> Run(commd::Group& group,
   auto again = group.AllocateSymmetric(bytes);
   if (!again.ok()) return again.status();
   if (auto s = ExpectFresh(**again, rank, "recycled"); !s.ok()) return s;
+  WritePattern(**again, rank);
   return again;
 }
 
@@ -119,6 +139,7 @@ int main(int argc, char** argv) {
       !absl::SimpleAtoi(argv[3], &options.world_size) || !absl::SimpleAtoi(argv[4], &bytes)) {
     return 2;
   }
+  group_salt = static_cast<unsigned char>(std::hash<std::string>()(options.name));
   options.device = commd::Device::Cuda(0);
   options.timeout = absl::Seconds(60);
   auto client = commd::Client::Connect({});
@@ -134,5 +155,6 @@ int main(int argc, char** argv) {
     if (absl::Now() > deadline) return Fail(absl::DeadlineExceededError("GO never appeared"));
     absl::SleepFor(absl::Milliseconds(20));
   }
+  if (auto s = CheckPatterns(**held, options.world_size, "at the end"); !s.ok()) return Fail(s);
   return 0;
 }
