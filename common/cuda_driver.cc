@@ -13,8 +13,11 @@ namespace {
 CudaDriverInfo Probe() {
   CudaDriverInfo info;
   info.built_with_cuda = true;
+  info.driver_floor = kCudaDriverFloor;
   absl::StatusOr<const CudaDriverApi*> api = CudaDriver();
   if (!api.ok()) {
+    // LoadCudaDriver's one FAILED_PRECONDITION: a driver below the floor.
+    info.below_floor = api.status().code() == absl::StatusCode::kFailedPrecondition;
     info.summary = std::string(api.status().message());
     return info;
   }

@@ -17,7 +17,9 @@ struct CudaDriverInfo {
   bool built_with_cuda = false;
   bool available = false;  // a driver at or above the floor answered and a device exists
   int device_count = 0;
-  int driver_version = 0;  // e.g. 13000 for 13.0; 0 when no driver answered
+  int driver_version = 0;    // e.g. 13000 for 13.0; 0 when no driver answered
+  int driver_floor = 0;      // the lowest driver commd loads (12000); 0 in builds without CUDA
+  bool below_floor = false;  // a driver answered with a version below driver_floor
   // One line for logs and status: "2 device(s), CUDA driver 13.0 (R580)" or why CUDA is
   // unavailable: no driver, a driver below commd's floor (with both versions), a driver that
   // lacks an entry point (naming it), or no device.

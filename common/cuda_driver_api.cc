@@ -111,6 +111,15 @@ std::string CudaDriverVersionText(int version) {
   return text;
 }
 
+std::string CudaUuidText(const CUuuid& uuid) {
+  std::string text = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
+    absl::StrAppend(&text, absl::Hex(static_cast<unsigned char>(uuid.bytes[i]), absl::kZeroPad2));
+  }
+  return text;
+}
+
 absl::StatusOr<CudaDriverApi> LoadCudaDriver(const std::string& library) {
   LibraryHandle handle(::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL));
   if (handle.get() == nullptr) {

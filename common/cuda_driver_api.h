@@ -46,6 +46,7 @@ inline constexpr char kCudaDriverLibraryEnv[] = "COMMD_CUDA_DRIVER_LIBRARY";
   X(device_get_count, cuDeviceGetCount, 2000)                                \
   X(device_get, cuDeviceGet, 2000)                                           \
   X(device_get_attribute, cuDeviceGetAttribute, 2000)                        \
+  X(device_get_uuid, cuDeviceGetUuid, 11040)                                 \
   X(get_error_name, cuGetErrorName, 6000)                                    \
   /* contexts */                                                             \
   X(primary_ctx_retain, cuDevicePrimaryCtxRetain, 7000)                      \
@@ -53,6 +54,8 @@ inline constexpr char kCudaDriverLibraryEnv[] = "COMMD_CUDA_DRIVER_LIBRARY";
   X(ctx_push_current, cuCtxPushCurrent, 4000)                                \
   X(ctx_pop_current, cuCtxPopCurrent, 4000)                                  \
   X(stream_get_ctx, cuStreamGetCtx, 9020)                                    \
+  X(ctx_get_device, cuCtxGetDevice, 2000)                                    \
+  X(ctx_synchronize, cuCtxSynchronize, 2000)                                 \
   /* device and pinned host memory */                                        \
   X(mem_alloc, cuMemAlloc, 3020)                                             \
   X(mem_free, cuMemFree, 3020)                                               \
@@ -61,6 +64,7 @@ inline constexpr char kCudaDriverLibraryEnv[] = "COMMD_CUDA_DRIVER_LIBRARY";
   X(mem_host_register, cuMemHostRegister, 6050)                              \
   X(mem_host_unregister, cuMemHostUnregister, 4000)                          \
   X(mem_host_get_device_pointer, cuMemHostGetDevicePointer, 3020)            \
+  X(memset_d8, cuMemsetD8, 3020)                                             \
   /* shareable allocations (VMM) */                                          \
   X(mem_get_allocation_granularity, cuMemGetAllocationGranularity, 10020)    \
   X(mem_create, cuMemCreate, 10020)                                          \
@@ -109,6 +113,10 @@ absl::StatusOr<const CudaDriverApi*> CudaDriver();
 
 // "12.2 (R535)": a driver API version as operators know it (the branch where known).
 std::string CudaDriverVersionText(int version);
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx": cuDeviceGetUuid's bytes as nvidia-smi and NVML
+// print them, the one name of a GPU that does not depend on CUDA_VISIBLE_DEVICES.
+std::string CudaUuidText(const CUuuid& uuid);
 
 }  // namespace commd
 

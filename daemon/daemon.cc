@@ -51,7 +51,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const v1::DaemonConfig& co
   COMMD_LOG(INFO, "metrics") << "serving http://" << d->metrics_->bound_address() << "/metrics";
 
   const CudaDriverInfo& cuda = ProbeCudaDriver();
-  COMMD_LOG(INFO, "cuda") << cuda.summary << (cuda.available ? "" : "; host memory backend only");
+  if (cuda.below_floor) {
+    COMMD_LOG(WARNING, "cuda") << cuda.summary << "; host memory backend only";
+  } else {
+    COMMD_LOG(INFO, "cuda") << cuda.summary << (cuda.available ? "" : "; host memory backend only");
+  }
   d->topology_ = topology::DiscoverTopology(config.topology());
   d->metrics_->SetTopology(d->topology_);
   COMMD_LOG(INFO, "topology") << d->topology_.pus() << " CPUs, " << d->topology_.numa_nodes_size()
@@ -252,7 +256,11 @@ void Daemon::FillStatus(v1::NodeStatus* status) const {
   status->set_memory_allocated_bytes(table_->total_bytes());
   status->set_runtime_dir(dir_->dir());
   status->set_metrics_address(metrics_->bound_address());
-  status->set_cuda_status(ProbeCudaDriver().summary);
+  const CudaDriverInfo& cuda = ProbeCudaDriver();
+  status->set_cuda_status(cuda.summary);
+  status->set_cuda_driver_version(cuda.driver_version);
+  status->set_cuda_driver_floor(cuda.driver_floor);
+  status->set_cuda_driver_below_floor(cuda.below_floor);
 }
 
 void Daemon::Reload(const v1::DaemonConfig& config) {

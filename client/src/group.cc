@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   request.set_world_size(options.world_size);
   request.set_global_rank(options.global_rank);
   request.set_device(options.device.ToString());
+  ASSIGN_OR_RETURN(*request.mutable_device_uuid(), CudaDeviceUuid(options.device.cuda_index()));
   request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
   // kDefault, kReport, kNotify, kTerminate map onto the proto enum's values 0 to 3.
   request.set_watchdog_policy(static_cast<v1::WatchdogPolicy>(options.watchdog_policy));
@@ -251,12 +252,13 @@ absl::StatusOr<std::unique_ptr<PersistentBuffer>> Client::AllocatePersistent(
   request.set_name(name);
   request.set_bytes(bytes);
   request.set_device(device.ToString());
+  ASSIGN_OR_RETURN(*request.mutable_device_uuid(), CudaDeviceUuid(device.cuda_index()));
   request.set_ttl_ms(absl::ToInt64Milliseconds(ttl));
   auto state = std::make_unique<PersistentBuffer::State>();
   RETURN_IF_ERROR(FromGrpcStatus(
       impl_->memory->AllocatePersistent(impl_->Context().get(), request, &state->buffer)));
-  ASSIGN_OR_RETURN(auto maps,
-                   impl_->MapBuffers({&state->buffer.handle()}, CudaIndexOf(state->buffer)));
+  // Mapped on this process's device: the daemon's ordinal for it may differ.
+  ASSIGN_OR_RETURN(auto maps, impl_->MapBuffers({&state->buffer.handle()}, device.cuda_index()));
   state->mapping = std::move(maps[0]);
   return std::unique_ptr<PersistentBuffer>(new PersistentBuffer(std::move(state)));
 }

@@ -24,19 +24,30 @@ class HostMapping final : public Mapping {
 };
 
 #ifdef COMMD_HAVE_CUDA
+// A cuMem buffer mapped in the device's primary context, which the mapping holds: work queued
+// on the buffer (a collective still running) is waited for before the memory is unmapped
+// under it.
 class CuMemMapping final : public Mapping {
  public:
-  CuMemMapping(const CudaDriverApi* api, CUmemGenericAllocationHandle h, CUdeviceptr p, size_t n)
-      : api_(api), handle_(h), ptr_(p), bytes_(n) {}
+  CuMemMapping(const CudaDriverApi* api, CUdevice device, CUcontext ctx,
+               CUmemGenericAllocationHandle h, CUdeviceptr p, size_t n)
+      : api_(api), device_(device), ctx_(ctx), handle_(h), ptr_(p), bytes_(n) {}
   ~CuMemMapping() override {
+    const bool pushed = api_->ctx_push_current(ctx_) == CUDA_SUCCESS;
+    if (pushed) api_->ctx_synchronize();
     api_->mem_unmap(ptr_, bytes_);
     api_->mem_address_free(ptr_, bytes_);
     api_->mem_release(handle_);
+    CUcontext ignored;
+    if (pushed) api_->ctx_pop_current(&ignored);
+    api_->primary_ctx_release(device_);
   }
   void* data() const override { return reinterpret_cast<void*>(ptr_); }
 
  private:
   const CudaDriverApi* api_;
+  CUdevice device_;
+  CUcontext ctx_;
   CUmemGenericAllocationHandle handle_;
   CUdeviceptr ptr_;
   size_t bytes_;
@@ -85,30 +96,51 @@ absl::StatusOr<std::unique_ptr<Mapping>> OpenIpc(const CudaDriverApi& api,
   return std::make_unique<IpcMapping>(&api, device, ctx, ptr);
 }
 
+// Imports, reserves, maps and grants access with the device's primary context current (and
+// retained for the mapping's life), so the mapping does not depend on whatever context the
+// calling thread happens to have.
 absl::StatusOr<std::unique_ptr<Mapping>> MapCuMem(const CudaDriverApi& api, int fd, size_t bytes,
-                                                  int device) {
-  CUmemGenericAllocationHandle handle;
-  CU_RETURN_IF_ERROR(api.mem_import_from_shareable_handle(
-      &handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
-      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+                                                  int local_device) {
+  CUdevice device;
+  CU_RETURN_IF_ERROR(api.device_get(&device, local_device));
+  CUcontext ctx = nullptr;
+  CU_RETURN_IF_ERROR(api.primary_ctx_retain(&ctx, device));
+  if (CUresult r = api.ctx_push_current(ctx); r != CUDA_SUCCESS) {
+    api.primary_ctx_release(device);
+    return absl::InternalError(
+        absl::StrCat("cuCtxPushCurrent on cuda:", local_device, ": ", CuErrorText(r)));
+  }
+  CUmemGenericAllocationHandle handle = 0;
   CUdeviceptr ptr = 0;
-  if (CUresult r = api.mem_address_reserve(&ptr, bytes, 0, 0, 0); r != CUDA_SUCCESS) {
-    api.mem_release(handle);
-    return absl::InternalError(absl::StrCat("cuMemAddressReserve: ", CuErrorText(r)));
+  bool reserved = false, mapped = false;
+  CUresult r = api.mem_import_from_shareable_handle(
+      &handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (r == CUDA_SUCCESS) {
+    r = api.mem_address_reserve(&ptr, bytes, 0, 0, 0);
+    reserved = r == CUDA_SUCCESS;
   }
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  CUresult r = api.mem_map(ptr, bytes, 0, handle, 0);
-  if (r == CUDA_SUCCESS) r = api.mem_set_access(ptr, bytes, &access, 1);
-  if (r != CUDA_SUCCESS) {
-    api.mem_unmap(ptr, bytes);
-    api.mem_address_free(ptr, bytes);
-    api.mem_release(handle);
-    return absl::InternalError(absl::StrCat("mapping a CUDA buffer: ", CuErrorText(r)));
+  if (r == CUDA_SUCCESS) {
+    r = api.mem_map(ptr, bytes, 0, handle, 0);
+    mapped = r == CUDA_SUCCESS;
   }
-  return std::make_unique<CuMemMapping>(&api, handle, ptr, bytes);
+  if (r == CUDA_SUCCESS) {
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = local_device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = api.mem_set_access(ptr, bytes, &access, 1);
+  }
+  CUcontext ignored;
+  api.ctx_pop_current(&ignored);
+  if (r == CUDA_SUCCESS)
+    return std::make_unique<CuMemMapping>(&api, device, ctx, handle, ptr, bytes);
+  if (mapped) api.mem_unmap(ptr, bytes);
+  if (reserved) api.mem_address_free(ptr, bytes);
+  if (handle != 0) api.mem_release(handle);
+  api.primary_ctx_release(device);
+  return absl::InternalError(
+      absl::StrCat("mapping a CUDA buffer on cuda:", local_device, ": ", CuErrorText(r)));
 }
 #endif
 
@@ -124,16 +156,44 @@ absl::StatusOr<std::unique_ptr<Mapping>> MapCudaBuffer(const v1::BufferHandle& h
 #ifdef COMMD_HAVE_CUDA
   ASSIGN_OR_RETURN(const CudaDriverApi* api, CudaDriver());
   if (fd.valid()) return MapCuMem(*api, fd.get(), handle.mapped_bytes(), local_device);
+  // A fabric handle is 64 bytes like a legacy IPC one; opening it as IPC would fail obscurely
+  // or worse. Daemons before opaque_handle_kind sent 64 bytes without an fd only for IPC.
   CUipcMemHandle ipc;
-  if (handle.opaque_handle().size() != sizeof(ipc)) {
-    return absl::InternalError(absl::StrCat("CUDA buffer of rank ", handle.rank(),
-                                            " came with neither an fd nor a legacy IPC handle"));
+  const bool legacy_ipc = handle.opaque_handle_kind() == v1::OPAQUE_HANDLE_LEGACY_IPC ||
+                          handle.opaque_handle_kind() == v1::OPAQUE_HANDLE_NONE;
+  if (!legacy_ipc || handle.opaque_handle().size() != sizeof(ipc)) {
+    return absl::InternalError(absl::StrCat(
+        "CUDA buffer of rank ", handle.rank(), " on ", handle.device(),
+        " came with neither an fd nor a legacy IPC handle (opaque handle: ",
+        v1::OpaqueHandleKind_Name(handle.opaque_handle_kind()), ", ", handle.opaque_handle().size(),
+        " bytes); this SDK imports POSIX fds and legacy IPC"));
   }
   std::memcpy(&ipc, handle.opaque_handle().data(), sizeof(ipc));
   return OpenIpc(*api, ipc, local_device);
 #else
   return absl::UnimplementedError(
       absl::StrCat("buffer on ", handle.device(), ": this SDK was built without CUDA"));
+#endif
+}
+
+absl::StatusOr<std::string> CudaDeviceUuid(int local_device) {
+#ifdef COMMD_HAVE_CUDA
+  if (local_device < 0) return "";  // host: no driver loaded for it
+  auto api = CudaDriver();
+  if (!api.ok()) return "";
+  CUdevice device;
+  CUuuid uuid;
+  CUresult r = (*api)->device_get(&device, local_device);
+  if (r == CUDA_SUCCESS) r = (*api)->device_get_uuid(&uuid, device);
+  if (r != CUDA_SUCCESS) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot name this process's device cuda:", local_device,
+                     " (cuDeviceGet + cuDeviceGetUuid: ", CuErrorText(r),
+                     "); CUDA_VISIBLE_DEVICES decides which GPUs a process sees"));
+  }
+  return CudaUuidText(uuid);
+#else
+  return "";
 #endif
 }
 

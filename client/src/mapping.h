@@ -3,6 +3,7 @@
 #define COMMD_CLIENT_SRC_MAPPING_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "commd/v1/memory.pb.h"
@@ -25,6 +26,13 @@ absl::StatusOr<std::unique_ptr<Mapping>> MapHostBuffer(const UniqueFd& fd, size_
 // through entry points, so the SDK loads on machines without a driver.
 absl::StatusOr<std::unique_ptr<Mapping>> MapCudaBuffer(const v1::BufferHandle& handle, UniqueFd fd,
                                                        int local_device);
+
+// The UUID of this process's CUDA device `local_device` ("GPU-...", cuDeviceGetUuid), which
+// the SDK sends with "cuda:N" so the daemon allocates on the same GPU whatever ordinal it has
+// there. Empty for host (-1) and when there is no CUDA here (no CUDA build, no driver): the
+// daemon then goes by the ordinal and says what it lacks. An error when the driver cannot name
+// the device (no such ordinal, a lost GPU): guessing by ordinal would place memory elsewhere.
+absl::StatusOr<std::string> CudaDeviceUuid(int local_device);
 
 }  // namespace commd
 

@@ -120,9 +120,18 @@ RecordId Recorder::Impl::BeginStarted(CollectiveOp op, std::span<const TensorDes
 }
 
 #ifdef COMMD_HAVE_CUDA
+// Stream writes into the block may still be queued: they are waited for in the context they
+// were registered in (made current here: the destroying thread may have none) before the
+// block is unregistered and later unmapped under them.
 Recorder::Impl::~Impl() {
   if (!registered_) return;
-  if (auto api = CudaDriver(); api.ok()) (*api)->mem_host_unregister(block);
+  auto api = CudaDriver();
+  if (!api.ok()) return;
+  const bool pushed = (*api)->ctx_push_current(static_cast<CUcontext>(context_)) == CUDA_SUCCESS;
+  if (pushed) (*api)->ctx_synchronize();
+  (*api)->mem_host_unregister(block);
+  CUcontext ignored;
+  if (pushed) (*api)->ctx_pop_current(&ignored);
 }
 
 absl::StatusOr<uint64_t> Recorder::Impl::DeviceAddress(void* cuda_stream, uint64_t offset) {
@@ -133,15 +142,32 @@ absl::StatusOr<uint64_t> Recorder::Impl::DeviceAddress(void* cuda_stream, uint64
       CUcontext ctx = nullptr;
       CU_RETURN_IF_ERROR(api->stream_get_ctx(static_cast<CUstream>(cuda_stream), &ctx));
       CU_RETURN_IF_ERROR(api->ctx_push_current(ctx));
+      // cuStreamWriteValue64 fails on devices that cannot use 64-bit stream memory
+      // operations; say so once, here, instead of at every write.
+      CUdevice device = 0;
+      int memops64 = 0;
+      CUresult r = api->ctx_get_device(&device);
+      if (r == CUDA_SUCCESS) {
+        r = api->device_get_attribute(&memops64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+                                      device);
+      }
+      if (r != CUDA_SUCCESS || !memops64) {
+        api->ctx_pop_current(&ctx);
+        CU_RETURN_IF_ERROR(r);
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the flight recorder's stream-ordered writes need 64-bit stream memory operations, "
+            "which cuda:",
+            device, " cannot use (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS is 0)"));
+      }
       // Only the first page: it holds the progress words, and pinning the whole ring would
       // lock up to ~54 MiB per group.
       const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-      CUresult r =
-          api->mem_host_register(block, std::min(page, block_bytes),
+      r = api->mem_host_register(block, std::min(page, block_bytes),
                                  CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
       CUdeviceptr base = 0;
       if (r == CUDA_SUCCESS) {
         registered_ = true;
+        context_ = ctx;
         r = api->mem_host_get_device_pointer(&base, block, 0);
       }
       api->ctx_pop_current(&ctx);

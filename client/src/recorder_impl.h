@@ -47,6 +47,7 @@ class Recorder::Impl {
   bool registered_ = false;
   absl::Status registration_;  // of the first attempt, kept
   uint64_t device_base_ = 0;   // CUdeviceptr of `block`
+  void* context_ = nullptr;    // CUcontext the block was registered in
 };
 
 }  // namespace commd

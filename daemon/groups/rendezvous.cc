@@ -93,12 +93,7 @@ absl::StatusOr<int> AddMember(const memory::AllocationTable& memory, Group& grou
     return absl::AlreadyExistsError(absl::StrCat("rank ", rank, " already joined group ",
                                                  group.name(), " (pid ", m.session->pid, ")"));
   }
-  ASSIGN_OR_RETURN(m.device,
-                   memory::ParseDevice(request.device().empty() ? "host" : request.device()));
-  if (!memory.Serves(m.device)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device ", m.device.ToString(), " is not available on this node; use 'host'"));
-  }
+  ASSIGN_OR_RETURN(m.device, memory.ResolveDevice(request.device(), request.device_uuid()));
   m.joined = true;
   m.session = std::move(session);
   m.global_rank = request.global_rank() < 0 ? rank : request.global_rank();

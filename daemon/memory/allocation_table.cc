@@ -60,6 +60,17 @@ AllocationTable::~AllocationTable() {
   for (auto& [id, a] : allocations_) BackendFor(a->block.device)->Release(std::move(a->block));
 }
 
+absl::StatusOr<Device> AllocationTable::ResolveDevice(absl::string_view device,
+                                                      absl::string_view uuid) const {
+  ASSIGN_OR_RETURN(Device d, ParseDevice(device.empty() ? "host" : device));
+  if (!Serves(d)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", d.ToString(), " is not available on this node; use 'host'"));
+  }
+  if (d.kind == Device::Kind::kHost || uuid.empty()) return d;
+  return BackendFor(d)->DeviceByUuid(uuid);
+}
+
 MemoryBackend* AllocationTable::BackendFor(const Device& device) const {
   return device.kind == Device::Kind::kCuda ? cuda_.get() : host_.get();
 }
@@ -217,6 +228,11 @@ absl::StatusOr<v1::BufferHandle> AllocationTable::Handle(const Allocation& alloc
   handle.set_device(allocation.block.device.ToString());
   handle.set_backend(allocation.backend);
   handle.set_opaque_handle(allocation.block.opaque_handle);
+  handle.set_opaque_handle_kind(
+      allocation.block.opaque_kind == MemoryBlock::OpaqueKind::kFabric ? v1::OPAQUE_HANDLE_FABRIC
+      : allocation.block.opaque_kind == MemoryBlock::OpaqueKind::kLegacyIpc
+          ? v1::OPAQUE_HANDLE_LEGACY_IPC
+          : v1::OPAQUE_HANDLE_NONE);
   // Legacy CUDA IPC handles are 64 plain bytes that travel in the answer; there is no fd.
   if (!allocation.block.fd.valid()) return handle;
   ASSIGN_OR_RETURN(std::string token, RandomToken());

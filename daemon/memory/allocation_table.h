@@ -82,6 +82,11 @@ class AllocationTable {
 
   // Whether this node has a backend for `device`.
   bool Serves(const Device& device) const { return BackendFor(device) != nullptr; }
+  // The device a request names: `device` ("host", "cuda:N"; empty: host), or for CUDA the
+  // device whose `uuid` the client sent when it did (its ordinal may differ here: per-process
+  // CUDA_VISIBLE_DEVICES). INVALID_ARGUMENT for a device this node does not serve,
+  // FAILED_PRECONDITION for a UUID the daemon does not see.
+  absl::StatusOr<Device> ResolveDevice(absl::string_view device, absl::string_view uuid) const;
 
   uint64_t job_bytes(uid_t uid, const std::string& job) const;
   // What `uid` holds, as limits.per_uid counts it.

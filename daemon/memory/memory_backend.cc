@@ -22,4 +22,9 @@ absl::StatusOr<Device> ParseDevice(absl::string_view text) {
       absl::StrCat("device '", text, "'; allowed 'host' or 'cuda:N' with N from 0 to 1023"));
 }
 
+absl::StatusOr<Device> MemoryBackend::DeviceByUuid(absl::string_view uuid) const {
+  return absl::FailedPreconditionError(
+      absl::StrCat("device ", uuid, " asked for, but the ", name(), " backend has no devices"));
+}
+
 }  // namespace commd::memory

@@ -45,6 +45,9 @@ struct MemoryBlock {
   uint64_t handle = 0;          // cuda: CUmemGenericAllocationHandle; 0 otherwise
   uint64_t device_pointer = 0;  // cuda legacy IPC: the cuMemAlloc'd pointer; 0 otherwise
   std::string opaque_handle;    // cuda: fabric or legacy IPC handle bytes; empty for host
+  // What opaque_handle is: both kinds are 64 bytes, so the client is told, never left to guess.
+  enum class OpaqueKind { kNone, kLegacyIpc, kFabric };
+  OpaqueKind opaque_kind = OpaqueKind::kNone;
 };
 
 // What a client needs to map a block: a file descriptor to pass over the fd channel and,
@@ -66,6 +69,11 @@ class MemoryBackend {
                                                absl::string_view label) = 0;
   virtual absl::StatusOr<ExportedMemory> Export(const MemoryBlock& block) = 0;
   virtual void Release(MemoryBlock block) = 0;
+  // The device whose UUID is `uuid` ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as
+  // nvidia-smi prints it) in this process's enumeration: a client's "cuda:0" under its own
+  // CUDA_VISIBLE_DEVICES may be another ordinal here. FAILED_PRECONDITION naming the UUID
+  // (and the UUIDs this backend sees) when it has no such device.
+  virtual absl::StatusOr<Device> DeviceByUuid(absl::string_view uuid) const;
 };
 
 // memfd-backed host memory: works on any Linux; the memfd is sealed against resizing so a

@@ -25,8 +25,7 @@ absl::StatusOr<v1::PersistentBuffer> PersistentBuffers::Describe(const std::stri
 absl::StatusOr<v1::PersistentBuffer> PersistentBuffers::Create(
     const server::Session& session, const v1::AllocatePersistentRequest& request) {
   RETURN_IF_ERROR(ValidateName("buffer name", request.name()));
-  ASSIGN_OR_RETURN(Device device,
-                   ParseDevice(request.device().empty() ? "host" : request.device()));
+  ASSIGN_OR_RETURN(Device device, table_->ResolveDevice(request.device(), request.device_uuid()));
   const absl::Duration max_ttl = absl::Milliseconds(config_.max_persistent_ttl_ms());
   if (request.ttl_ms() < 0 || absl::Milliseconds(request.ttl_ms()) > max_ttl) {
     return absl::InvalidArgumentError(absl::StrCat(

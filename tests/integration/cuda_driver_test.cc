@@ -18,20 +18,23 @@ using ::testing::StartsWith;
 class CudaDriverTest : public ::testing::Test {
  protected:
   // The daemon's cuda_status with `env` added to its environment.
-  std::string CudaStatus(const std::vector<std::string>& env) {
+  std::string CudaStatus(const std::vector<std::string>& env) { return Status(env).cuda_status(); }
+
+  // The daemon's GetStatus with `env` added to its environment.
+  v1::NodeStatus Status(const std::vector<std::string>& env) {
     DaemonProcess::Options options;
     options.extra_env = env;
     auto daemon = DaemonProcess::Start(tmp_.Join("run"), options);
     EXPECT_TRUE(daemon.ok()) << daemon.status();
-    if (!daemon.ok()) return "";
+    if (!daemon.ok()) return {};
     ClientOptions client_options;
     client_options.runtime_dir = (*daemon)->runtime_dir();
     auto client = Client::Connect(client_options);
     EXPECT_TRUE(client.ok()) << client.status();
-    if (!client.ok()) return "";
+    if (!client.ok()) return {};
     auto status = (*client)->GetStatus();
     EXPECT_TRUE(status.ok()) << status.status();
-    return status.ok() ? status->cuda_status() : "";
+    return status.ok() ? *status : v1::NodeStatus();
   }
 
   // A daemon built without CUDA loads no driver (the tests skip then).
@@ -52,12 +55,16 @@ TEST_F(CudaDriverTest, NoDriverOnThisMachineSaysSo) {
 }
 
 TEST_F(CudaDriverTest, DriverBelowTheFloorIsNamedNotMissing) {
-  const std::string status =
-      CudaStatus({std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA,
-                  "COMMD_FAKE_CUDA_DRIVER_VERSION=11080"});
-  if (BuiltWithoutCuda(status)) GTEST_SKIP() << status;
-  EXPECT_THAT(status, StartsWith(std::string("CUDA driver 11.8 (R520) in ") + COMMD_FAKE_LIBCUDA +
-                                 " is below commd's floor 12.0 (R525): "));
+  const v1::NodeStatus status =
+      Status({std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA,
+              "COMMD_FAKE_CUDA_DRIVER_VERSION=11080"});
+  if (BuiltWithoutCuda(status.cuda_status())) GTEST_SKIP() << status.cuda_status();
+  EXPECT_THAT(status.cuda_status(),
+              StartsWith(std::string("CUDA driver 11.8 (R520) in ") + COMMD_FAKE_LIBCUDA +
+                         " is below commd's floor 12.0 (R525): "));
+  EXPECT_TRUE(status.cuda_driver_below_floor());
+  EXPECT_EQ(status.cuda_driver_floor(), 12000);
+  EXPECT_EQ(status.cuda_driver_version(), 0);  // none loaded
 }
 
 // R535 (CUDA 12.2): what a daemon with a statically linked CUDA 13 runtime called "no CUDA
@@ -69,6 +76,17 @@ TEST_F(CudaDriverTest, DriverAtR535Loads) {
   if (BuiltWithoutCuda(status)) GTEST_SKIP() << status;
   EXPECT_EQ(status, std::string("CUDA driver 12.2 (R535) in ") + COMMD_FAKE_LIBCUDA +
                         " but no CUDA device");
+}
+
+TEST_F(CudaDriverTest, DriverAboveTheFloorReportsItsVersion) {
+  const v1::NodeStatus status =
+      Status({std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA,
+              "COMMD_FAKE_CUDA_DRIVER_VERSION=12080", "COMMD_FAKE_CUDA_DEVICES=2"});
+  if (BuiltWithoutCuda(status.cuda_status())) GTEST_SKIP() << status.cuda_status();
+  EXPECT_EQ(status.cuda_status(),
+            std::string("2 device(s), CUDA driver 12.8 (R570) in ") + COMMD_FAKE_LIBCUDA);
+  EXPECT_EQ(status.cuda_driver_version(), 12080);
+  EXPECT_FALSE(status.cuda_driver_below_floor());
 }
 
 }  // namespace

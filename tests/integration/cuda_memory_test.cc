@@ -1,0 +1,237 @@
+// The daemon's CUDA memory backend and the SDK's CUDA mapping end to end, on the fake driver
+// (tests/fixtures/fake_libcuda, loaded by daemon and ranks through COMMD_CUDA_DRIVER_LIBRARY):
+// the real daemon, real cuda_rank processes. The fake node has 4 GPUs; each rank sees one of
+// them as its cuda:0 through its own CUDA_VISIBLE_DEVICES, as under SLURM or Kubernetes.
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "commd/commd.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/daemon_process.h"
+#include "tests/integration/fake_device_memory.h"
+
+namespace commd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kConfig[] = "session { release_grace_ms: 200 }\n";
+constexpr size_t kBytes = 12345;  // one 2 MiB granule per rank with the pad
+
+// The fake's UUID of physical GPU `i`, as nvidia-smi prints UUIDs.
+std::string FakeUuid(int i) {
+  return absl::StrCat("GPU-66616b65-2d67-7075-0000-0000000000", i < 16 ? "0" : "", absl::Hex(i));
+}
+
+class CudaMemoryTest : public ::testing::Test {
+ protected:
+  // Starts the daemon on the fake driver with 4 GPUs and `env` added; false (and the test
+  // skips) in builds without CUDA.
+  bool StartDaemon(std::vector<std::string> env) {
+    env.push_back(std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA);
+    env.push_back("COMMD_FAKE_CUDA_DEVICES=4");
+    std::ofstream(tmp_.Join("commd.textproto")) << kConfig;
+    DaemonProcess::Options options;
+    options.extra_env = env;
+    options.extra_args = {"--config", tmp_.Join("commd.textproto")};
+    auto daemon = DaemonProcess::Start(tmp_.Join("run"), options);
+    EXPECT_TRUE(daemon.ok()) << daemon.status();
+    if (!daemon.ok()) return false;
+    daemon_ = std::move(*daemon);
+    auto client = Connect();
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return false;
+    client_ = std::move(*client);
+    auto status = client_->GetStatus();
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.ok() && status->cuda_status().rfind("built without CUDA", 0) != 0;
+  }
+
+  absl::StatusOr<std::unique_ptr<Client>> Connect() {
+    ClientOptions options;
+    options.runtime_dir = daemon_->runtime_dir();
+    options.job_id = "job";
+    return Client::Connect(options);
+  }
+
+  // A cuda_rank whose CUDA_VISIBLE_DEVICES is `visible`, with `env` added; it exits once
+  // Go(rank) exists.
+  std::unique_ptr<ChildProcess> Rank(const std::string& group, int rank, int world,
+                                     const std::string& visible,
+                                     std::vector<std::string> env = {}) {
+    env.push_back("COMMD_RUNTIME_DIR=" + daemon_->runtime_dir());
+    env.push_back("COMMD_JOB_ID=job");
+    env.push_back(std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA);
+    env.push_back("COMMD_FAKE_CUDA_DEVICES=4");
+    env.push_back("CUDA_VISIBLE_DEVICES=" + visible);
+    auto child = ChildProcess::Start({CUDA_RANK, group, std::to_string(rank), std::to_string(world),
+                                      std::to_string(kBytes), Go(rank)},
+                                     env);
+    EXPECT_TRUE(child.ok()) << child.status();
+    return child.ok() ? std::move(*child) : nullptr;
+  }
+
+  // The daemon's ordinals of `group`'s members, by rank.
+  std::vector<std::string> MemberDevices(const std::string& group) {
+    std::vector<std::string> out;
+    auto groups = client_->ListGroups();
+    EXPECT_TRUE(groups.ok()) << groups.status();
+    if (!groups.ok()) return out;
+    for (const auto& g : groups->groups()) {
+      if (g.name() != group) continue;
+      for (const auto& m : g.members()) out.push_back(m.device());
+    }
+    return out;
+  }
+
+  std::string Go(int rank) const { return tmp_.Join(absl::StrCat("go", rank)); }
+
+  // Runs two ranks, on physical GPUs 2 and 1 (each its own cuda:0), through cuda_rank's
+  // allocate / check zero / exchange / dirty / release / allocate again, and checks where
+  // the daemon placed them. Then rank 0 leaves while rank 1 still maps its buffer, a job of
+  // one rank runs through the same steps on rank 0's GPU (a memory that was freed under rank
+  // 1 would be handed to it, zeroed and dirtied), and rank 1 checks rank 0's pattern before
+  // it leaves; the daemon must then free everything.
+  void RunRound(const std::string& group, const std::vector<std::string>& rank_env) {
+    for (int r : {0, 1}) std::filesystem::remove(Go(r));
+    auto r0 = Rank(group, 0, 2, "2", rank_env);
+    auto r1 = Rank(group, 1, 2, "1,3", rank_env);
+    ASSERT_TRUE(r0 && r1);
+    ASSERT_TRUE(r0->WaitForLog("OK", absl::Seconds(60))) << r0->Log();
+    ASSERT_TRUE(r1->WaitForLog("OK", absl::Seconds(60))) << r1->Log();
+    // Both said cuda:0; the daemon placed each on the GPU with its UUID.
+    EXPECT_THAT(MemberDevices(group), ::testing::ElementsAre("cuda:2", "cuda:1"));
+    EXPECT_GT(
+        MetricValue(*daemon_, R"(commd_memory_allocated_bytes{backend="cuda",device="cuda:2"})"),
+        0);
+    EXPECT_GT(
+        MetricValue(*daemon_, R"(commd_memory_allocated_bytes{backend="cuda",device="cuda:1"})"),
+        0);
+    ExpectExit(*r0, 0);
+    // The daemon frees rank 0's share once its session is gone (after the release grace);
+    // rank 1's mapping keeps the memory itself alive.
+    const std::string gpu2 = R"(commd_memory_allocated_bytes{backend="cuda",device="cuda:2"})";
+    for (int i = 0; i < 500 && MetricValue(*daemon_, gpu2) != 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ExpectExit(*Rank(group + "-after", 0, 1, "2", rank_env), 0);  // Go(0) exists: runs through
+    ExpectExit(*r1, 1);
+    ExpectCudaMemoryFreed();
+  }
+
+  // Lets rank `rank` go and expects it to exit 0.
+  void ExpectExit(ChildProcess& process, int rank) {
+    std::ofstream(Go(rank)) << "go";
+    auto result = process.Wait(absl::Seconds(30));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->exit_code, 0) << result->output;
+  }
+
+  // The daemon gave every allocation back and maps no device memory (it maps each only to
+  // zero it).
+  void ExpectCudaMemoryFreed() {
+    const std::string bytes = R"(commd_memory_allocated_bytes{backend="cuda"})";
+    for (int i = 0; i < 500 && MetricValue(*daemon_, bytes) != 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_EQ(MetricValue(*daemon_, bytes), 0);
+    EXPECT_EQ(FakeDeviceMemoryOf(daemon_->pid()).mappings, 0);
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<Client> client_;
+};
+
+// An NVSwitch node without IMEX: fabric handles are advertised but refused; the daemon falls
+// back to POSIX fds once per device, says so, and the job runs. Freed memory comes back to
+// the daemon unzeroed from the driver (the fake recycles it, as a GPU does) and reads zero;
+// a second round leaks no fd or mapping.
+TEST_F(CudaMemoryTest, FabricRefusedFallsBackZeroesRecycledMemoryAndLeaksNothing) {
+  if (!StartDaemon({"COMMD_FAKE_CUDA_FABRIC=no-imex"})) GTEST_SKIP() << "built without CUDA";
+  ASSERT_NO_FATAL_FAILURE(RunRound("g", {"COMMD_FAKE_CUDA_FABRIC=no-imex"}));
+  for (int d : {1, 2}) {
+    EXPECT_THAT(daemon_->Log(),
+                HasSubstr(absl::StrCat("cuda:", d,
+                                       " supports fabric handles but cuMemCreate with one failed "
+                                       "(CUDA_ERROR_NOT_PERMITTED")));
+  }
+  // The driver keeps freed memory for reuse: one granule per GPU, or two on GPU 2 when rank
+  // 0's last buffer was freed after rank 1 let go of it (the release grace decides).
+  const FakeDeviceMemory pooled = FakeDeviceMemoryOf(daemon_->pid());
+  EXPECT_GE(pooled.fds, 2);
+  EXPECT_LE(pooled.fds, 3);
+  const int fds = daemon_->CountOpenFds();
+  ASSERT_NO_FATAL_FAILURE(RunRound("g2", {"COMMD_FAKE_CUDA_FABRIC=no-imex"}));
+  // Recycled (and read zero), not made anew: at most the one-rank job's granule is new.
+  EXPECT_LE(FakeDeviceMemoryOf(daemon_->pid()).fds, 3);
+  EXPECT_LE(daemon_->CountOpenFds(), fds + 2);  // 6 allocations, 10 imports: a leak shows
+}
+
+// Fabric handles work: the buffer still travels as a POSIX fd, and the fabric handle that
+// comes along is labelled, never taken for a legacy IPC handle.
+TEST_F(CudaMemoryTest, WithFabricHandlesRanksStillMapPosixFds) {
+  if (!StartDaemon({"COMMD_FAKE_CUDA_FABRIC=1"})) GTEST_SKIP() << "built without CUDA";
+  ASSERT_NO_FATAL_FAILURE(RunRound("g", {"COMMD_FAKE_CUDA_FABRIC=1"}));
+  EXPECT_THAT(daemon_->Log(), ::testing::Not(HasSubstr("supports fabric handles but")));
+}
+
+// Devices without virtual memory management: cuMemAlloc + legacy IPC handles, zeroed too.
+TEST_F(CudaMemoryTest, LegacyIpcBuffersAreZeroedAndPlacedByUuid) {
+  if (!StartDaemon({"COMMD_FAKE_CUDA_VMM=0"})) GTEST_SKIP() << "built without CUDA";
+  ASSERT_NO_FATAL_FAILURE(RunRound("g", {"COMMD_FAKE_CUDA_VMM=0"}));
+}
+
+// A rank on a GPU the daemon does not see (the daemon started under a CUDA_VISIBLE_DEVICES
+// that hides it) is refused by name, not given another GPU's memory.
+TEST_F(CudaMemoryTest, GpuTheDaemonDoesNotSeeIsNamed) {
+  if (!StartDaemon({"CUDA_VISIBLE_DEVICES=0,1"})) GTEST_SKIP() << "built without CUDA";
+  auto rank = Rank("g", 0, 1, "3");
+  ASSERT_TRUE(rank);
+  auto result = rank->Wait(absl::Seconds(30));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 1);
+  EXPECT_THAT(result->output, HasSubstr(absl::StrCat("FAILED_PRECONDITION: device ", FakeUuid(3),
+                                                     " is not one of the CUDA devices commd sees (",
+                                                     FakeUuid(0), ", ", FakeUuid(1), ")")));
+}
+
+// A lost GPU: the daemon cannot read its UUID and says which and why.
+TEST_F(CudaMemoryTest, LostGpuIsNamed) {
+  std::ofstream(tmp_.Join("lost")) << "1";
+  if (!StartDaemon({"COMMD_FAKE_CUDA_LOST_DEVICE_FILE=" + tmp_.Join("lost")})) {
+    GTEST_SKIP() << "built without CUDA";
+  }
+  auto rank = Rank("g", 0, 1, "1");
+  ASSERT_TRUE(rank);
+  auto result = rank->Wait(absl::Seconds(30));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 1);
+  EXPECT_THAT(result->output, HasSubstr(absl::StrCat("device ", FakeUuid(1), " is not one of")));
+  EXPECT_THAT(result->output, HasSubstr("cuda:1 unreadable: CUDA_ERROR_DEVICE_UNAVAILABLE"));
+}
+
+// A GPU out of memory: RESOURCE_EXHAUSTED to every rank, and the rank that did get memory
+// gives it back.
+TEST_F(CudaMemoryTest, OutOfDeviceMemoryIsResourceExhaustedAndLeaksNothing) {
+  if (!StartDaemon({"COMMD_FAKE_CUDA_MEMORY_BYTES=2097152"})) GTEST_SKIP() << "built without CUDA";
+  auto r0 = Rank("g", 0, 2, "0");
+  auto r1 = Rank("g", 1, 2, "0");
+  ASSERT_TRUE(r0 && r1);
+  for (auto* r : {r0.get(), r1.get()}) {
+    auto result = r->Wait(absl::Seconds(30));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->exit_code, 1);
+    EXPECT_THAT(result->output, HasSubstr("RESOURCE_EXHAUSTED"));
+    EXPECT_THAT(result->output, HasSubstr("CUDA_ERROR_OUT_OF_MEMORY"));
+  }
+  ExpectCudaMemoryFreed();
+}
+
+}  // namespace
+}  // namespace commd::testing
