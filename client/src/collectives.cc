@@ -396,4 +396,25 @@ absl::Status Group::ReduceScatter(SymmetricBuffer& in, SymmetricBuffer& out, siz
               .options = &options});
 }
 
+absl::Status Group::Broadcast(SymmetricBuffer& buf, size_t count, DataType dtype, int root,
+                              const CollectiveOptions& options) {
+  return Run({.kind = CollectiveOp::kBroadcast,
+              .in = &buf,
+              .out = &buf,
+              .count = count,
+              .dtype = dtype,
+              .root = root,
+              .options = &options});
+}
+
+absl::Status Group::AllToAll(SymmetricBuffer& in, SymmetricBuffer& out, size_t count,
+                             DataType dtype, const CollectiveOptions& options) {
+  return Run({.kind = CollectiveOp::kAllToAll,
+              .in = &in,
+              .out = &out,
+              .count = count,
+              .dtype = dtype,
+              .options = &options});
+}
+
 }  // namespace commd

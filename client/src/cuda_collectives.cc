@@ -207,6 +207,10 @@ absl::Status Launch(const kernels::CudaCommView& v, const CheckedCall& c, kernel
     case CollectiveOp::kReduceScatter:
       return kernels::LaunchReduceScatter(v, in, call.out->data(), call.count, dtype, op, nan,
                                           stream);
+    case CollectiveOp::kBroadcast:
+      return kernels::LaunchBroadcast(v, in, call.count, dtype, call.root, nan, stream);
+    case CollectiveOp::kAllToAll:
+      return kernels::LaunchAllToAll(v, in, call.out->data(), call.count, dtype, nan, stream);
     default:
       return absl::UnimplementedError(absl::StrCat(
           RecordOpTorchName(static_cast<uint32_t>(call.kind)), " has no CUDA kernel in this SDK"));

@@ -57,6 +57,10 @@ class HostBackend : public CollectiveBackend {
         return kernels::AllGather(v, in, call.out->data(), call.count, dtype, nan, r);
       case CollectiveOp::kReduceScatter:
         return kernels::ReduceScatter(v, in, call.out->data(), call.count, dtype, op, nan, r);
+      case CollectiveOp::kBroadcast:
+        return kernels::Broadcast(v, in, call.count, dtype, call.root, nan, r);
+      case CollectiveOp::kAllToAll:
+        return kernels::AllToAll(v, in, call.out->data(), call.count, dtype, nan, r);
       default:
         return absl::UnimplementedError(
             absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)),

@@ -217,6 +217,43 @@ py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::o
   return py::cast(c.finding);
 }
 
+py::object Broadcast(const GroupObject& g, const py::object& buf, int root,
+                     const py::object& count, const py::object& dtype, const py::object& timeout,
+                     const py::object& nan_check, uint32_t period) {
+  const Operand b = ToOperand(buf, "buf");
+  NeedOffsetZero(b, "broadcast", "buf");
+  const ElementType& type = CallType(dtype, {&b});
+  const size_t n = count.is_none() ? Fit(b, type, 1) : count.cast<size_t>();
+  CheckFits(b, n, 1, "buf");
+  CallOptions c;
+  ParseCallOptions(c, timeout, nan_check, period);
+  Check(Blocking(g, "broadcast", [&](Group& group) {
+    return group.Broadcast(*b.buffer, n, *type.commd, root, c.options);
+  }));
+  return py::cast(c.finding);
+}
+
+// Equal splits: input and output each hold world_size * count elements.
+py::object AllToAll(const GroupObject& g, const py::object& in, const py::object& out,
+                    const py::object& count, const py::object& dtype, const py::object& timeout,
+                    const py::object& nan_check, uint32_t period) {
+  const Operand i = ToOperand(in, "input"), o = ToOperand(out, "output");
+  NeedOffsetZero(i, "all_to_all", "input");
+  NeedOffsetZero(o, "all_to_all", "output");
+  const ElementType& type = CallType(dtype, {&i, &o});
+  const size_t world = g.get().world_size();
+  const size_t n =
+      count.is_none() ? std::min(Fit(i, type, world), Fit(o, type, world)) : count.cast<size_t>();
+  CheckFits(i, n, world, "input");
+  CheckFits(o, n, world, "output");
+  CallOptions c;
+  ParseCallOptions(c, timeout, nan_check, period);
+  Check(Blocking(g, "all_to_all", [&](Group& group) {
+    return group.AllToAll(*i.buffer, *o.buffer, n, *type.commd, c.options);
+  }));
+  return py::cast(c.finding);
+}
+
 py::object AllReduceCoalesced(const GroupObject& g, const py::sequence& tensors,
                               const py::object& op, const py::object& timeout,
                               const py::object& nan_check, uint32_t period) {
@@ -429,6 +466,14 @@ void BindGroup(py::module_& m) {
       doc("reduce_scatter(input, output, count=None, dtype=None, op='sum', *, ...) -> "
           "NanFinding\n\nReduces world_size * count elements of `input` and writes this rank's "
           "chunk of `count` to `output`. Views must start at offset 0.");
+  static const std::string broadcast_doc =
+      doc("broadcast(buf, root, count=None, dtype=None, *, ...) -> NanFinding\n\nCopies rank "
+          "`root`'s first `count` elements of `buf` into every rank's `buf` (the NaN check "
+          "looks at root's data). Views must start at offset 0.");
+  static const std::string all_to_all_doc =
+      doc("all_to_all(input, output, count=None, dtype=None, *, ...) -> NanFinding\n\nEqual "
+          "splits: chunk p (`count` elements) of this rank's `output` is chunk `rank` of rank "
+          "p's `input`; both hold world_size * count elements. Views must start at offset 0.");
   static const std::string coalesced_doc =
       doc("all_reduce_coalesced(tensors, op='sum', *, ...) -> NanFinding\n\nReduces many "
           "TensorViews of one symmetric buffer in place as one collective (one flight-recorder "
@@ -505,8 +550,14 @@ void BindGroup(py::module_& m) {
       .def("all_reduce_coalesced", &AllReduceCoalesced, py::arg("tensors"), py::arg("op") = "sum",
            py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
            py::arg("nan_sample_period") = 100, coalesced_doc.c_str())
-      // broadcast(buf, root, ...) and all_to_all(input, output, ...): bound here once
-      // Group::Broadcast and Group::AllToAll (issue 15 item 1) are merged into the SDK.
+      .def("broadcast", &Broadcast, py::arg("buf"), py::arg("root"),
+           py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
+           py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
+           py::arg("nan_sample_period") = 100, broadcast_doc.c_str())
+      .def("all_to_all", &AllToAll, py::arg("input"), py::arg("output"),
+           py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
+           py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
+           py::arg("nan_sample_period") = 100, all_to_all_doc.c_str())
       .def(
           "close",
           [](GroupObject& g) {

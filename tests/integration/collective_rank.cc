@@ -224,10 +224,49 @@ void ReduceScatterOne(Run& run, size_t n, DataType t, ReduceOp op) {
   ExpectReduced(run, Describe("reduce-scatter", t, op, n), run.out.data(), tag, rank * n, n, t, op);
 }
 
+// Root's inputs of `tag` reach every rank's buffer (in place; the others' poisoned first).
+void BroadcastOne(Run& run, size_t n, DataType t, int root) {
+  const uint64_t tag = ++run.tag;
+  Poison(run.in.data(), run.in.size());
+  if (run.args.rank == root) {
+    for (size_t i = 0; i < n; ++i) Store(run.in.data(), i, t, Input(run, root, tag, i, t));
+  }
+  run.Check("broadcast", run.g.Broadcast(run.in, n, t, root));
+  for (size_t i = 0; i < n; ++i) {
+    double want = Input(run, root, tag, i, t);
+    if (t == DataType::kFloat32) want = static_cast<float>(want);
+    if (Load(run.in.data(), i, t) != want) {
+      return run.Fail("broadcast type " + std::to_string(int(t)) + " root " +
+                      std::to_string(root) + " n " + std::to_string(n) + " [" +
+                      std::to_string(i) + "]");
+    }
+  }
+}
+
+// Chunk p of this rank's output is chunk `rank` of rank p's input (each rank's input of
+// world x n elements is its inputs of `tag`).
+void AllToAllOne(Run& run, size_t n, DataType t) {
+  const uint64_t tag = ++run.tag;
+  const int rank = run.args.rank, world = run.args.world;
+  Poison(run.out.data(), run.out.size());
+  for (size_t i = 0; i < n * world; ++i) Store(run.in.data(), i, t, Input(run, rank, tag, i, t));
+  run.Check("all-to-all", run.g.AllToAll(run.in, run.out, n, t));
+  for (int p = 0; p < world; ++p) {
+    for (size_t i = 0; i < n; ++i) {
+      double want = Input(run, p, tag, rank * n + i, t);
+      if (t == DataType::kFloat32) want = static_cast<float>(want);
+      if (Load(run.out.data(), p * n + i, t) != want) {
+        return run.Fail("all-to-all type " + std::to_string(int(t)) + " n " + std::to_string(n) +
+                        " from rank " + std::to_string(p) + " [" + std::to_string(i) + "]");
+      }
+    }
+  }
+}
+
 // ---- The modes: each a function of the rank's Run, named by a row of kModes. ----
 
 // Every collective x type x op at 1 element, odd, not divisible by the world size, 4 KiB of
-// fp32; then a barrier and a coalesced all-reduce of three tensors of different types.
+// fp32 (broadcast from the first and the last rank); then a barrier and a coalesced all-reduce of three tensors of different types.
 void Matrix(Run& run) {
   const DataType types[] = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
                             DataType::kInt32, DataType::kInt64};
@@ -239,6 +278,8 @@ void Matrix(Run& run) {
         ReduceScatterOne(run, n, t, op);
       }
       AllGatherOne(run, n, t);
+      AllToAllOne(run, n, t);
+      for (int root : {0, run.args.world - 1}) BroadcastOne(run, n, t, root);
     }
   }
   run.Check("barrier", run.g.Barrier());
@@ -329,6 +370,18 @@ void Invalid(Run& run) {
   ExpectInvalid(
       run, "out too small",
       g.AllGather(run.in, run.out, run.out.size() / 4 / run.args.world + 1, DataType::kInt32),
+      "at most");
+  ExpectInvalid(run, "broadcast root", g.Broadcast(run.in, 1, DataType::kInt32, run.args.world),
+                ("root " + std::to_string(run.args.world) + " is out of range [0, " +
+                 std::to_string(run.args.world - 1) + "]")
+                    .c_str());
+  ExpectInvalid(run, "broadcast negative root", g.Broadcast(run.in, 1, DataType::kInt32, -1),
+                "is out of range");
+  ExpectInvalid(run, "all-to-all same buffer", g.AllToAll(run.in, run.in, 1, DataType::kInt32),
+                "same buffer");
+  ExpectInvalid(
+      run, "all-to-all input too small",
+      g.AllToAll(run.in, run.out, run.in.size() / 4 / run.args.world + 1, DataType::kInt32),
       "at most");
   commd::CollectiveOptions o;
   o.nan_check = commd::CollectiveOptions::NanCheck::kSampled;

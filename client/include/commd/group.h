@@ -140,6 +140,9 @@ class COMMD_API Group {
   // AllReduce works in place on `buf`'s first count elements; AllGather reads `in`'s first
   // count elements and writes world_size * count to `out` (rank-major); ReduceScatter reads
   // world_size * count from `in` and writes this rank's reduced chunk of count to `out`.
+  // Broadcast copies root's first count elements of `buf` into every rank's `buf` (in place;
+  // root in [0, world_size)); AllToAll (equal splits, MPI_Alltoall) reads world_size * count
+  // from `in` and writes to `out` chunk p (count elements) = chunk `rank` of rank p's `in`.
   // INVALID_ARGUMENT (nothing touched) for a size beyond a buffer, a buffer of another
   // group, or `in` == `out`; INVALID_ARGUMENT on every rank, naming the ranks and their
   // calls, when ranks call with different counts, types, ops or collectives (the entry stays
@@ -176,6 +179,10 @@ class COMMD_API Group {
                          const CollectiveOptions& options = {});
   absl::Status ReduceScatter(SymmetricBuffer& in, SymmetricBuffer& out, size_t count,
                              DataType dtype, ReduceOp op, const CollectiveOptions& options = {});
+  absl::Status Broadcast(SymmetricBuffer& buf, size_t count, DataType dtype, int root,
+                         const CollectiveOptions& options = {});
+  absl::Status AllToAll(SymmetricBuffer& in, SymmetricBuffer& out, size_t count, DataType dtype,
+                        const CollectiveOptions& options = {});
   // Many tensors of `buf` reduced in place as one collective (one barrier pair, one entry).
   absl::Status AllReduceCoalesced(SymmetricBuffer& buf, const std::vector<CoalescedTensor>& tensors,
                                   ReduceOp op, const CollectiveOptions& options = {});
