@@ -81,8 +81,8 @@ absl::Status CheckPointer(CollectiveOp kind, size_t index, const TensorArgs& t, 
 }
 
 // Checks one tensor and fills everything but its offset.
-absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveOp kind,
-                                         size_t index, const TensorArgs& t) {
+absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveOp kind, size_t index,
+                                         const TensorArgs& t) {
   if (!IsValid(t.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), " tensor ", index,
                                                    ": data type ", static_cast<int>(t.dtype),
@@ -110,8 +110,7 @@ absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveOp 
   // Their output may be the in-place input itself: all-reduce overwrites it only after every
   // peer has read it (one-shot keeps its results aside until then), and a broadcast writes only
   // the buffers of ranks other than the root, which no peer reads.
-  const bool may_be_input =
-      kind == CollectiveOp::kAllReduce || kind == CollectiveOp::kBroadcast;
+  const bool may_be_input = kind == CollectiveOp::kAllReduce || kind == CollectiveOp::kBroadcast;
   const bool out_is_input = in_place && may_be_input && t.output == t.input;
   if (!out_is_input) {
     if (const int p = OverlappedRegion(view, out); p >= 0) {

@@ -217,8 +217,8 @@ py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::o
   return py::cast(c.finding);
 }
 
-py::object Broadcast(const GroupObject& g, const py::object& buf, int root,
-                     const py::object& count, const py::object& dtype, const py::object& timeout,
+py::object Broadcast(const GroupObject& g, const py::object& buf, int root, const py::object& count,
+                     const py::object& dtype, const py::object& timeout,
                      const py::object& nan_check, uint32_t period) {
   const Operand b = ToOperand(buf, "buf");
   NeedOffsetZero(b, "broadcast", "buf");
@@ -550,10 +550,10 @@ void BindGroup(py::module_& m) {
       .def("all_reduce_coalesced", &AllReduceCoalesced, py::arg("tensors"), py::arg("op") = "sum",
            py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
            py::arg("nan_sample_period") = 100, coalesced_doc.c_str())
-      .def("broadcast", &Broadcast, py::arg("buf"), py::arg("root"),
-           py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
-           py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, broadcast_doc.c_str())
+      .def("broadcast", &Broadcast, py::arg("buf"), py::arg("root"), py::arg("count") = py::none(),
+           py::arg("dtype") = py::none(), py::kw_only(), py::arg("timeout") = py::none(),
+           py::arg("nan_check") = py::none(), py::arg("nan_sample_period") = 100,
+           broadcast_doc.c_str())
       .def("all_to_all", &AllToAll, py::arg("input"), py::arg("output"),
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),

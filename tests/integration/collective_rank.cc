@@ -236,9 +236,8 @@ void BroadcastOne(Run& run, size_t n, DataType t, int root) {
     double want = Input(run, root, tag, i, t);
     if (t == DataType::kFloat32) want = static_cast<float>(want);
     if (Load(run.in.data(), i, t) != want) {
-      return run.Fail("broadcast type " + std::to_string(int(t)) + " root " +
-                      std::to_string(root) + " n " + std::to_string(n) + " [" +
-                      std::to_string(i) + "]");
+      return run.Fail("broadcast type " + std::to_string(int(t)) + " root " + std::to_string(root) +
+                      " n " + std::to_string(n) + " [" + std::to_string(i) + "]");
     }
   }
 }
@@ -266,7 +265,8 @@ void AllToAllOne(Run& run, size_t n, DataType t) {
 // ---- The modes: each a function of the rank's Run, named by a row of kModes. ----
 
 // Every collective x type x op at 1 element, odd, not divisible by the world size, 4 KiB of
-// fp32 (broadcast from the first and the last rank); then a barrier and a coalesced all-reduce of three tensors of different types.
+// fp32 (broadcast from the first and the last rank); then a barrier and a coalesced all-reduce of
+// three tensors of different types.
 void Matrix(Run& run) {
   const DataType types[] = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
                             DataType::kInt32, DataType::kInt64};
