@@ -34,6 +34,10 @@ class SdkPath : public CollectivePath {
         return group_.AllGather(*b_.in, *b_.out, s.per_rank, dtype, call_);
       case CollectiveOp::kReduceScatter:
         return group_.ReduceScatter(*b_.in, *b_.out, s.per_rank, dtype, op, call_);
+      case CollectiveOp::kBroadcast:
+        return group_.Broadcast(*b_.in, s.per_rank, dtype, 0, call_);
+      case CollectiveOp::kAllToAll:
+        return group_.AllToAll(*b_.in, *b_.out, s.per_rank, dtype, call_);
       case CollectiveOp::kBarrier:
         return group_.Barrier();
       case CollectiveOp::kAllReduceCoalesced:
@@ -97,6 +101,10 @@ class KernelPath : public CollectivePath {
       case CollectiveOp::kReduceScatter:
         return kernels::ReduceScatter(view_, in, b_.out->data(), s.per_rank, o_.dtype, o_.redop,
                                       kOff, nullptr);
+      case CollectiveOp::kBroadcast:
+        return kernels::Broadcast(view_, in, s.per_rank, o_.dtype, 0, kOff, nullptr);
+      case CollectiveOp::kAllToAll:
+        return kernels::AllToAll(view_, in, b_.out->data(), s.per_rank, o_.dtype, kOff, nullptr);
       case CollectiveOp::kBarrier:
         return kernels::Barrier(view_);
       case CollectiveOp::kAllReduceCoalesced:

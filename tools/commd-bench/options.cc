@@ -23,7 +23,8 @@ Runs a host collective over commd symmetric memory with -n rank processes and pr
 row per size: size (bytes), count (elements), type, redop, algorithm, time (us, slowest
 rank's mean per iteration), algbw and busbw (GB/s, nccl-tests' definitions), #wrong.
 
-  --op NAME          allreduce | allgather | reducescatter | barrier | allreduce_coalesced
+  --op NAME          allreduce | allgather | reducescatter | barrier | allreduce_coalesced |
+                     broadcast (from rank 0) | alltoall (equal splits)
                                                                         (default allreduce)
   --path P           sdk: time Group's collectives (Group::AllReduce, ...), as applications
                      call them; kernel: the host kernels straight over the same symmetric
@@ -50,7 +51,8 @@ Sizes: all-reduce: bytes per rank; all-gather: bytes of the gathered output;
 reduce-scatter: bytes of the input per rank; coalesced: bytes of all tensors per rank. Each
 size is rounded down to a whole number of elements (times the rank count for all-gather and
 reduce-scatter, the tensor count for coalesced); sizes that round to 0 are skipped.
-busbw = algbw * 2(n-1)/n for all-reduce, algbw * (n-1)/n for all-gather and reduce-scatter.
+busbw = algbw * 2(n-1)/n for all-reduce, algbw * (n-1)/n for all-gather, reduce-scatter and
+all-to-all, algbw for broadcast.
 All-reduce runs in place on the symmetric buffer, as Group::AllReduce does; all-gather and
 reduce-scatter read one symmetric buffer and write another, on both paths.
 Exit status: 0 ok, 1 a rank failed or --check found wrong elements, 2 bad flags.
@@ -140,8 +142,11 @@ CollectiveOp OpFlag(const std::string& flag, const std::string& v) {
        {"reduce_scatter", CollectiveOp::kReduceScatter},
        {"barrier", CollectiveOp::kBarrier},
        {"allreduce_coalesced", CollectiveOp::kAllReduceCoalesced},
-       {"allreducecoalesced", CollectiveOp::kAllReduceCoalesced}},
-      "allreduce, allgather, reducescatter, barrier, allreduce_coalesced");
+       {"allreducecoalesced", CollectiveOp::kAllReduceCoalesced},
+       {"broadcast", CollectiveOp::kBroadcast},
+       {"alltoall", CollectiveOp::kAllToAll},
+       {"all_to_all", CollectiveOp::kAllToAll}},
+      "allreduce, allgather, reducescatter, barrier, allreduce_coalesced, broadcast, alltoall");
 }
 
 // The flags that only make sense together.
@@ -262,7 +267,9 @@ std::vector<Size> Sizes(const Options& o) {
   }
   const size_t ts = kernels::DataTypeSize(o.dtype);
   size_t unit = ts;
-  if (o.op == CollectiveOp::kAllGather || o.op == CollectiveOp::kReduceScatter) unit = ts * o.ranks;
+  const bool split = o.op == CollectiveOp::kAllGather || o.op == CollectiveOp::kReduceScatter ||
+                     o.op == CollectiveOp::kAllToAll;
+  if (split) unit = ts * o.ranks;
   if (o.op == CollectiveOp::kAllReduceCoalesced) unit = ts * o.tensors;
   double s = static_cast<double>(o.min_bytes);
   size_t last = 0;
@@ -270,7 +277,6 @@ std::vector<Size> Sizes(const Options& o) {
     const size_t bytes = static_cast<size_t>(s) / unit * unit;
     if (bytes > 0 && bytes != last) {
       const size_t count = bytes / ts;
-      const bool split = o.op == CollectiveOp::kAllGather || o.op == CollectiveOp::kReduceScatter;
       out.push_back({bytes, count, split ? count / o.ranks : count});
       last = bytes;
     }
@@ -291,6 +297,10 @@ const char* OpName(CollectiveOp op) {
       return "barrier";
     case CollectiveOp::kAllReduceCoalesced:
       return "allreduce_coalesced";
+    case CollectiveOp::kBroadcast:
+      return "broadcast";
+    case CollectiveOp::kAllToAll:
+      return "alltoall";
     default:
       break;
   }
@@ -312,6 +322,10 @@ const char* PathCall(Path path, CollectiveOp op) {
       return sdk ? "Group::Barrier" : "kernels::Barrier";
     case CollectiveOp::kAllReduceCoalesced:
       return sdk ? "Group::AllReduceCoalesced" : "kernels::AllReduceCoalesced";
+    case CollectiveOp::kBroadcast:
+      return sdk ? "Group::Broadcast" : "kernels::Broadcast";
+    case CollectiveOp::kAllToAll:
+      return sdk ? "Group::AllToAll" : "kernels::AllToAll";
     default:
       break;
   }

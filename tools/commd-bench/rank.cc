@@ -122,7 +122,12 @@ BufferSizes Need(const Options& o, const std::vector<Size>& sizes) {
     switch (o.op) {
       case CollectiveOp::kAllReduce:
       case CollectiveOp::kAllReduceCoalesced:
+      case CollectiveOp::kBroadcast:
         need.in = std::max(need.in, s.per_rank * ts);
+        break;
+      case CollectiveOp::kAllToAll:
+        need.in = std::max(need.in, s.per_rank * ts * o.ranks);
+        need.out = std::max(need.out, s.per_rank * ts * o.ranks);
         break;
       case CollectiveOp::kAllGather:
         need.in = std::max(need.in, s.per_rank * ts);
@@ -209,7 +214,8 @@ class Rank {
   // contribution only).
   void Fill(const Size& s) {
     auto* mine = static_cast<std::byte*>(in_->data());
-    const size_t n = o_.op == CollectiveOp::kReduceScatter ? s.per_rank * o_.ranks : s.per_rank;
+    const bool wide = o_.op == CollectiveOp::kReduceScatter || o_.op == CollectiveOp::kAllToAll;
+    const size_t n = wide ? s.per_rank * o_.ranks : s.per_rank;
     for (size_t i = 0; i < n; ++i) WriteAs(o_.dtype, mine, i, InputValue(rank_, i));
   }
 
@@ -237,6 +243,21 @@ class Rank {
           const size_t g = static_cast<size_t>(rank_) * s.per_rank + i;
           const double got = ReadAs(o_.dtype, static_cast<const std::byte*>(out_->data()), i);
           if (!Close(o_.dtype, got, Expected(o_.redop, o_.dtype, o_.ranks, g))) ++wrong;
+        }
+        break;
+      case CollectiveOp::kBroadcast:  // rank 0's input everywhere
+        for (size_t i = 0; i < s.per_rank; ++i) {
+          if (ReadAs(o_.dtype, static_cast<const std::byte*>(in_->data()), i) != InputValue(0, i))
+            ++wrong;
+        }
+        break;
+      case CollectiveOp::kAllToAll:  // chunk p: rank p's chunk `rank_`
+        for (int p = 0; p < o_.ranks; ++p) {
+          for (size_t i = 0; i < s.per_rank; ++i) {
+            const double got =
+                ReadAs(o_.dtype, static_cast<const std::byte*>(out_->data()), p * s.per_rank + i);
+            if (got != InputValue(p, rank_ * s.per_rank + i)) ++wrong;
+          }
         }
         break;
       default:  // barrier: no data
@@ -270,6 +291,7 @@ class Rank {
     double factor = static_cast<double>(n - 1) / n;  // all-gather, reduce-scatter
     if (o_.op == CollectiveOp::kAllReduce || o_.op == CollectiveOp::kAllReduceCoalesced)
       factor *= 2;
+    if (o_.op == CollectiveOp::kBroadcast) factor = 1;
     const bool bw = o_.op != CollectiveOp::kBarrier;
     const char* type = bw ? TypeName(o_.dtype) : "-";
     const char* redop = Reduces(o_.op) ? kernels::ReduceOpName(o_.redop) : "-";
