@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# dist.all_reduce through backend commd (staged and zero-copy) against gloo, and the C++
+# Group::AllReduce (commd-bench, SDK path), in one run on a private daemon: 2 and 4 ranks,
+# float32 sum, 8 B to 64 MiB. Figures go to docs/PERFORMANCE.md ("PyTorch backend").
+#
+#   bench/torch_vs_gloo.sh [BUILD_DIR]      (default build; torch from scripts/torch-venv)
+#   RANKS="2 4" MAX=64M ITERS=50 ROUNDS=3 bench/torch_vs_gloo.sh build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=$(realpath "${1:-build}")
+python="${COMMD_TORCH_PYTHON:-$(scripts/torch-venv)/bin/python}"
+max=${MAX:-64M}
+tmp=$(mktemp -d)
+"$build/daemon/commd" --runtime-dir "$tmp/run" --metrics-address 127.0.0.1:0 \
+  --dump-dir "$tmp/dumps" >"$tmp/commd.log" 2>&1 &
+daemon=$!
+trap 'kill $daemon; wait $daemon 2>/dev/null; rm -rf "$tmp"' EXIT
+until grep -q "commd ready" "$tmp/commd.log"; do
+  kill -0 $daemon || { cat "$tmp/commd.log"; exit 1; }
+  sleep 0.1
+done
+echo "# $(date -u +%FT%TZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+for n in ${RANKS:-2 4}; do
+  echo "## torchrun --nproc-per-node $n bench/torch_allreduce.py --max-bytes $max"
+  COMMD_RUNTIME_DIR="$tmp/run" PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
+    "$python" -m torch.distributed.run --standalone --nproc-per-node "$n" \
+    bench/torch_allreduce.py --max-bytes "$max" --iters "${ITERS:-50}" --rounds "${ROUNDS:-3}" \
+    2> >(grep -v "^W1\|Warning\|\*\*\*\*" >&2)
+  echo "## commd-bench -n $n -b 8 -e $max -f 4 (Group::AllReduce, the C++ SDK)"
+  "$build/tools/commd-bench/commd-bench" --runtime-dir "$tmp/run" -n "$n" -b 8 -e "$max" -f 4 \
+    -w 5 -i "${ITERS:-50}" -d float -o sum
+done
