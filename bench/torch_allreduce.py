@@ -6,14 +6,14 @@ torchrun job, interleaved size by size (float32, sum), and the binding's own cos
 
 bench/torch_vs_gloo.sh starts a private daemon, runs this for 2 and 4 ranks and runs
 commd-bench (the C++ Group::AllReduce) in the same run. Rank 0 prints one row per size:
-the median time of each path over the best of the rounds, bus bandwidth
+each path's time per call (calls back to back, the slowest rank) over the best of the
+rounds, bus bandwidth
 (2 (n-1)/n x bytes / time, nccl-tests' definition) and the ratios the targets name.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
@@ -28,16 +28,15 @@ def size_arg(text: str) -> int:
 
 
 def timed(fn, iters: int, group) -> float:
-    """Median seconds of fn() over iters calls, ranks aligned by a barrier before each
-    (barriers and the result over `group`, gloo, so that they stay out of commd's figures)."""
-    times = []
+    """Seconds per call of fn() over `iters` calls back to back after one barrier (as
+    nccl-tests and commd-bench time), the slowest rank's; the barrier and the result go over
+    `group` (gloo), so that they stay out of commd's figures."""
+    fn()  # warm-up
+    dist.barrier(group=group)
+    start = time.perf_counter()
     for _ in range(iters):
-        dist.barrier(group=group)
-        start = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - start)
-    # Every rank's median, the slowest one counts (the collective ends with the last rank).
-    t = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    t = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return t.item()
 
@@ -65,7 +64,7 @@ def main() -> None:
                   for _ in range(args.rounds))
 
     if rank == 0:
-        print(f"# {world} ranks, float32 sum, median of {args.iters} calls, best of "
+        print(f"# {world} ranks, float32 sum, time per call over {args.iters} calls, best of "
               f"{args.rounds} interleaved rounds; busbw = 2(n-1)/n x bytes / time")
         print(f"# binding: group.all_reduce(8 B) {binding * 1e6:.2f} us per call")
         print(f"{'bytes':>10} {'staged_us':>10} {'zcopy_us':>10} {'gloo_us':>10} "
