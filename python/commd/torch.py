@@ -197,7 +197,6 @@ class ProcessGroupCommd(_C10dBackend):
             nan_policy=opts.nan_policy)
         self._staging = _Staging(self._group, opts.chunk_bytes)
         self._symmetric: list[tuple[int, int, SymmetricBuffer]] = []  # (start, end, buffer)
-        self._coalescing = False
 
     # -- identity ---------------------------------------------------------------------
 
@@ -264,6 +263,14 @@ class ProcessGroupCommd(_C10dBackend):
                     f"commd {op}: tensors of different dtypes ({tensors[0].dtype} and "
                     f"{t.dtype}); one collective takes one dtype")
         return cdtype
+
+    @staticmethod
+    def _pairwise(single: Callable[..., dist.Work], outputs: list[torch.Tensor],
+                  inputs: list[torch.Tensor], opts: Any) -> dist.Work:
+        """A coalesced call of tensor pairs as one call per pair (one entry each)."""
+        for o, i in zip(outputs, inputs, strict=True):
+            single(o, i, opts)
+        return _completed(outputs)
 
     def _chunks(self, count: int, itemsize: int, slots: int):
         """(start, n) pieces of `count` elements such that `slots` pieces fit one staging
@@ -340,12 +347,12 @@ class ProcessGroupCommd(_C10dBackend):
             offset += t.numel()
 
     # start/end_coalescing: torch's _coalescing_manager hands the captured all-reduces to
-    # allreduce_coalesced itself; anything else inside the block runs as it is called.
+    # allreduce_coalesced itself; anything else inside the block runs as it is called, so
+    # there is nothing to hold back here.
     def start_coalescing(self) -> None:
-        self._coalescing = True
+        pass
 
     def end_coalescing(self) -> dist.Work:
-        self._coalescing = False
         return _completed(None)
 
     # -- broadcast -------------------------------------------------------------------
@@ -407,9 +414,7 @@ class ProcessGroupCommd(_C10dBackend):
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor],
                                     inputs: list[torch.Tensor], opts: Any) -> dist.Work:
-        for o, i in zip(outputs, inputs, strict=True):
-            self.all_gather_single(o, i, opts)
-        return _completed(outputs)
+        return self._pairwise(self.all_gather_single, outputs, inputs, opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -477,9 +482,7 @@ class ProcessGroupCommd(_C10dBackend):
 
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor],
                                         inputs: list[torch.Tensor], opts: Any) -> dist.Work:
-        for o, i in zip(outputs, inputs, strict=True):
-            self.reduce_scatter_single(o, i, opts)
-        return _completed(outputs)
+        return self._pairwise(self.reduce_scatter_single, outputs, inputs, opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 

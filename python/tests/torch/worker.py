@@ -133,6 +133,19 @@ def coalesced(out_dir: str) -> None:
         dist.all_reduce(a)
         dist.all_reduce(b)
     assert a.eq(sum(range(world))).all() and b.eq(world).all(), (a, b)
+    # With a device torch also calls start/end_coalescing, and pairs of all_gather_into_tensor
+    # and reduce_scatter_tensor go to the coalesced pair calls.
+    gathered = [torch.empty(2 * world), torch.empty(3 * world)]
+    scattered = [torch.empty(2), torch.empty(3)]
+    with dist._coalescing_manager(device=torch.device("cpu")):
+        dist.all_gather_into_tensor(gathered[0], torch.full((2,), float(rank)))
+        dist.all_gather_into_tensor(gathered[1], torch.full((3,), float(rank)))
+    with dist._coalescing_manager(device=torch.device("cpu")):
+        for s in scattered:
+            dist.reduce_scatter_tensor(s, torch.ones(s.numel() * world))
+    for g, n in zip(gathered, (2, 3)):
+        assert g.view(world, n).eq(torch.arange(world).view(world, 1)).all(), g
+    assert all(s.eq(world).all() for s in scattered), scattered
     dist.barrier()
     # This rank's flight recorder, as the daemon dumps it: the all-reduces it holds.
     dump = ct.backend_of().client.dump(group=ct.backend_of().commd_group.name)
