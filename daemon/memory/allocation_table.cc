@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/names.h"
 #include "common/random_token.h"
 #include "common/status_macros.h"
 
@@ -62,6 +63,14 @@ AllocationTable::~AllocationTable() {
 
 absl::StatusOr<Device> AllocationTable::ResolveDevice(absl::string_view device,
                                                       absl::string_view uuid) const {
+  // A UUID is "GPU-" and 36 characters; a longer one is refused before it is echoed or
+  // compared, so a client's request costs the daemon no more than its own bound.
+  constexpr size_t kMaxUuidBytes = 64;
+  if (uuid.size() > kMaxUuidBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("device_uuid ", QuoteForError(uuid),
+                                                   " is too long; allowed at most ", kMaxUuidBytes,
+                                                   " bytes"));
+  }
   ASSIGN_OR_RETURN(Device d, ParseDevice(device.empty() ? "host" : device));
   if (!Serves(d)) {
     return absl::InvalidArgumentError(

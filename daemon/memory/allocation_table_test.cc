@@ -67,6 +67,17 @@ class AllocationTableTest : public ::testing::Test {
                          Config(), &registry_};
 };
 
+// A client's device_uuid: a hostile length is refused with a bounded echo, not compared.
+TEST_F(AllocationTableTest, OverlongDeviceUuidIsRefusedWithABoundedEcho) {
+  const std::string uuid(1 << 20, 'x');
+  auto d = table_.ResolveDevice("cuda:0", uuid);
+  ASSERT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << d.status();
+  EXPECT_NE(d.status().message().find("allowed at most 64 bytes"), absl::string_view::npos)
+      << d.status();
+  EXPECT_LT(d.status().message().size(), 200u);
+  EXPECT_TRUE(table_.ResolveDevice("host", "").ok());
+}
+
 TEST_F(AllocationTableTest, BytesAreCountedPerDeviceKindOverTheUidsJobs) {
   // 3 x 2 MiB of GPU memory in two jobs, then 2 MiB more would pass 8 MiB... with 6 held.
   ASSERT_TRUE(Alloc(1001, "a", Device::Cuda(0), 2 << 20).ok());
