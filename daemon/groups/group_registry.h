@@ -89,6 +89,10 @@ class GroupRegistry {
                          std::shared_ptr<server::PendingCall> call);
   absl::Status ReleaseSymmetric(const server::Session& session,
                                 const v1::ReleaseSymmetricRequest& request);
+  // The group was aborted (watchdog or commctl; `why` follows "group G aborted"): a pending
+  // symmetric allocation ends now with ABORTED, and so does every later one, instead of
+  // waiting for the group's timeout. Collectives learn it from the control blocks.
+  void Abort(uint64_t group_id, const std::string& why);
   // Every group forming or active, as of the last change: what the watchdog polls, dumps
   // read, health and listing show. Never waits on a rendezvous or an allocation.
   std::shared_ptr<const GroupsSnapshot> Snapshot() const { return table_.Snapshot(); }

@@ -80,6 +80,7 @@ struct Group {
   std::vector<uint64_t> asks_made;  // AllocateSymmetric calls per rank = next round index
   std::map<uint64_t, Round> rounds;
   std::map<uint64_t, SymmetricBuffers> allocations;  // by allocation id (rank 0's)
+  std::optional<absl::Status> aborted;               // ABORTED once the group was aborted
 
   uid_t uid() const { return std::get<0>(key); }
   const std::string& job() const { return std::get<1>(key); }

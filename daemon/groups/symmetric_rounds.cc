@@ -34,6 +34,7 @@ absl::Status CheckAsk(const Group* g, const v1::AllocateSymmetricRequest& reques
     return absl::NotFoundError(absl::StrCat("no formed group with id ", request.group_id(),
                                             " that this session is a member of"));
   }
+  if (g->aborted) return *g->aborted;
   for (int r = 0; r < g->world_size; ++r) {
     if (g->members[r].gone) {
       return absl::AbortedError(
@@ -176,6 +177,21 @@ void GroupRegistry::OnRoundTimeout(uint64_t group_id, uint64_t index) {
                   "group ", g->name(), ": rank(s) ", RankList(missing),
                   " never called AllocateSymmetric (allocation #", index, ") in time")),
               deferred);
+  }
+  for (auto& f : deferred) f();
+}
+
+void GroupRegistry::Abort(uint64_t group_id, const std::string& why) {
+  Deferred deferred;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::shared_ptr<Group> g = table_.Find(group_id);
+    if (g == nullptr || g->aborted) return;
+    g->aborted = absl::AbortedError(absl::StrCat(
+        "group ", g->name(), " aborted ", why, "; the group can make no new symmetric allocation"));
+    std::vector<uint64_t> pending;
+    for (const auto& [index, round] : g->rounds) pending.push_back(index);
+    for (uint64_t index : pending) FailRound(*g, index, *g->aborted, deferred);
   }
   for (auto& f : deferred) f();
 }

@@ -107,6 +107,24 @@ TEST_F(SymmetricRoundsTest, ARankLeavingFailsItsRoundAndEveryLaterOne) {
   EXPECT_TRUE(absl::StrContains(next.call->Await()->message(), "has left"));
 }
 
+TEST_F(SymmetricRoundsTest, AnAbortEndsAPendingRoundAndEveryLaterOne) {
+  Asking a0 = h_.Allocate(Rank(0), id_, 4096);  // rank 1 never asks
+  EXPECT_FALSE(a0.call->Await().has_value());
+  h_.groups().Abort(id_, "on request: uid 0 says: stop");
+  const auto status = a0.call->Await(kWait);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(absl::StrContains(status->message(), "group g aborted on request: uid 0 says: stop"))
+      << *status;
+  Asking next = h_.Allocate(Rank(1), id_, 4096);
+  ASSERT_TRUE(next.call->Await().has_value());
+  EXPECT_EQ(next.call->Await()->code(), absl::StatusCode::kAborted);
+  h_.groups().Abort(id_, "again");  // a second abort changes nothing
+  Asking last = h_.Allocate(Rank(0), id_, 64);
+  ASSERT_TRUE(last.call->Await().has_value());
+  EXPECT_TRUE(absl::StrContains(last.call->Await()->message(), "on request: uid 0 says: stop"));
+}
+
 TEST_F(SymmetricRoundsTest, OnlyAMemberMayAsk) {
   Asking a = h_.Allocate(h_.Session("stranger"), id_, 4096);
   ASSERT_TRUE(a.call->Await().has_value());

@@ -211,6 +211,7 @@ void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
     t.abort_reason = AbortReasonName(static_cast<uint32_t>(ReasonOf(d.kind())));
     deferred.push_back([this, g, reason = ReasonOf(d.kind()), text = d.summary()] {
       signals_.Notify(g, reason, text);
+      groups_->Abort(g.id, absl::StrCat("by the watchdog: ", text));
     });
   }
   // After the dump has taken its sources: the group retires once every rank is gone.
@@ -349,6 +350,7 @@ absl::StatusOr<int> Watchdog::Abort(const groups::GroupSelector& filter,
   for (const groups::GroupSnapshot* g : groups::Select(*groups, filter, /*active_only=*/true)) {
     ++matched;
     notified += signals_.Notify(*g, AbortReason::kAdmin, reason);
+    groups_->Abort(g->id, absl::StrCat("on request: ", reason));
     // An abort is a moment worth a dump too: what every rank was doing when it was stopped.
     (void)dumps_->DumpGroups(
         *g, "abort", nlohmann::json{{"kind", "ABORT"}, {"group", g->name}, {"summary", reason}});

@@ -15,6 +15,8 @@
 //                         on, the others enter N and wait
 //               idle      prints "IDLE", heartbeats every 100 ms until killed (benchmarks)
 //               busy      prints "BUSY", runs collectives with jitter until killed (benchmarks)
+//               alloc     every rank but ODD prints "ASKING" and asks for a second symmetric
+//                         buffer, then prints "ALLOC <status>"; ODD never asks
 // Waiting ranks heartbeat, print "WAITING <seq> <unix ns when it entered seq>" once, and end with
 // "ABORTED <reason>" when the daemon aborts the group (abort word) and "CALLBACK <status>" when the
 // abort callback ran. Exit 0 after "DONE" or "ABORTED", 1 on an error. The rank named by
@@ -160,6 +162,18 @@ int main(int argc, char** argv) {
       if (i % 16 == 0) absl::SleepFor(absl::Microseconds(jitter_us(rng)));
       if (auto s = me.Collective(); !s.ok()) return Fail(s);
     }
+  }
+  if (scenario == "alloc") {  // every rank but ODD asks for a second buffer; ODD never does
+    if (rank == odd) {
+      Say("SLEEPING");
+      while (!(*group)->abort_requested()) absl::SleepFor(absl::Milliseconds(20));
+      Say("ABORTED " + (*group)->abort_reason());
+      return 0;
+    }
+    Say("ASKING");
+    auto second = (*group)->AllocateSymmetric(4096);
+    Say("ALLOC " + second.status().ToString());
+    return second.ok() ? 1 : 0;
   }
   if (scenario == "fast") {
     std::mt19937 rng(static_cast<unsigned>(rank) * 7919 + 1);

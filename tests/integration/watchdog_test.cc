@@ -223,6 +223,29 @@ TEST_F(WatchdogTest, MismatchIsReportedAndAnAdminAbortStopsTheGroup) {
   EXPECT_EQ(files, kWorld);
 }
 
+// An abort ends a symmetric allocation that waits for a rank which will never ask, instead of
+// leaving the others to the group's ten-minute timeout.
+TEST_F(WatchdogTest, AnAdminAbortEndsAPendingSymmetricAllocation) {
+  Start("");
+  Ranks("default", 600000, "alloc", 1, 1);
+  WaitForLog(1, "SLEEPING");
+  for (int r : {0, 2, 3}) WaitForLog(r, "ASKING");
+  ProcessResult abort =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job", "job", "abort",
+                  "--group", "g", "--reason", "rank 1 is gone for lunch"});
+  EXPECT_EQ(abort.exit_code, 0) << abort.output;
+  for (int r : {0, 2, 3}) {
+    WaitForLog(r, "ALLOC ABORTED: group g aborted on request: uid 0 (commctl, pid ");
+    WaitForLog(r, "says: rank 1 is gone for lunch; the group can make no new symmetric allocation");
+  }
+  WaitForLog(1, "ABORTED on request: uid 0 (commctl");
+  for (auto& rank : ranks_) {
+    const auto exit = rank->Wait(absl::Seconds(60));
+    ASSERT_TRUE(exit.ok()) << exit.status() << rank->Log();
+    EXPECT_EQ(exit->exit_code, 0) << rank->Log();
+  }
+}
+
 TEST_F(WatchdogTest, StuckRankIsNamedAndTerminateEndsTheGroup) {
   Start("terminate_grace_ms: 300");
   Ranks("terminate", 1000, "stuck", 4, 3, 0, kWorld, /*ignores_sigterm=*/1);
