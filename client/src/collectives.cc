@@ -78,11 +78,10 @@ absl::Duration WaitLimit(absl::Duration group_timeout, const CollectiveOptions& 
 
 absl::Status CheckOptions(const CollectiveOptions& o) {
   using N = CollectiveOptions::NanCheck;
-  if (o.nan_check != N::kOff && o.nan_check != N::kOn && o.nan_check != N::kSampled &&
-      o.nan_check != N::kDefault) {
+  if (o.nan_check < N::kDefault || o.nan_check > N::kSampled) {
     return absl::InvalidArgumentError(
         absl::StrCat("nan_check ", static_cast<int>(o.nan_check),
-                     " is not one of off (0), on (1), sampled (2), default (3)"));
+                     " is not one of default (0), off (1), on (2), sampled (3)"));
   }
   if (o.timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(

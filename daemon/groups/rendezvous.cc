@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "commd/v1/config.pb.h"
+#include "commd/v1/options.pb.h"
 #include "common/control_block_admin.h"
 #include "common/log.h"
 #include "common/names.h"
@@ -19,7 +21,14 @@ namespace {
 // How long a cancelled join waits for its session's end to say why it was cancelled.
 constexpr absl::Duration kCancelSettleTime = absl::Milliseconds(300);
 
-constexpr uint32_t kMaxNanSamplePeriod = 1000000;
+// A group's sample period has the range of the config's (collectives.nan_sample_period).
+const v1::Range& NanSamplePeriodRange() {
+  static const v1::Range& range = v1::CollectivesConfig::descriptor()
+                                      ->FindFieldByName("nan_sample_period")
+                                      ->options()
+                                      .GetExtension(v1::range);
+  return range;
+}
 
 // The config's settings with the request's overrides.
 v1::CollectiveSettings EffectiveSettings(v1::CollectiveSettings settings,
@@ -54,10 +63,12 @@ absl::Status ValidateJoin(const v1::JoinGroupRequest& r) {
     return absl::InvalidArgumentError(absl::StrCat(
         "nan check ", r.nan_check(), "; allowed 0 (the daemon's), 1 (off), 2 (on), 3 (sampled)"));
   }
-  if (r.nan_sample_period() > kMaxNanSamplePeriod) {
+  if (const v1::Range& range = NanSamplePeriodRange();
+      r.nan_sample_period() != 0 &&
+      (r.nan_sample_period() < range.min() || r.nan_sample_period() > range.max())) {
     return absl::InvalidArgumentError(absl::StrCat("nan sample period ", r.nan_sample_period(),
-                                                   "; allowed 0 (the daemon's) or 1 to ",
-                                                   kMaxNanSamplePeriod));
+                                                   "; allowed 0 (the daemon's) or ", range.min(),
+                                                   " to ", range.max()));
   }
   if (r.nan_policy() < v1::NAN_POLICY_UNSPECIFIED || r.nan_policy() > v1::NAN_POLICY_FAIL) {
     return absl::InvalidArgumentError(absl::StrCat(

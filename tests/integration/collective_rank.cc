@@ -388,6 +388,9 @@ void Invalid(Run& run) {
   o.nan_sample_period = 0;
   ExpectInvalid(run, "sample period", g.AllReduce(run.in, 1, DataType::kInt32, ReduceOp::kSum, o),
                 "[1, 1000000]");
+  o.nan_check = static_cast<commd::NanCheck>(4);
+  ExpectInvalid(run, "call nan check", g.AllReduce(run.in, 1, DataType::kInt32, ReduceOp::kSum, o),
+                "nan_check 4 is not one of default (0), off (1), on (2), sampled (3)");
   if (static_cast<unsigned char*>(run.in.data())[0] != 7)
     run.Fail("invalid call touched the buffer");
   InvalidGroupCalls(run);

@@ -33,6 +33,11 @@ namespace commd {
 inline constexpr uint32_t kMinNanSamplePeriod = 1;
 inline constexpr uint32_t kMaxNanSamplePeriod = 1000000;
 
+// A NaN/Inf check of collective inputs (floating-point types), for a group or one call.
+// kDefault: the group's setting for a call, the daemon's config for a group. The values
+// follow commd.v1.NanCheck.
+enum class NanCheck { kDefault, kOff, kOn, kSampled };
+
 struct GroupOptions {
   std::string name;
   int rank = -1;  // rank within the group on this node
@@ -51,7 +56,7 @@ struct GroupOptions {
   // The group's NaN/Inf check of collective inputs (a call's CollectiveOptions may override
   // it) and what a finding does; the first rank to join decides. kDefault / 0: the daemon's
   // config (collectives.nan_check, .nan_sample_period, .nan_policy).
-  enum class NanCheck { kDefault, kOff, kOn, kSampled };
+  using NanCheck = ::commd::NanCheck;
   NanCheck nan_check = NanCheck::kDefault;
   // For kSampled: kMinNanSamplePeriod to kMaxNanSamplePeriod; 0: the daemon's.
   uint32_t nan_sample_period = 0;
@@ -72,7 +77,7 @@ struct CollectiveOptions {
   // (GroupOptions::nan_check, else the daemon's config), off, on, or on every
   // nan_sample_period-th collective of the group (by its collective sequence number). The
   // group's policy decides what a finding on any rank does (GroupOptions::nan_policy).
-  enum class NanCheck { kOff, kOn, kSampled, kDefault };
+  using NanCheck = ::commd::NanCheck;
   NanCheck nan_check = NanCheck::kDefault;
   uint32_t nan_sample_period = 100;  // for kSampled: kMinNanSamplePeriod to kMaxNanSamplePeriod
   // When set, receives the NaN/Inf count found in this rank's input (0 when not checked).
