@@ -20,7 +20,8 @@
 // (kernels/signal_layout.h), so pad_slots must be >= kCudaBlocks * world_size. Every launch
 // uses exactly kCudaBlocks blocks and splits the elements the same way, so block b of every
 // rank touches the same elements and per-block barriers order all reuse.
-// Thread-compatible: one stream per allocation at a time.
+// Thread-compatible: one stream per allocation at a time (the SDK gives each stream its own
+// one-shot scratch, so different allocations may run on different streams at once).
 #ifndef COMMD_KERNELS_CUDA_COLLECTIVES_H_
 #define COMMD_KERNELS_CUDA_COLLECTIVES_H_
 

@@ -217,8 +217,10 @@ absl::Status LaunchAllToAll(const CudaCommView& view, const void* input, void* o
 }
 
 absl::Status PreloadCudaKernels() {
-  // Once per device: module loading is per context, and the process's first answer for a
-  // device stands (a failure there means the kernels cannot run on it at all).
+  // Once per device: module loading is per context, and the runtime keeps its reference to
+  // the device's primary context (cudaFuncGetAttributes made it) until exit, so the modules
+  // stay loaded when a group releases its own. The first answer for a device stands (a
+  // failure there means the kernels cannot run on it at all).
   static absl::Mutex mu(absl::kConstInit);
   static auto* done = new std::map<int, cudaError_t>();
   int device = -1;  // a test's replaced runtime has no device
