@@ -1,12 +1,14 @@
 // Argument checks and launch of the CUDA collectives (host code; kernels in collectives.cu).
 #include <cstdint>
 #include <map>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/collectives.h"
+#include "kernels/host/plan.h"
 #include "kernels/signal_layout.h"
 
 namespace commd::kernels {
@@ -18,23 +20,13 @@ using cuda_internal::LaunchArgs;
 constexpr KernelRuntime kRealRuntime{&cuda_internal::LaunchKernel, &cuda_internal::PreloadKernels};
 const KernelRuntime* g_runtime = &kRealRuntime;
 
-const char* LaunchName(const LaunchArgs& a) {
-  switch (a.collective) {
-    case CollectiveOp::kBarrier:
-      return "barrier";
-    case CollectiveOp::kAllReduce:
-      return a.algorithm == Algorithm::kOneShot ? "one-shot all_reduce" : "two-shot all_reduce";
-    case CollectiveOp::kAllGather:
-      return "all_gather";
-    case CollectiveOp::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveOp::kBroadcast:
-      return "broadcast";
-    case CollectiveOp::kAllToAll:
-      return "all_to_all";
-    default:
-      return "collective";
+// "barrier", "one-shot all_reduce", "all_gather", ... (host/plan.h's names).
+std::string LaunchName(const LaunchArgs& a) {
+  if (a.collective == CollectiveOp::kBarrier) return "barrier";
+  if (a.collective == CollectiveOp::kAllReduce) {
+    return absl::StrCat(AlgorithmName(a.algorithm), " all_reduce");
   }
+  return CollectiveName(a.collective);
 }
 
 bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {

@@ -79,6 +79,19 @@ class CollectiveTest : public ::testing::TestWithParam<int> {
     }
   }
 
+  // Two held ranks in `mode`; once rank 0 holds and rank 1 says it is ENTERING a wait,
+  // `commctl abort` of group c with `reason`.
+  std::vector<std::unique_ptr<ChildProcess>> StartAndAbortWhileRankOneWaits(
+      const std::string& mode, const std::string& reason) {
+    auto ranks = Start(2, mode, /*hold=*/true);
+    WaitForLog(ranks, 0, "HOLDING");
+    WaitForLog(ranks, 1, "ENTERING");
+    ProcessResult abort = RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(),
+                                      "--job", "job", "abort", "--group", "c", "--reason", reason});
+    EXPECT_EQ(abort.exit_code, 0) << abort.output;
+    return ranks;
+  }
+
   // Runs `world` ranks in `mode`; every rank must print "OK <mode>" and exit 0.
   void Run(int world, const std::string& mode) {
     auto ranks = Start(world, mode);
@@ -227,13 +240,7 @@ TEST_F(CollectiveTest, MismatchedCountsFailEveryRankAndTheWatchdogSaysMismatch) 
 // Rank 1 waits in an all-reduce that rank 0 never enters; commctl abort ends the wait with
 // ABORTED and the reason.
 TEST_F(CollectiveTest, AbortEndsACollectiveWaitWithTheReason) {
-  auto ranks = Start(2, "abort", /*hold=*/true);
-  WaitForLog(ranks, 0, "HOLDING");
-  WaitForLog(ranks, 1, "ENTERING");
-  ProcessResult abort =
-      RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job", "job", "abort",
-                  "--group", "c", "--reason", "stop the collective test"});
-  EXPECT_EQ(abort.exit_code, 0) << abort.output;
+  auto ranks = StartAndAbortWhileRankOneWaits("abort", "stop the collective test");
   WaitForLog(ranks, 1, "ABORTED: group c aborted on request: uid 0 (commctl, pid ");
   WaitForLog(ranks, 1, ") says: stop the collective test (all_reduce on rank 1");
   WaitForLog(ranks, 1, ": the daemon aborted the group)");
@@ -300,13 +307,7 @@ TEST_F(CollectiveTest, CudaRemappedDevicesOnTwoGpus) {
 // A kernel spinning at a barrier ends when the group is aborted; the next call is ABORTED.
 TEST_F(CollectiveTest, CudaAbortMidKernelOnTwoGpus) {
   COMMD_NEED_GPUS(2);
-  auto ranks = Start(2, "cuda_abort", /*hold=*/true);
-  WaitForLog(ranks, 0, "HOLDING");
-  WaitForLog(ranks, 1, "ENTERING");
-  ProcessResult abort =
-      RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job", "job", "abort",
-                  "--group", "c", "--reason", "stop the kernel"});
-  EXPECT_EQ(abort.exit_code, 0) << abort.output;
+  auto ranks = StartAndAbortWhileRankOneWaits("cuda_abort", "stop the kernel");
   WaitForLog(ranks, 1, "rank 1: ABORTED");
   Finish(ranks, "cuda_abort");
 }
