@@ -2,8 +2,9 @@
 
 @local_cuda//:defs.bzl says HAVE_CUDA (nvcc found in $CUDA_HOME/bin, /usr/local/cuda/bin or
 on PATH, as CMake's COMMD_CUDA=AUTO looks for it), @local_cuda//:cuda_headers is the CUDA
-headers alone and @local_cuda//:cudart_static is the static CUDA runtime with its headers. cuda_objects compiles .cu files with that nvcc for
-sm_80 and sm_90 into position-independent objects a cc_library takes as srcs.
+headers alone and @local_cuda//:cudart_static is the static CUDA runtime with its headers. cuda_objects compiles .cu files with that nvcc into position-independent objects a cc_library
+takes as srcs: SASS for sm_80 and sm_90 and compute_90 PTX (the driver JIT-compiles it for
+newer GPUs), what CMake's CUDA_ARCHITECTURES "80-real;90" (kernels/CMakeLists.txt) emits.
 """
 
 def _find_nvcc(ctx):
@@ -73,6 +74,8 @@ def _cuda_objects_impl(ctx):
         args.add_all(ctx.attr.copts)
         for arch in ctx.attr.archs:
             args.add("-gencode=arch=compute_%s,code=sm_%s" % (arch, arch))
+        for arch in ctx.attr.ptx_archs:
+            args.add("-gencode=arch=compute_%s,code=compute_%s" % (arch, arch))
         args.add_all(["-I.", "-I" + ctx.bin_dir.path])
         for c in cc:
             args.add_all(c.quote_includes, format_each = "-I%s")
@@ -98,7 +101,8 @@ cuda_objects = rule(
         "hdrs": attr.label_list(allow_files = True),
         "deps": attr.label_list(providers = [CcInfo]),
         "copts": attr.string_list(),
-        "archs": attr.string_list(default = ["80", "90"]),
+        "archs": attr.string_list(default = ["80", "90"]),  # SASS
+        "ptx_archs": attr.string_list(default = ["90"]),  # PTX for GPUs newer than archs
         "nvcc": attr.string(mandatory = True),
     },
 )

@@ -82,6 +82,7 @@ inline constexpr char kCudaDriverLibraryEnv[] = "COMMD_CUDA_DRIVER_LIBRARY";
   X(ipc_close_mem_handle, cuIpcCloseMemHandle, 4010)                         \
   /* stream-ordered writes and completion */                                 \
   X(stream_write_value64, cuStreamWriteValue64, 11070)                       \
+  X(stream_is_capturing, cuStreamIsCapturing, 10000)                         \
   X(event_create, cuEventCreate, 2000)                                       \
   X(event_record, cuEventRecord, 2000)                                       \
   X(event_query, cuEventQuery, 2000)                                         \

@@ -19,6 +19,7 @@
 #include "common/cuda_driver_api.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/collectives.h"
+#include "kernels/cuda_plan.h"
 
 namespace commd {
 namespace {
@@ -26,7 +27,6 @@ namespace {
 // NaN/Inf counters, one per enqueued call: a call waits for the oldest to finish when all
 // are taken.
 constexpr int kCountSlots = 64;
-constexpr size_t kScratchGranule = size_t{1} << 20;
 
 // The pinned host block the kernels write into (through its device address).
 struct DeviceWords {
@@ -39,7 +39,8 @@ struct Pending {
   CUevent done;
   RecordId id;
   int slot;
-  bool checked;  // whether the call counted NaN/Inf
+  bool checked;      // whether the call counted NaN/Inf
+  uintptr_t stream;  // the stream it was enqueued on (its scratch is that stream's)
 };
 
 }  // namespace
@@ -52,10 +53,11 @@ struct CudaGroupState {
   absl::Mutex mu;
   DeviceWords* words ABSL_GUARDED_BY(mu) = nullptr;
   CUdeviceptr words_device ABSL_GUARDED_BY(mu) = 0;
-  CUdeviceptr scratch ABSL_GUARDED_BY(mu) = 0;
-  size_t scratch_bytes ABSL_GUARDED_BY(mu) = 0;
+  // One-shot scratch per stream (kernels/cuda_plan.h): calls on two streams may run at once.
+  kernels::ScratchTable scratch_table ABSL_GUARDED_BY(mu);
+  CUdeviceptr scratch[kernels::ScratchTable::kMaxStreams] ABSL_GUARDED_BY(mu) = {};
   std::deque<Pending> pending ABSL_GUARDED_BY(mu);
-  int next_slot ABSL_GUARDED_BY(mu) = 0;
+  kernels::CounterSlots slots ABSL_GUARDED_BY(mu){kCountSlots};
   absl::Status failed ABSL_GUARDED_BY(mu);  // sticky: the group's CUDA buffers are unusable
 };
 
@@ -84,6 +86,7 @@ void Retire(CudaGroupState& s, const Pending& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s
     const auto count = std::atomic_ref(s.words->nonfinite[p.slot]).load(std::memory_order_acquire);
     s.recorder->NanChecked(p.id, count > 0);
   }
+  s.slots.Release(p.slot);
   s.api->event_destroy(p.done);
 }
 
@@ -111,28 +114,44 @@ absl::Status Poll(CudaGroupState& s, const std::string& group) ABSL_EXCLUSIVE_LO
   return s.failed;
 }
 
-// A NaN/Inf counter for the next call, zeroed (no running call uses it).
+// A NaN/Inf counter for the next call, zeroed: one no call still in flight may write (a call
+// holds its slot until retired, kernels/cuda_plan.h's CounterSlots).
 int TakeSlot(CudaGroupState& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (s.pending.size() >= kCountSlots) RetireFront(s, /*wait=*/true);
-  const int slot = s.next_slot;
-  s.next_slot = (s.next_slot + 1) % kCountSlots;
+  int slot;
+  while ((slot = s.slots.Take()) < 0) RetireFront(s, /*wait=*/true);
   std::atomic_ref(s.words->nonfinite[slot]).store(0, std::memory_order_release);
   return slot;
 }
 
-// Scratch of at least `bytes`; a larger one replaces the old once no call uses it.
-absl::StatusOr<void*> Scratch(CudaGroupState& s, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+// Waits until no enqueued call runs on `stream` (it may be using that stream's scratch).
+void WaitForStream(CudaGroupState& s, uintptr_t stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  auto on_stream = [&] {
+    for (const Pending& p : s.pending) {
+      if (p.stream == stream) return true;
+    }
+    return false;
+  };
+  while (on_stream()) RetireFront(s, /*wait=*/true);
+}
+
+// `stream`'s scratch of at least `bytes` (none for 0): each stream has its own, since calls
+// on two streams may run at once; a stream's calls run in order and share it. Growing or
+// taking another stream's waits for the calls on the stream that used it.
+absl::StatusOr<void*> Scratch(CudaGroupState& s, uintptr_t stream, size_t bytes)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
   if (bytes == 0) return nullptr;
-  if (bytes > s.scratch_bytes) {
-    while (!s.pending.empty()) RetireFront(s, /*wait=*/true);
-    if (s.scratch != 0) s.api->mem_free(s.scratch);
-    s.scratch = 0;
-    s.scratch_bytes = 0;
-    const size_t rounded = (bytes + kScratchGranule - 1) / kScratchGranule * kScratchGranule;
-    CU_RETURN_IF_ERROR(s.api->mem_alloc(&s.scratch, rounded));
-    s.scratch_bytes = rounded;
+  using Action = kernels::ScratchTable::Action;
+  const kernels::ScratchTable::Choice c = s.scratch_table.Choose(stream, bytes);
+  if (c.action == Action::kGrow) WaitForStream(s, stream);
+  if (c.action == Action::kEvict) WaitForStream(s, c.evicted);
+  if (c.action != Action::kReuse) {
+    if (s.scratch[c.slot] != 0) s.api->mem_free(s.scratch[c.slot]);
+    s.scratch[c.slot] = 0;
+    s.scratch_table.Clear(c.slot);  // empty until the allocation succeeds
+    CU_RETURN_IF_ERROR(s.api->mem_alloc(&s.scratch[c.slot], c.bytes));
   }
-  return reinterpret_cast<void*>(s.scratch);
+  s.scratch_table.Commit(c.slot, stream, c.bytes);
+  return reinterpret_cast<void*>(s.scratch[c.slot]);
 }
 
 // Bytes of scratch `c` needs: the largest one-shot all-reduce (in place, as the SDK's are).
@@ -181,40 +200,60 @@ absl::StatusOr<kernels::CudaCommView> MakeView(CollectiveEntry& e, const Checked
   return v;
 }
 
-// One launch per tensor for coalesced calls (the device kernels take one tensor a launch).
+// One launch per tensor for coalesced calls (the device kernels take one tensor a launch);
+// *enqueued counts the kernels that were.
 absl::Status Launch(const kernels::CudaCommView& v, const CheckedCall& c, kernels::NanCheck nan,
-                    void* scratch, cudaStream_t stream) {
+                    void* scratch, cudaStream_t stream, int* enqueued) {
   const CollectiveCall& call = c.call;
   const auto dtype = static_cast<kernels::DataType>(call.dtype);
   const auto op = static_cast<kernels::ReduceOp>(call.op);
   std::byte* in = v.data[v.rank];
+  absl::Status st;
   switch (call.kind) {
     case CollectiveOp::kBarrier:
-      return kernels::LaunchBarrier(v, stream);
+      st = kernels::LaunchBarrier(v, stream);
+      break;
     case CollectiveOp::kAllReduce:
-      return kernels::LaunchAllReduce(v, in, in, call.count, dtype, op, c.algorithm, nan, scratch,
-                                      stream);
+      st = kernels::LaunchAllReduce(v, in, in, call.count, dtype, op, c.algorithm, nan, scratch,
+                                    stream);
+      break;
     case CollectiveOp::kAllReduceCoalesced:
       for (const CoalescedTensor& t : call.tensors) {
+        if (t.count == 0) continue;  // nothing launched for it
         std::byte* p = in + t.offset;
         RETURN_IF_ERROR(kernels::LaunchAllReduce(v, p, p, t.count,
                                                  static_cast<kernels::DataType>(t.dtype), op,
                                                  c.algorithm, nan, scratch, stream));
+        ++*enqueued;
       }
       return absl::OkStatus();
     case CollectiveOp::kAllGather:
-      return kernels::LaunchAllGather(v, in, call.out->data(), call.count, dtype, nan, stream);
+      st = kernels::LaunchAllGather(v, in, call.out->data(), call.count, dtype, nan, stream);
+      break;
     case CollectiveOp::kReduceScatter:
-      return kernels::LaunchReduceScatter(v, in, call.out->data(), call.count, dtype, op, nan,
-                                          stream);
+      st =
+          kernels::LaunchReduceScatter(v, in, call.out->data(), call.count, dtype, op, nan, stream);
+      break;
     case CollectiveOp::kBroadcast:
-      return kernels::LaunchBroadcast(v, in, call.count, dtype, call.root, nan, stream);
+      st = kernels::LaunchBroadcast(v, in, call.count, dtype, call.root, nan, stream);
+      break;
     case CollectiveOp::kAllToAll:
-      return kernels::LaunchAllToAll(v, in, call.out->data(), call.count, dtype, nan, stream);
+      st = kernels::LaunchAllToAll(v, in, call.out->data(), call.count, dtype, nan, stream);
+      break;
     default:
       return absl::UnimplementedError(absl::StrCat(
           RecordOpTorchName(static_cast<uint32_t>(call.kind)), " has no CUDA kernel in this SDK"));
   }
+  if (st.ok()) ++*enqueued;
+  return st;
+}
+
+// Kernels of this call that will be launched (coalesced: one per non-empty tensor).
+int KernelsOf(const CollectiveCall& call) {
+  if (call.kind != CollectiveOp::kAllReduceCoalesced) return 1;
+  int n = 0;
+  for (const CoalescedTensor& t : call.tensors) n += t.count > 0 ? 1 : 0;
+  return n;
 }
 
 // What the device path refuses up front.
@@ -241,35 +280,86 @@ absl::Status CheckSupported(CollectiveEntry& e, const CollectiveOptions& o) {
   return absl::OkStatus();
 }
 
-// Records the entry around the launch, stream-ordered, and keeps an event for its end.
+// The group's failure after a call failed once `enqueued` of its `total` kernels were on the
+// stream (issue #19 fix 7): peers' kernels wait at barriers this rank will never reach, so the
+// ranks' barrier counts differ for good. FAILED_PRECONDITION naming why, for this call and
+// every later one.
+absl::Status DesyncError(const std::string& group, const RecordId& id, int enqueued, int total,
+                         const absl::Status& why) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "group ", group, ": collective seq ", id.collective_seq_id, " on CUDA buffers enqueued ",
+      enqueued, " of its ", total, " kernels before failing (", why.message(),
+      "); the ranks' barrier counts now differ, so every later collective of the group on CUDA "
+      "buffers fails (leave the group; peers fail when their waits time out or the group is "
+      "aborted)"));
+}
+
+// Records the entry around the launch, stream-ordered, and keeps an event for its end. An
+// argument check failing before any kernel is enqueued fails this call alone; any other
+// failure fails the group (kernels::LaunchFailureDesyncs).
 absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e,
                      kernels::CudaCommView v, void* scratch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
   const CollectiveOptions& o = *c.call.options;
+  CUevent done = nullptr;
+  CU_RETURN_IF_ERROR(s.api->event_create(&done, CU_EVENT_DISABLE_TIMING));
   const int slot = TakeSlot(s);
   v.error_word = reinterpret_cast<uint32_t*>(s.words_device + offsetof(DeviceWords, error));
   v.nonfinite_count = reinterpret_cast<unsigned long long*>(
       s.words_device + offsetof(DeviceWords, nonfinite) + slot * sizeof(unsigned long long));
-  CUevent done = nullptr;
-  CU_RETURN_IF_ERROR(s.api->event_create(&done, CU_EVENT_DISABLE_TIMING));
   e.Begin();
   Recorder& rec = e.recorder();
   const RecordId& id = e.id();
   auto* stream = static_cast<cudaStream_t>(o.cuda_stream);
+  int enqueued = 0;
   absl::Status st = rec.Started(id, o.cuda_stream);
-  if (st.ok()) st = Launch(v, c, e.nan(), scratch, stream);
+  if (st.ok()) st = Launch(v, c, e.nan(), scratch, stream, &enqueued);
   if (st.ok()) st = rec.Completed(id, o.cuda_stream);
-  if (st.ok()) {
-    if (CUresult r = s.api->event_record(done, static_cast<CUstream>(o.cuda_stream));
-        r != CUDA_SUCCESS) {
-      st = absl::InternalError(absl::StrCat("cuEventRecord: ", CuErrorText(r)));
-    }
+  // Recorded even after a failure once kernels are queued: the slot (and the scratch) stay
+  // taken until they have run.
+  const CUresult recorded = s.api->event_record(done, static_cast<CUstream>(o.cuda_stream));
+  if (st.ok() && recorded != CUDA_SUCCESS) {
+    st = absl::InternalError(absl::StrCat("cuEventRecord: ", CuErrorText(recorded)));
   }
-  if (!st.ok()) {
-    rec.Abandoned(id);
+  const Pending pending{done, id, slot, e.nan() == kernels::NanCheck::kOn,
+                        reinterpret_cast<uintptr_t>(o.cuda_stream)};
+  if (st.ok()) {
+    s.pending.push_back(pending);
+    return absl::OkStatus();
+  }
+  rec.Abandoned(id);
+  if (!kernels::LaunchFailureDesyncs(enqueued, st)) {
+    s.slots.Release(slot);
     s.api->event_destroy(done);
     return st;
   }
-  s.pending.push_back({done, id, slot, e.nan() == kernels::NanCheck::kOn});
+  s.failed = DesyncError(e.group().name(), id, enqueued, KernelsOf(c.call), st);
+  if (recorded == CUDA_SUCCESS && enqueued > 0) {
+    s.pending.push_back({done, id, slot, false, pending.stream});
+  } else if (enqueued == 0) {
+    s.slots.Release(slot);
+    s.api->event_destroy(done);
+  }  // else: queued kernels of unknown end keep the slot for the group's life
+  return s.failed;
+}
+
+// A stream being captured into a CUDA graph is refused: the call's bookkeeping (its event,
+// NaN/Inf slot, scratch, the recorder's stream-ordered writes) is made for one run at enqueue
+// time, while a graph's kernels run at each replay, later and possibly many times.
+absl::Status RefuseCapture(CudaGroupState& s, const std::string& group, void* stream) {
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (CUresult r = s.api->stream_is_capturing(static_cast<CUstream>(stream), &capture);
+      r != CUDA_SUCCESS) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group ", group, ": cuStreamIsCapturing on the collective's stream failed (",
+        CuErrorText(r), "); is another stream capturing a CUDA graph in global mode?"));
+  }
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group ", group, ": the collective's stream is ",
+        capture == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "capturing" : "in an invalidated capture of",
+        " a CUDA graph; collectives on CUDA buffers cannot be captured (run them outside the "
+        "graph, docs/operations.md \"CUDA graphs\")"));
+  }
   return absl::OkStatus();
 }
 
@@ -293,8 +383,10 @@ class CudaBackend : public CollectiveBackend {
     ContextScope scope(s);
     if (!scope.ok()) return absl::InternalError("cuCtxPushCurrent of the primary context failed");
     RETURN_IF_ERROR(Poll(s, entry.group().name()));
+    RETURN_IF_ERROR(RefuseCapture(s, entry.group().name(), options.cuda_stream));
     ASSIGN_OR_RETURN(kernels::CudaCommView view, MakeView(entry, c, options.cuda_stream));
-    ASSIGN_OR_RETURN(void* scratch, Scratch(s, ScratchBytes(c)));
+    ASSIGN_OR_RETURN(void* scratch,
+                     Scratch(s, reinterpret_cast<uintptr_t>(options.cuda_stream), ScratchBytes(c)));
     return Enqueue(s, c, entry, view, scratch);
   }
 
@@ -310,7 +402,9 @@ void CudaGroupStateDeleter::operator()(CudaGroupState* s) const {
     absl::MutexLock lock(&s->mu);
     ContextScope scope(*s);
     while (!s->pending.empty()) RetireFront(*s, /*wait=*/true);
-    if (s->scratch != 0) s->api->mem_free(s->scratch);
+    for (CUdeviceptr scratch : s->scratch) {
+      if (scratch != 0) s->api->mem_free(scratch);
+    }
     if (s->words != nullptr) s->api->mem_free_host(s->words);
   }
   s->api->primary_ctx_release(s->device);
@@ -339,6 +433,8 @@ absl::StatusOr<CudaGroupStatePtr> CreateCudaGroupState(int device, Recorder::Imp
                                          CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
   state->words = new (words) DeviceWords{};
   CU_RETURN_IF_ERROR(api->mem_host_get_device_pointer(&state->words_device, words, 0));
+  // Before any of the group's kernels can spin on a peer (lazy loading; collectives.h).
+  RETURN_IF_ERROR(kernels::PreloadCudaKernels());
   return state;
 }
 

@@ -5,10 +5,12 @@
 //
 // Per group it keeps (CudaGroupState, made on the first CUDA collective): the device's
 // primary context, a device-mapped pinned host block with the error word the kernels' waits
-// fail into and the per-call NaN/Inf counters, a device scratch buffer for one-shot in-place
-// all-reduces grown on demand, and an event per enqueued call. Each call first retires the
-// calls found complete (their NaN/Inf counts go to the control block's nan counters) and
-// then reads the error word: nonzero fails this and every later call of the group.
+// fail into and the per-call NaN/Inf counters, a device scratch buffer per stream for one-shot
+// in-place all-reduces grown on demand (kernels/cuda_plan.h), and an event per enqueued call.
+// A stream capturing a CUDA graph is refused; a launch failing once any kernel of the call is
+// queued fails the group for good (the ranks' barrier counts differ from then on). Each call first
+// retires the calls found complete (their NaN/Inf counts go to the control block's nan counters)
+// and then reads the error word: nonzero fails this and every later call of the group.
 #ifndef COMMD_CLIENT_SRC_CUDA_COLLECTIVES_H_
 #define COMMD_CLIENT_SRC_CUDA_COLLECTIVES_H_
 

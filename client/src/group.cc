@@ -270,8 +270,13 @@ absl::StatusOr<std::unique_ptr<PersistentBuffer>> Client::AttachPersistent(
   auto state = std::make_unique<PersistentBuffer::State>();
   RETURN_IF_ERROR(FromGrpcStatus(
       impl_->memory->AttachPersistent(impl_->Context().get(), request, &state->buffer)));
-  ASSIGN_OR_RETURN(auto maps,
-                   impl_->MapBuffers({&state->buffer.handle()}, CudaIndexOf(state->buffer)));
+  // On the GPU with the buffer's UUID in this process's enumeration (the daemon's ordinal,
+  // CudaIndexOf, may name another GPU here).
+  ASSIGN_OR_RETURN(
+      const int device,
+      CudaOrdinalOfUuid(state->buffer.handle().device_uuid(), CudaIndexOf(state->buffer),
+                        absl::StrCat("persistent buffer '", name, "'")));
+  ASSIGN_OR_RETURN(auto maps, impl_->MapBuffers({&state->buffer.handle()}, device));
   state->mapping = std::move(maps[0]);
   return std::unique_ptr<PersistentBuffer>(new PersistentBuffer(std::move(state)));
 }

@@ -1,11 +1,13 @@
 #include "client/src/mapping.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/shm_mapping.h"
 #include "common/status_macros.h"
 
 #ifdef COMMD_HAVE_CUDA
 #include <cstring>
+#include <vector>
 
 #include "common/cuda_check.h"
 #include "common/cuda_driver_api.h"
@@ -194,6 +196,34 @@ absl::StatusOr<std::string> CudaDeviceUuid(int local_device) {
   return CudaUuidText(uuid);
 #else
   return "";
+#endif
+}
+
+absl::StatusOr<int> CudaOrdinalOfUuid(const std::string& uuid, int fallback,
+                                      const std::string& what) {
+  if (uuid.empty()) return fallback;
+#ifdef COMMD_HAVE_CUDA
+  ASSIGN_OR_RETURN(const CudaDriverApi* api, CudaDriver());
+  int count = 0;
+  if (CUresult r = api->device_get_count(&count); r != CUDA_SUCCESS) count = 0;
+  std::vector<std::string> seen;
+  for (int i = 0; i < count; ++i) {
+    CUdevice device;
+    CUuuid id;
+    if (api->device_get(&device, i) != CUDA_SUCCESS ||
+        api->device_get_uuid(&id, device) != CUDA_SUCCESS) {
+      seen.push_back(absl::StrCat("cuda:", i, " unreadable"));
+      continue;
+    }
+    if (CudaUuidText(id) == uuid) return i;
+    seen.push_back(CudaUuidText(id));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, " lives on GPU ", uuid, ", which this process does not see (it sees ",
+                   seen.empty() ? "none" : absl::StrJoin(seen, ", "),
+                   "; CUDA_VISIBLE_DEVICES decides which GPUs a process sees)"));
+#else
+  return fallback;
 #endif
 }
 

@@ -34,6 +34,14 @@ absl::StatusOr<std::unique_ptr<Mapping>> MapCudaBuffer(const v1::BufferHandle& h
 // the device (no such ordinal, a lost GPU): guessing by ordinal would place memory elsewhere.
 absl::StatusOr<std::string> CudaDeviceUuid(int local_device);
 
+// This process's ordinal of the CUDA device whose UUID is `uuid`: how a buffer the daemon
+// describes by UUID (BufferHandle.device_uuid) is mapped on the GPU it lives on whatever
+// CUDA_VISIBLE_DEVICES this process has. `fallback` (the daemon's ordinal) when `uuid` is
+// empty (host memory, a creator that sent none); FAILED_PRECONDITION naming the UUID and the
+// devices seen when none has it.
+absl::StatusOr<int> CudaOrdinalOfUuid(const std::string& uuid, int fallback,
+                                      const std::string& what);
+
 }  // namespace commd
 
 #endif  // COMMD_CLIENT_SRC_MAPPING_H_

@@ -19,6 +19,7 @@ absl::StatusOr<v1::PersistentBuffer> PersistentBuffers::Describe(const std::stri
   out.set_bytes(entry.allocation->block.bytes);
   out.set_ttl_ms(absl::ToInt64Milliseconds(entry.ttl));
   ASSIGN_OR_RETURN(*out.mutable_handle(), table_->Handle(*entry.allocation, pid, -1));
+  out.mutable_handle()->set_device_uuid(entry.device_uuid);
   return out;
 }
 
@@ -49,6 +50,7 @@ absl::StatusOr<v1::PersistentBuffer> PersistentBuffers::Create(
   entry.ttl = request.ttl_ms() == 0 ? absl::Milliseconds(config_.default_persistent_ttl_ms())
                                     : absl::Milliseconds(request.ttl_ms());
   entry.users.insert(session.token);
+  if (device.kind == Device::Kind::kCuda) entry.device_uuid = request.device_uuid();
   return Describe(request.name(), entry, session.pid);
 }
 

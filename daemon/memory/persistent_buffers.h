@@ -43,6 +43,9 @@ class PersistentBuffers {
     absl::Duration ttl;
     std::set<std::string> users;  // session tokens that created or attached it
     server::TimerId expiry = 0;
+    // The GPU's UUID as the creator named it (ResolveDevice found a device with it); empty
+    // for host memory and clients that sent none. Attaching clients map by it.
+    std::string device_uuid;
   };
   absl::StatusOr<v1::PersistentBuffer> Describe(const std::string& name, const Entry& entry,
                                                 pid_t pid);

@@ -7,6 +7,7 @@
 #include "kernels/algorithm.h"
 #include "kernels/cuda/collectives.h"
 #include "kernels/cuda/device_sync.cuh"
+#include "kernels/cuda_plan.h"
 #include "kernels/element_ops.h"
 
 namespace commd::kernels::cuda_internal {
@@ -27,12 +28,10 @@ struct alignas(16) PackOf {
 template <typename T, typename Scalar, typename Vec>
 __device__ void ForEachInRange(size_t begin, size_t end, bool vec_ok, Scalar scalar, Vec vec) {
   constexpr size_t n = kPack<T>;
-  const size_t head = vec_ok ? min(end, (begin + n - 1) / n * n) : end;
-  for (size_t i = begin + threadIdx.x; i < head; i += blockDim.x) scalar(i);
-  if (!vec_ok) return;
-  const size_t body_end = head + (end - head) / n * n;
-  for (size_t i = head + threadIdx.x * n; i < body_end; i += blockDim.x * n) vec(i);
-  for (size_t i = body_end + threadIdx.x; i < end; i += blockDim.x) scalar(i);
+  const VectorSplit s = SplitForVectors(begin, end, n, vec_ok);  // kernels/cuda_plan.h
+  for (size_t i = begin + threadIdx.x; i < s.head; i += blockDim.x) scalar(i);
+  for (size_t i = s.head + threadIdx.x * n; i < s.body_end; i += blockDim.x * n) vec(i);
+  for (size_t i = s.body_end + threadIdx.x; i < end; i += blockDim.x) scalar(i);
 }
 
 // Copies [begin, end) of `in` to `stage` (no copy when they are the same) counting non-finite
@@ -101,9 +100,8 @@ __device__ T* Staged(const CudaCommView& v, int rank, size_t offset) {
 
 // Block blockIdx.x's part of chunk `part` of `count` elements split over `parts`.
 __device__ ChunkRange BlockPart(size_t count, int parts, int part) {
-  const ChunkRange c = Chunk(count, parts, part);
-  const ChunkRange b = Chunk(c.end - c.begin, gridDim.x, blockIdx.x);
-  return ChunkRange{c.begin + b.begin, c.begin + b.end};
+  return kernels::BlockPart(count, parts, part, static_cast<int>(gridDim.x),
+                            static_cast<int>(blockIdx.x));
 }
 
 // Copy-in of `total` staged elements as world_size chunks, block b taking part b of each: the
@@ -215,22 +213,19 @@ __global__ void __launch_bounds__(kCudaThreads)
   BlockBarrier(v);
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// Whether 16-byte vector accesses are aligned everywhere the kernel makes them: ForEachInRange
-// aligns element indices relative to each base pointer, so every base must be aligned,
-// including the chunk bases at multiples of count elements that all-gather, reduce-scatter
-// and all-to-all use (base + p * count).
+// Whether 16-byte vector accesses are aligned everywhere the kernel makes them
+// (kernels/cuda_plan.h): ForEachInRange aligns element indices relative to each base
+// pointer, and all-gather, reduce-scatter and all-to-all index chunks at base + p * count.
 template <typename T>
 bool VectorsAligned(const CudaCommView& v, const LaunchArgs& a) {
-  bool ok = Aligned16(a.input) && Aligned16(a.output) && a.offset % 16 == 0;
-  if (a.scratch != nullptr) ok = ok && Aligned16(a.scratch);
-  for (int p = 0; p < v.world_size; ++p) ok = ok && Aligned16(v.data[p]);
-  const bool chunked = a.collective == CudaCollective::kAllGather ||
-                       a.collective == CudaCollective::kReduceScatter ||
-                       a.collective == CudaCollective::kAllToAll;
-  if (chunked) ok = ok && (a.count * sizeof(T)) % 16 == 0;
-  return ok;
+  const void* bases[kCudaMaxWorldSize + 3] = {a.input, a.output};
+  int n = 2;
+  if (a.scratch != nullptr) bases[n++] = a.scratch;
+  for (int p = 0; p < v.world_size; ++p) bases[n++] = v.data[p];
+  const bool chunked = a.collective == CollectiveOp::kAllGather ||
+                       a.collective == CollectiveOp::kReduceScatter ||
+                       a.collective == CollectiveOp::kAllToAll;
+  return kernels::VectorsAligned(bases, n, a.offset, chunked ? a.count * sizeof(T) : 0);
 }
 
 template <typename T, ReduceOp Op>
@@ -238,20 +233,21 @@ void LaunchTyped(const CudaCommView& v, const LaunchArgs& a, cudaStream_t s) {
   const bool vec_ok = VectorsAligned<T>(v, a);
   const dim3 grid(kCudaBlocks), block(kCudaThreads);
   switch (a.collective) {
-    case CudaCollective::kAllReduceOneShot:
-      return OneShotKernel<T, Op><<<grid, block, 0, s>>>(v, a, vec_ok);
-    case CudaCollective::kAllReduceTwoShot:
+    case CollectiveOp::kAllReduce:
+      if (a.algorithm == Algorithm::kOneShot) {
+        return OneShotKernel<T, Op><<<grid, block, 0, s>>>(v, a, vec_ok);
+      }
       return TwoShotKernel<T, Op><<<grid, block, 0, s>>>(v, a, vec_ok);
-    case CudaCollective::kAllGather:
+    case CollectiveOp::kAllGather:
       return AllGatherKernel<T><<<grid, block, 0, s>>>(v, a, vec_ok);
-    case CudaCollective::kReduceScatter:
+    case CollectiveOp::kReduceScatter:
       return ReduceScatterKernel<T, Op><<<grid, block, 0, s>>>(v, a, vec_ok);
-    case CudaCollective::kBroadcast:
+    case CollectiveOp::kBroadcast:
       return BroadcastKernel<T><<<grid, block, 0, s>>>(v, a, vec_ok);
-    case CudaCollective::kAllToAll:
+    case CollectiveOp::kAllToAll:
       return AllToAllKernel<T><<<grid, block, 0, s>>>(v, a, vec_ok);
-    case CudaCollective::kBarrier:
-      return BarrierKernel<<<grid, block, 0, s>>>(v);
+    default:  // kBarrier is launched untyped; launch.cc passes no other
+      return;
   }
 }
 
@@ -269,10 +265,41 @@ void LaunchWithOp(const CudaCommView& v, const LaunchArgs& a, cudaStream_t s) {
   }
 }
 
+// Every kernel this file can launch, for PreloadKernels: cudaFuncGetAttributes loads a
+// function into the current context (the CUDA Programming Guide's lazy loading section names
+// it for preloading; NCCL calls it on its whole kernel list when a communicator is created
+// for the same reason).
+template <typename T, ReduceOp Op>
+cudaError_t PreloadTypedOp() {
+  cudaFuncAttributes attr;
+  for (const void* f : {reinterpret_cast<const void*>(&OneShotKernel<T, Op>),
+                        reinterpret_cast<const void*>(&TwoShotKernel<T, Op>),
+                        reinterpret_cast<const void*>(&ReduceScatterKernel<T, Op>)}) {
+    if (const cudaError_t err = cudaFuncGetAttributes(&attr, f); err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t PreloadTyped() {
+  cudaFuncAttributes attr;
+  for (const void* f : {reinterpret_cast<const void*>(&AllGatherKernel<T>),
+                        reinterpret_cast<const void*>(&BroadcastKernel<T>),
+                        reinterpret_cast<const void*>(&AllToAllKernel<T>)}) {
+    if (const cudaError_t err = cudaFuncGetAttributes(&attr, f); err != cudaSuccess) return err;
+  }
+  for (cudaError_t err :
+       {PreloadTypedOp<T, ReduceOp::kSum>(), PreloadTypedOp<T, ReduceOp::kAvg>(),
+        PreloadTypedOp<T, ReduceOp::kMin>(), PreloadTypedOp<T, ReduceOp::kMax>()}) {
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace
 
 cudaError_t LaunchKernel(const CudaCommView& view, const LaunchArgs& args, cudaStream_t stream) {
-  if (args.collective == CudaCollective::kBarrier) {
+  if (args.collective == CollectiveOp::kBarrier) {
     BarrierKernel<<<kCudaBlocks, kCudaThreads, 0, stream>>>(view);
     return cudaGetLastError();
   }
@@ -294,6 +321,16 @@ cudaError_t LaunchKernel(const CudaCommView& view, const LaunchArgs& args, cudaS
       break;
   }
   return cudaGetLastError();
+}
+
+cudaError_t PreloadKernels() {
+  cudaFuncAttributes attr;
+  cudaError_t err = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&BarrierKernel));
+  for (cudaError_t e : {PreloadTyped<float>(), PreloadTyped<Half>(), PreloadTyped<BFloat16>(),
+                        PreloadTyped<int32_t>(), PreloadTyped<int64_t>()}) {
+    if (err == cudaSuccess) err = e;
+  }
+  return err;
 }
 
 }  // namespace commd::kernels::cuda_internal

@@ -20,7 +20,8 @@
 // (kernels/signal_layout.h), so pad_slots must be >= kCudaBlocks * world_size. Every launch
 // uses exactly kCudaBlocks blocks and splits the elements the same way, so block b of every
 // rank touches the same elements and per-block barriers order all reuse.
-// Thread-compatible: one stream per allocation at a time.
+// Thread-compatible: one stream per allocation at a time (the SDK gives each stream its own
+// one-shot scratch, so different allocations may run on different streams at once).
 #ifndef COMMD_KERNELS_CUDA_COLLECTIVES_H_
 #define COMMD_KERNELS_CUDA_COLLECTIVES_H_
 
@@ -30,6 +31,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "client/include/commd/collective_op.h"
+#include "kernels/algorithm.h"
 #include "kernels/types.h"
 
 namespace commd::kernels {
@@ -69,22 +72,22 @@ absl::Status LaunchBroadcast(const CudaCommView& view, void* buffer, size_t coun
 absl::Status LaunchAllToAll(const CudaCommView& view, const void* input, void* output, size_t count,
                             DataType dtype, NanCheck nan_check, cudaStream_t stream);
 
+// Loads every kernel instantiation of this library into the current context (the caller's
+// device must be current), once per process: with lazy module loading (CUDA 12.2's default)
+// a kernel's first launch loads its module, which can wait for the device while a commd
+// kernel spins on a peer that needs this rank's next kernel: a deadlock. INTERNAL naming the
+// CUDA error otherwise; later calls return the first answer.
+absl::Status PreloadCudaKernels();
+
 namespace cuda_internal {
 
-enum class CudaCollective {
-  kBarrier,
-  kAllReduceOneShot,
-  kAllReduceTwoShot,
-  kAllGather,
-  kReduceScatter,
-  kBroadcast,
-  kAllToAll
-};
-
 // A validated launch: `offset` is the staged input's byte offset in every data region;
-// `in_place` means the input already is this rank's staged copy.
+// `in_place` means the input already is this rank's staged copy. `collective` is the SDK's
+// one enum (kBarrier, kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll here),
+// `algorithm` picks one-shot or two-shot for kAllReduce.
 struct LaunchArgs {
-  CudaCollective collective;
+  CollectiveOp collective;
+  Algorithm algorithm;
   const void* input;
   void* output;
   void* scratch;
@@ -97,8 +100,22 @@ struct LaunchArgs {
   int root = 0;  // broadcast
 };
 
+// The boundary with the CUDA runtime (collectives.cu): the kernel launch itself, and loading
+// every kernel instantiation a group may launch. Tests of the host side (the SDK's handling
+// of a launch failing part way through a coalesced call) replace it with
+// SetKernelRuntimeForTesting; nothing else does.
+struct KernelRuntime {
+  cudaError_t (*launch)(const CudaCommView& view, const LaunchArgs& args, cudaStream_t stream);
+  cudaError_t (*preload)();
+};
+const KernelRuntime& CurrentKernelRuntime();
+// Null restores the real one. Not thread-safe against launches: set it before any.
+void SetKernelRuntimeForTesting(const KernelRuntime* runtime);
+
 // Defined in collectives.cu.
 cudaError_t LaunchKernel(const CudaCommView& view, const LaunchArgs& args, cudaStream_t stream);
+// cudaFuncGetAttributes on every instantiation (collectives.cu says why).
+cudaError_t PreloadKernels();
 
 }  // namespace cuda_internal
 }  // namespace commd::kernels

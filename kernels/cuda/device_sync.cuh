@@ -34,8 +34,22 @@ __device__ __forceinline__ uint64_t GlobalTimerNs() {
 
 enum : uint32_t { kErrorAborted = 1, kErrorTimedOut = 2 };
 
+// How often a waiting thread reads the abort word. It lies in pinned host memory, so each read
+// is a round trip over PCIe (~1-2 us); polling it on every spin would cost that per barrier
+// wait. An abort is a failure path measured in seconds, so 50 us of lag is nothing; the peer's
+// slot (device memory, NVLink) is still read on every spin.
+inline constexpr uint64_t kAbortPollNs = 50 * 1000;
+
 // Barrier of block blockIdx.x with block blockIdx.x of every peer, on channel blockIdx.x.
 // Returns false (for every thread of the block) when a wait failed; the error word is set.
+//
+// Ordering (PTX ISA, memory consistency model): the block's data writes happen before the
+// bar.sync of __syncthreads (a CTA-scope synchronisation), which happens before the arriving
+// thread's st.release.sys; release is cumulative, so a peer whose ld.acquire.sys reads that
+// value observes every write ordered before the release in causality order, those of the
+// other threads of the block included. No fence.sc.sys (__threadfence_system) is needed
+// before the release store: PyTorch's symmetric-memory barrier and vLLM's custom all-reduce
+// rely on the same bar.sync + release pattern.
 __device__ inline bool BlockBarrier(const CudaCommView& v) {
   __shared__ uint32_t seq;
   __shared__ int failed;
@@ -51,14 +65,18 @@ __device__ inline bool BlockBarrier(const CudaCommView& v) {
   __syncthreads();
   const int peer = threadIdx.x;
   if (peer < w && peer != v.rank) {
-    __threadfence_system();  // make the whole block's writes (ordered by bar.sync) visible
     StoreRelease(v.pads[peer] + PadSlot(ch, v.rank, w), seq);
     const uint32_t* slot = v.pads[v.rank] + PadSlot(ch, peer, w);
     const uint64_t start = GlobalTimerNs();
+    uint64_t next_abort_poll = start;  // the abort word is read on the first spin
     while (static_cast<int32_t>(LoadAcquire(slot) - seq) < 0) {
+      const uint64_t now = GlobalTimerNs();
       uint32_t code = 0;
-      if (v.abort_word != nullptr && LoadVolatile(v.abort_word) != 0) code = kErrorAborted;
-      if (GlobalTimerNs() - start > v.timeout_ns) code = kErrorTimedOut;
+      if (v.abort_word != nullptr && now >= next_abort_poll) {
+        next_abort_poll = now + kAbortPollNs;
+        if (LoadVolatile(v.abort_word) != 0) code = kErrorAborted;
+      }
+      if (now - start > v.timeout_ns) code = kErrorTimedOut;
       if (code != 0) {
         if (v.error_word != nullptr) atomicCAS(v.error_word, 0u, code << 16 | peer);
         failed = 1;

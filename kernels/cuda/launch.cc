@@ -1,16 +1,33 @@
 // Argument checks and launch of the CUDA collectives (host code; kernels in collectives.cu).
 #include <cstdint>
+#include <map>
+#include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/collectives.h"
+#include "kernels/host/plan.h"
 #include "kernels/signal_layout.h"
 
 namespace commd::kernels {
 namespace {
 
-using cuda_internal::CudaCollective;
+using cuda_internal::KernelRuntime;
 using cuda_internal::LaunchArgs;
+
+constexpr KernelRuntime kRealRuntime{&cuda_internal::LaunchKernel, &cuda_internal::PreloadKernels};
+const KernelRuntime* g_runtime = &kRealRuntime;
+
+// "barrier", "one-shot all_reduce", "all_gather", ... (host/plan.h's names).
+std::string LaunchName(const LaunchArgs& a) {
+  if (a.collective == CollectiveOp::kBarrier) return "barrier";
+  if (a.collective == CollectiveOp::kAllReduce) {
+    return absl::StrCat(AlgorithmName(a.algorithm), " all_reduce");
+  }
+  return CollectiveName(a.collective);
+}
 
 bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
@@ -52,18 +69,18 @@ absl::Status Place(const CudaCommView& v, const char* name, size_t in_bytes, siz
 }
 
 absl::Status Launch(const CudaCommView& v, const LaunchArgs& a, cudaStream_t stream) {
-  const cudaError_t err = cuda_internal::LaunchKernel(v, a, stream);
+  const cudaError_t err = g_runtime->launch(v, a, stream);
   if (err != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("launch of collective ", static_cast<int>(a.collective),
-                                            ": ", cudaGetErrorName(err), ": ",
-                                            cudaGetErrorString(err)));
+    return absl::InternalError(absl::StrCat("launch of the ", LaunchName(a), " kernel: ",
+                                            cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
   }
   return absl::OkStatus();
 }
 
-LaunchArgs Args(CudaCollective c, const void* input, void* output, size_t count, DataType dtype,
+LaunchArgs Args(CollectiveOp c, const void* input, void* output, size_t count, DataType dtype,
                 ReduceOp op, NanCheck nan_check, int root = 0) {
-  return LaunchArgs{c, input, output, nullptr, count, 0, false, dtype, op, nan_check, root};
+  return LaunchArgs{c,  Algorithm::kTwoShot, input, output, nullptr, count, 0, false, dtype,
+                    op, nan_check,           root};
 }
 
 // Which of input and output hold world_size x count elements.
@@ -81,7 +98,7 @@ absl::Status PlaceAndLaunch(const CudaCommView& v, const char* name, Wide wide, 
   const bool in_wide = wide == Wide::kInput || wide == Wide::kBoth;
   const bool out_wide = wide == Wide::kOutput || wide == Wide::kBoth;
   RETURN_IF_ERROR(Place(v, name, in_wide ? all : bytes, out_wide ? all : bytes,
-                        a.collective == CudaCollective::kBroadcast, &a));
+                        a.collective == CollectiveOp::kBroadcast, &a));
   return Launch(v, a, stream);
 }
 
@@ -113,8 +130,8 @@ absl::Status ValidateCudaCommView(const CudaCommView& v) {
 absl::Status LaunchBarrier(const CudaCommView& view, cudaStream_t stream) {
   RETURN_IF_ERROR(ValidateCudaCommView(view));
   return Launch(view,
-                LaunchArgs{CudaCollective::kBarrier, nullptr, nullptr, nullptr, 0, 0, false,
-                           DataType::kFloat32, ReduceOp::kSum, NanCheck::kOff},
+                LaunchArgs{CollectiveOp::kBarrier, Algorithm::kTwoShot, nullptr, nullptr, nullptr,
+                           0, 0, false, DataType::kFloat32, ReduceOp::kSum, NanCheck::kOff},
                 stream);
 }
 
@@ -124,13 +141,21 @@ absl::Status LaunchAllReduce(const CudaCommView& view, const void* input, void* 
   RETURN_IF_ERROR(ValidateCudaCommView(view));
   if (!IsValid(algorithm)) return absl::InvalidArgumentError("all_reduce: bad algorithm");
   if (count == 0) return absl::OkStatus();
-  const CudaCollective c = algorithm == Algorithm::kOneShot ? CudaCollective::kAllReduceOneShot
-                                                            : CudaCollective::kAllReduceTwoShot;
-  LaunchArgs a{c, input, output, scratch, count, 0, false, dtype, op, nan_check};
+  LaunchArgs a{CollectiveOp::kAllReduce,
+               algorithm,
+               input,
+               output,
+               scratch,
+               count,
+               0,
+               false,
+               dtype,
+               op,
+               nan_check};
   size_t bytes = 0;
   if (__builtin_mul_overflow(count, DataTypeSize(dtype), &bytes)) bytes = SIZE_MAX;
   RETURN_IF_ERROR(Place(view, "all_reduce", bytes, bytes, true, &a));
-  if (c == CudaCollective::kAllReduceOneShot && a.in_place && scratch == nullptr) {
+  if (algorithm == Algorithm::kOneShot && a.in_place && scratch == nullptr) {
     return absl::InvalidArgumentError(
         "all_reduce: one-shot in place needs scratch of count elements");
   }
@@ -144,7 +169,7 @@ absl::Status LaunchAllGather(const CudaCommView& view, const void* input, void* 
   if (count == 0) return absl::OkStatus();
   return PlaceAndLaunch(
       view, "all_gather", Wide::kOutput,
-      Args(CudaCollective::kAllGather, input, output, count, dtype, ReduceOp::kSum, nan_check),
+      Args(CollectiveOp::kAllGather, input, output, count, dtype, ReduceOp::kSum, nan_check),
       stream);
 }
 
@@ -155,7 +180,7 @@ absl::Status LaunchReduceScatter(const CudaCommView& view, const void* input, vo
   if (count == 0) return absl::OkStatus();
   return PlaceAndLaunch(
       view, "reduce_scatter", Wide::kInput,
-      Args(CudaCollective::kReduceScatter, input, output, count, dtype, op, nan_check), stream);
+      Args(CollectiveOp::kReduceScatter, input, output, count, dtype, op, nan_check), stream);
 }
 
 absl::Status LaunchBroadcast(const CudaCommView& view, void* buffer, size_t count, DataType dtype,
@@ -167,10 +192,10 @@ absl::Status LaunchBroadcast(const CudaCommView& view, void* buffer, size_t coun
                                                    "] (the group's ranks)"));
   }
   if (count == 0) return absl::OkStatus();
-  return PlaceAndLaunch(view, "broadcast", Wide::kNeither,
-                        Args(CudaCollective::kBroadcast, buffer, buffer, count, dtype,
-                             ReduceOp::kSum, nan_check, root),
-                        stream);
+  return PlaceAndLaunch(
+      view, "broadcast", Wide::kNeither,
+      Args(CollectiveOp::kBroadcast, buffer, buffer, count, dtype, ReduceOp::kSum, nan_check, root),
+      stream);
 }
 
 absl::Status LaunchAllToAll(const CudaCommView& view, const void* input, void* output, size_t count,
@@ -179,8 +204,43 @@ absl::Status LaunchAllToAll(const CudaCommView& view, const void* input, void* o
   if (count == 0) return absl::OkStatus();
   return PlaceAndLaunch(
       view, "all_to_all", Wide::kBoth,
-      Args(CudaCollective::kAllToAll, input, output, count, dtype, ReduceOp::kSum, nan_check),
+      Args(CollectiveOp::kAllToAll, input, output, count, dtype, ReduceOp::kSum, nan_check),
       stream);
 }
 
+absl::Status PreloadCudaKernels() {
+  // Once per device: module loading is per context, and the runtime keeps its reference to
+  // the device's primary context (cudaFuncGetAttributes made it) until exit, so the modules
+  // stay loaded when a group releases its own. The first answer for a device stands (a
+  // failure there means the kernels cannot run on it at all).
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* done = new std::map<int, cudaError_t>();
+  int device = -1;  // a test's replaced runtime has no device
+  if (g_runtime == &kRealRuntime) {
+    if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+      return absl::InternalError(
+          absl::StrCat("cudaGetDevice before preloading the kernels: ", cudaGetErrorName(err)));
+    }
+  }
+  absl::MutexLock lock(&mu);
+  auto [it, inserted] = done->try_emplace(device, cudaSuccess);
+  if (inserted) it->second = g_runtime->preload();
+  if (it->second != cudaSuccess) {
+    return absl::InternalError(absl::StrCat(
+        "loading the collective kernels (cudaFuncGetAttributes on each instantiation): ",
+        cudaGetErrorName(it->second), ": ", cudaGetErrorString(it->second),
+        "; was the SDK built for this GPU's architecture (sm_80, sm_90 and compute_90 PTX)?"));
+  }
+  return absl::OkStatus();
+}
+
+namespace cuda_internal {
+
+const KernelRuntime& CurrentKernelRuntime() { return *g_runtime; }
+
+void SetKernelRuntimeForTesting(const KernelRuntime* runtime) {
+  g_runtime = runtime == nullptr ? &kRealRuntime : runtime;
+}
+
+}  // namespace cuda_internal
 }  // namespace commd::kernels

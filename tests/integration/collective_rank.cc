@@ -600,10 +600,10 @@ void CudaNan(Run& run, cudaStream_t stream, commd::CollectiveOptions o) {
              std::to_string(counters->nans_found));
 }
 
-// The collectives on this rank's GPU, then NaN counted on the device reaching the control
-// block once the next call finds the first complete.
-void Cuda(Run& run) {
-  CudaCheck(run, "set device", cudaSetDevice(run.args.rank));
+// The collectives on GPU `device` of this process, then NaN counted on the device reaching the
+// control block once the next call finds the first complete.
+void CudaOn(Run& run, int device) {
+  CudaCheck(run, "set device", cudaSetDevice(device));
   cudaStream_t stream;
   CudaCheck(run, "stream", cudaStreamCreate(&stream));
   commd::CollectiveOptions o;
@@ -613,8 +613,115 @@ void Cuda(Run& run) {
   CudaCheck(run, "final sync", cudaDeviceSynchronize());
   cudaStreamDestroy(stream);
 }
+
+void Cuda(Run& run) { CudaOn(run, run.args.rank); }
+
+// Every rank sees only its own GPU, as cuda:0 (CUDA_VISIBLE_DEVICES set by RemappedGpu).
+void CudaRemapped(Run& run) { CudaOn(run, 0); }
+
+// In-place one-shot all-reduces of two allocations (in, out) on two streams, enqueued back to
+// back so they may run at once: each stream must have its own scratch.
+void CudaTwoStreams(Run& run) {
+  CudaCheck(run, "set device", cudaSetDevice(run.args.rank));
+  cudaStream_t streams[2];
+  commd::SymmetricBuffer* bufs[2] = {&run.in, &run.out};
+  uint64_t tags[2];
+  const size_t n = 7;
+  const DataType t = DataType::kFloat32;
+  for (int k = 0; k < 2; ++k) {
+    CudaCheck(run, "stream", cudaStreamCreate(&streams[k]));
+    tags[k] = ++run.tag;
+    std::vector<unsigned char> host(n * Size(t));
+    for (size_t i = 0; i < n; ++i)
+      Store(host.data(), i, t, Input(run, run.args.rank, tags[k], i, t));
+    CudaCheck(run, "copy in",
+              cudaMemcpy(bufs[k]->data(), host.data(), host.size(), cudaMemcpyHostToDevice));
+  }
+  for (int k = 0; k < 2; ++k) {
+    commd::CollectiveOptions o;
+    o.cuda_stream = streams[k];
+    run.Check("two-stream all-reduce", run.g.AllReduce(*bufs[k], n, t, ReduceOp::kSum, o));
+  }
+  for (int k = 0; k < 2; ++k) {
+    CudaCheck(run, "sync", cudaStreamSynchronize(streams[k]));
+    std::vector<unsigned char> host(n * Size(t));
+    CudaCheck(run, "copy out",
+              cudaMemcpy(host.data(), bufs[k]->data(), host.size(), cudaMemcpyDeviceToHost));
+    ExpectReduced(run, k == 0 ? "stream 0" : "stream 1", host.data(), tags[k], 0, n, t,
+                  ReduceOp::kSum);
+    cudaStreamDestroy(streams[k]);
+  }
+}
+
+// Rank 1's kernel waits at a barrier rank 0 never reaches; commctl abort must end it (the
+// device wait reads the abort word) and the group's next call says ABORTED.
+void CudaAbortMidKernel(Run& run) {
+  if (run.args.rank != 1) return;
+  CudaCheck(run, "set device", cudaSetDevice(1));
+  cudaStream_t stream;
+  CudaCheck(run, "stream", cudaStreamCreate(&stream));
+  commd::CollectiveOptions o;
+  o.cuda_stream = stream;
+  run.Check("enqueue", run.g.AllReduce(run.in, 64, DataType::kFloat32, ReduceOp::kSum, o));
+  std::printf("ENTERING\n");
+  std::fflush(stdout);
+  CudaCheck(run, "kernel ends after the abort", cudaStreamSynchronize(stream));
+  const absl::Status s = run.g.AllReduce(run.in, 64, DataType::kFloat32, ReduceOp::kSum, o);
+  if (s.code() != absl::StatusCode::kAborted) run.Fail("after abort: " + s.ToString());
+  std::printf("rank %d: %s\n", run.args.rank, s.ToString().c_str());
+  cudaStreamDestroy(stream);
+}
+
+// Mean time of `iters` calls of `call` on `stream`, after 10 unmeasured ones (cuda events).
+template <typename Call>
+double TimeOnStream(Run& run, cudaStream_t stream, int iters, Call call) {
+  for (int i = 0; i < 10; ++i) run.Check("warm-up", call());
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  run.Check("barrier", run.g.Barrier());
+  cudaEventRecord(start, stream);
+  for (int i = 0; i < iters; ++i) run.Check("timed call", call());
+  cudaEventRecord(stop, stream);
+  CudaCheck(run, "bench sync", cudaEventSynchronize(stop));
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms * 1e3 / iters;  // microseconds
+}
+
+// The figures docs/gpu-testing.md lists: one-shot 8 KiB all-reduce latency and 64 MiB
+// all-reduce bus bandwidth (nccl-tests' busbw: 2 (n-1)/n x bytes / time), fp32 sum, printed
+// by rank 0 as "BENCH commd <what> <value>" (never asserted).
+void CudaBench(Run& run) {
+  CudaCheck(run, "set device", cudaSetDevice(run.args.rank));
+  cudaStream_t stream;
+  CudaCheck(run, "stream", cudaStreamCreate(&stream));
+  commd::CollectiveOptions o;
+  o.cuda_stream = stream;
+  o.nan_check = commd::CollectiveOptions::NanCheck::kOff;
+  const double w = run.args.world;
+  const size_t small = 8 << 10, large = size_t{64} << 20;
+  const double small_us = TimeOnStream(run, stream, 1000, [&] {
+    return run.g.AllReduce(run.in, small / 4, DataType::kFloat32, ReduceOp::kSum, o);
+  });
+  const double large_us = TimeOnStream(run, stream, 20, [&] {
+    return run.g.AllReduce(run.in, large / 4, DataType::kFloat32, ReduceOp::kSum, o);
+  });
+  if (run.args.rank == 0) {
+    std::printf("BENCH commd allreduce_8KiB_latency_us %.2f\n", small_us);
+    std::printf("BENCH commd allreduce_64MiB_busbw_GBps %.1f\n",
+                2 * (w - 1) / w * static_cast<double>(large) / (large_us * 1e3));
+  }
+  cudaStreamDestroy(stream);
+}
 #else
 void Cuda(Run& run) { run.Fail("mode cuda needs a build with CUDA"); }
+void CudaRemapped(Run& run) { Cuda(run); }
+void CudaTwoStreams(Run& run) { Cuda(run); }
+void CudaAbortMidKernel(Run& run) { Cuda(run); }
+void CudaBench(Run& run) { Cuda(run); }
 #endif
 
 // ---- Group options of the modes that set their own. ----
@@ -632,6 +739,11 @@ void CheckOffPolicyFail(commd::GroupOptions& o) {
   o.nan_policy = commd::GroupOptions::NanPolicy::kFail;
 }
 void OwnGpu(commd::GroupOptions& o) { o.device = commd::Device::Cuda(o.rank); }
+// Before anything loads the driver: this process sees only GPU `rank`, as its cuda:0.
+void RemappedGpu(commd::GroupOptions& o) {
+  ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(o.rank).c_str(), 1);
+  o.device = commd::Device::Cuda(0);
+}
 
 struct Mode {
   const char* name;
@@ -653,6 +765,10 @@ const Mode kModes[] = {
     {"mismatch", Mismatch},
     {"abort", AbortWhileWaiting},
     {"cuda", Cuda, OwnGpu},
+    {"cuda_remapped", CudaRemapped, RemappedGpu},
+    {"cuda_streams", CudaTwoStreams, OwnGpu},
+    {"cuda_abort", CudaAbortMidKernel, OwnGpu},
+    {"cuda_bench", CudaBench, OwnGpu, size_t{8} << 20},  // 64 MiB of fp32 per rank and more
 };
 
 const Mode* FindMode(const std::string& name) {

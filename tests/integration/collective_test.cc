@@ -3,10 +3,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "commd/commd.h"
 #include "common/cuda_driver.h"
@@ -74,6 +77,19 @@ class CollectiveTest : public ::testing::TestWithParam<int> {
                                       << ranks[r]->Log();
       EXPECT_NE(ranks[r]->Log().find("OK " + mode), std::string::npos) << ranks[r]->Log();
     }
+  }
+
+  // Two held ranks in `mode`; once rank 0 holds and rank 1 says it is ENTERING a wait,
+  // `commctl abort` of group c with `reason`.
+  std::vector<std::unique_ptr<ChildProcess>> StartAndAbortWhileRankOneWaits(
+      const std::string& mode, const std::string& reason) {
+    auto ranks = Start(2, mode, /*hold=*/true);
+    WaitForLog(ranks, 0, "HOLDING");
+    WaitForLog(ranks, 1, "ENTERING");
+    ProcessResult abort = RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(),
+                                      "--job", "job", "abort", "--group", "c", "--reason", reason});
+    EXPECT_EQ(abort.exit_code, 0) << abort.output;
+    return ranks;
   }
 
   // Runs `world` ranks in `mode`; every rank must print "OK <mode>" and exit 0.
@@ -224,13 +240,7 @@ TEST_F(CollectiveTest, MismatchedCountsFailEveryRankAndTheWatchdogSaysMismatch) 
 // Rank 1 waits in an all-reduce that rank 0 never enters; commctl abort ends the wait with
 // ABORTED and the reason.
 TEST_F(CollectiveTest, AbortEndsACollectiveWaitWithTheReason) {
-  auto ranks = Start(2, "abort", /*hold=*/true);
-  WaitForLog(ranks, 0, "HOLDING");
-  WaitForLog(ranks, 1, "ENTERING");
-  ProcessResult abort =
-      RunProcess({COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job", "job", "abort",
-                  "--group", "c", "--reason", "stop the collective test"});
-  EXPECT_EQ(abort.exit_code, 0) << abort.output;
+  auto ranks = StartAndAbortWhileRankOneWaits("abort", "stop the collective test");
   WaitForLog(ranks, 1, "ABORTED: group c aborted on request: uid 0 (commctl, pid ");
   WaitForLog(ranks, 1, ") says: stop the collective test (all_reduce on rank 1");
   WaitForLog(ranks, 1, ": the daemon aborted the group)");
@@ -264,6 +274,58 @@ TEST_F(CollectiveTest, CudaCollectivesOnTwoGpus) {
     GTEST_SKIP() << "needs a CUDA build and 2 GPUs (" << cuda.summary << ")";
   }
   Run(2, "cuda");
+}
+
+// The GPU test plan (docs/gpu-testing.md; scripts/gpu-tests runs every test named *Gpu*):
+// these skip, saying why, without enough GPUs.
+#define COMMD_NEED_GPUS(n)                                                                  \
+  do {                                                                                      \
+    const CudaDriverInfo& cuda = ProbeCudaDriver();                                         \
+    if (!cuda.available || cuda.device_count < (n)) {                                       \
+      GTEST_SKIP() << "needs a CUDA build and " << (n) << " GPUs (" << cuda.summary << ")"; \
+    }                                                                                       \
+  } while (0)
+
+// 8 ranks (an HGX node), odd counts (7, 1025, 4099), fp32 and bf16, NaN counted on the device.
+TEST_F(CollectiveTest, CudaCollectivesOnEightGpus) {
+  COMMD_NEED_GPUS(8);
+  Run(8, "cuda");
+}
+
+// Two allocations, in-place one-shot all-reduces on two streams at once (scratch per stream).
+TEST_F(CollectiveTest, CudaTwoStreamsTwoAllocationsOnTwoGpus) {
+  COMMD_NEED_GPUS(2);
+  Run(2, "cuda_streams");
+}
+
+// Each rank sees only its own GPU, as cuda:0 (SLURM, Kubernetes): placed by UUID, peers mapped.
+TEST_F(CollectiveTest, CudaRemappedDevicesOnTwoGpus) {
+  COMMD_NEED_GPUS(2);
+  Run(2, "cuda_remapped");
+}
+
+// A kernel spinning at a barrier ends when the group is aborted; the next call is ABORTED.
+TEST_F(CollectiveTest, CudaAbortMidKernelOnTwoGpus) {
+  COMMD_NEED_GPUS(2);
+  auto ranks = StartAndAbortWhileRankOneWaits("cuda_abort", "stop the kernel");
+  WaitForLog(ranks, 1, "rank 1: ABORTED");
+  Finish(ranks, "cuda_abort");
+}
+
+// The figures of docs/gpu-testing.md on every GPU of the node (printed, never asserted):
+// one-shot 8 KiB latency (one-shot allowed up to 8 KiB x 16 ranks) and 64 MiB busbw.
+TEST_F(CollectiveTest, CudaAllReduceFiguresOnGpus) {
+  COMMD_NEED_GPUS(2);
+  Restart("collectives { one_shot_max_read_bytes: 131072 }\n");
+  auto ranks = Start(std::min(ProbeCudaDriver().device_count, 8), "cuda_bench");
+  for (auto& r : ranks) {
+    auto result = r->Wait(absl::Minutes(3));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->exit_code, 0) << result->output;
+    for (absl::string_view line : absl::StrSplit(result->output, '\n')) {
+      if (absl::StartsWith(line, "BENCH ")) std::printf("%s\n", std::string(line).c_str());
+    }
+  }
 }
 
 // More ranks than cores: 8 ranks on this machine's cores, 2,000 exact int all-reduces.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "commd/commd.h"
 #include "gmock/gmock.h"
@@ -231,6 +232,80 @@ TEST_F(CudaMemoryTest, OutOfDeviceMemoryIsResourceExhaustedAndLeaksNothing) {
     EXPECT_THAT(result->output, HasSubstr("CUDA_ERROR_OUT_OF_MEMORY"));
   }
   ExpectCudaMemoryFreed();
+}
+
+// A named buffer is mapped on the GPU it lives on, found by UUID in each process's own
+// enumeration: created on physical GPU 2 (the creator's cuda:0), attached by a process that
+// sees that GPU as its cuda:1 (and has no cuda:2 at all); a process that does not see it is
+// told which GPU the buffer is on.
+TEST_F(CudaMemoryTest, AttachPersistentMapsOnTheGpuWithTheBuffersUuid) {
+  if (!StartDaemon({})) GTEST_SKIP() << "built without CUDA";
+  auto run = [&](const std::string& mode, const std::string& visible) {
+    auto child =
+        ChildProcess::Start({CUDA_RANK, mode, "named"},
+                            {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job",
+                             std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA,
+                             "COMMD_FAKE_CUDA_DEVICES=4", "CUDA_VISIBLE_DEVICES=" + visible});
+    EXPECT_TRUE(child.ok()) << child.status();
+    if (!child.ok()) return ProcessResult{};
+    auto result = (*child)->Wait(absl::Seconds(30));
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : ProcessResult{};
+  };
+  const ProcessResult created = run("create", "2");
+  ASSERT_EQ(created.exit_code, 0) << created.output;
+  const ProcessResult attached = run("attach", "3,2");
+  EXPECT_EQ(attached.exit_code, 0) << attached.output;
+  const ProcessResult blind = run("attach", "0,1");
+  EXPECT_EQ(blind.exit_code, 1) << blind.output;
+  EXPECT_THAT(blind.output,
+              HasSubstr(absl::StrCat("FAILED_PRECONDITION: persistent buffer "
+                                     "'named' lives on GPU ",
+                                     FakeUuid(2), ", which this process does not see")));
+}
+
+// The SDK's CUDA collectives with only the kernel launch replaced (cuda_launch_rank): scratch
+// per stream, CUDA graph capture refused, a partial coalesced launch failing the group for
+// good. The fake driver's call log then shows the order a GPU needs on the way out: the
+// context is synchronised before each device mapping is unmapped (the SDK's CuMemMapping),
+// and each stream's scratch was a buffer of its own, freed once.
+TEST_F(CudaMemoryTest, CollectivesOnTheFakeDriverKeepScratchPerStreamAndFailPartialLaunches) {
+#ifndef CUDA_LAUNCH_RANK
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (!StartDaemon({})) GTEST_SKIP() << "built without CUDA";
+  const std::string log = tmp_.Join("calls.log");
+  auto child = ChildProcess::Start(
+      {CUDA_LAUNCH_RANK, "g"},
+      {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job",
+       std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA, "COMMD_FAKE_CUDA_DEVICES=4",
+       "CUDA_VISIBLE_DEVICES=3", "COMMD_FAKE_CUDA_CALL_LOG=" + log});
+  ASSERT_TRUE(child.ok()) << child.status();
+  const std::string rank_pid = std::to_string((*child)->pid());  // Wait forgets it
+  auto result = (*child)->Wait(absl::Seconds(60));
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->exit_code, 0) << result->output;
+  EXPECT_THAT(result->output, HasSubstr("OK"));
+  std::ifstream in(log);
+  std::vector<std::string> calls;  // the rank's, in order
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    if (f.size() == 3 && f[0] == rank_pid) calls.push_back(f[1]);
+  }
+  int unmaps = 0, frees = 0;
+  bool synced = false;
+  for (const std::string& c : calls) {
+    frees += c == "cuMemFree" ? 1 : 0;  // the scratch of streams 0x1000, 0x2000, 0x3000
+    if (c == "cuCtxSynchronize") synced = true;
+    if (c == "cuMemUnmap") {
+      EXPECT_TRUE(synced) << "unmap " << unmaps << " without a synchronisation before it";
+      synced = false;
+      ++unmaps;
+    }
+  }
+  EXPECT_EQ(frees, 3) << ::testing::PrintToString(calls);
+  EXPECT_GE(unmaps, 1) << ::testing::PrintToString(calls);  // the symmetric buffer
+#endif
 }
 
 }  // namespace

@@ -14,6 +14,10 @@
 // "ERROR <status>" and exits 1.
 //
 //   cuda_rank GROUP RANK WORLD BYTES GO
+//
+// Or, for named persistent buffers on cuda:0 of its enumeration:
+//   cuda_rank create NAME   AllocatePersistent NAME (4096 bytes), write a pattern, print "OK"
+//   cuda_rank attach NAME   AttachPersistent NAME, check the pattern, print "OK"
 #include <unistd.h>
 
 #include <atomic>
@@ -125,9 +129,34 @@ absl::StatusOr<std::unique_ptr<commd::SymmetricBuffer>> Run(commd::Group& group,
   return again;
 }
 
+constexpr size_t kPersistentBytes = 4096;
+
+int Persistent(const std::string& mode, const std::string& name) {
+  auto client = commd::Client::Connect({});
+  if (!client.ok()) return Fail(client.status());
+  if (mode == "create") {
+    auto buf = (*client)->AllocatePersistent(name, kPersistentBytes, absl::Seconds(60),
+                                             commd::Device::Cuda(0));
+    if (!buf.ok()) return Fail(buf.status());
+    auto* p = static_cast<unsigned char*>((*buf)->data());
+    for (size_t i = 0; i < kPersistentBytes; ++i) p[i] = Pattern(7, i);
+  } else {
+    auto buf = (*client)->AttachPersistent(name);
+    if (!buf.ok()) return Fail(buf.status());
+    const auto* p = static_cast<const unsigned char*>((*buf)->data());
+    for (size_t i = 0; i < kPersistentBytes; ++i) {
+      if (p[i] != Pattern(7, i)) return Fail(absl::DataLossError("not the creator's pattern"));
+    }
+  }
+  std::printf("OK\n");
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 3) return Persistent(argv[1], argv[2]);
   if (argc != 6) {
     std::fprintf(stderr, "usage: cuda_rank GROUP RANK WORLD BYTES GO\n");
     return 2;
