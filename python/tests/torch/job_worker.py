@@ -114,6 +114,20 @@ def cuda(out_dir: str) -> None:
     dist.destroy_process_group()
 
 
+def cpu_commd_cuda_nccl(out_dir: str) -> None:
+    """init_process_group("cpu:commd,cuda:nccl"): CPU tensors on commd, described as torch
+    describes the default group."""
+    dist.init_process_group("cpu:commd,cuda:nccl", timeout=datetime.timedelta(seconds=120))
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    assert t.eq(dist.get_world_size()).all()
+    backend = ct.backend_of()
+    groups = {g["name"]: g["description"] for g in backend.client.groups()}
+    write(out_dir, {"groups": groups})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def write_rank(out_dir: str, value) -> None:
     """write() before the process group exists: the rank from torchrun's environment."""
     import json
@@ -125,8 +139,9 @@ def main() -> None:
     scenario, out_dir = sys.argv[1:]
     if "TEST_COMMD_JOB_ID" in os.environ:  # torchrun() in the tests drops COMMD_JOB_ID
         os.environ["COMMD_JOB_ID"] = os.environ["TEST_COMMD_JOB_ID"]
-    if scenario in ("other_job", "hold"):
-        {"other_job": other_job, "hold": hold}[scenario](out_dir)
+    if scenario in ("other_job", "hold", "cpu_commd_cuda_nccl"):
+        {"other_job": other_job, "hold": hold,
+         "cpu_commd_cuda_nccl": cpu_commd_cuda_nccl}[scenario](out_dir)
         return
     timeout = float(os.environ.get("COMMD_TEST_PG_TIMEOUT", "60"))
     if scenario == "cuda":
