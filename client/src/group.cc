@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   request.set_rank(options.rank);
   request.set_world_size(options.world_size);
   request.set_global_rank(options.global_rank);
+  request.set_description(options.description);
   request.set_device(options.device.ToString());
   ASSIGN_OR_RETURN(*request.mutable_device_uuid(), CudaDeviceUuid(options.device.cuda_index()));
   request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
@@ -112,7 +113,8 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
       RingWriter::Attach(state->control_block->data(), state->joined.control_block().mapped_bytes(),
                          {.pg_id = state->joined.group_id(),
                           .pg_name = state->joined.name(),
-                          .pg_desc = "commd"}));
+                          // The daemon's word: it fills in the default for an empty one.
+                          .pg_desc = state->joined.description()}));
   recorder->block = state->control_block->data();
   recorder->block_bytes = state->joined.control_block().mapped_bytes();
   state->recorder = std::make_unique<Recorder>(std::move(recorder));

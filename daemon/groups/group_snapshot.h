@@ -50,7 +50,8 @@ struct GroupSnapshot {
   absl::Time created;
   absl::Duration timeout;
   v1::WatchdogPolicy policy = v1::WATCHDOG_POLICY_UNSPECIFIED;  // as the first rank asked
-  uint64_t memory_bytes = 0;            // control blocks and symmetric buffers
+  std::string description;    // at most kMaxGroupDescriptionBytes; "undefined" when none given
+  uint64_t memory_bytes = 0;  // control blocks and symmetric buffers
   std::vector<MemberSnapshot> members;  // by rank
 };
 

@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "commd/v1/groups.pb.h"
+#include "common/control_block.h"
 #include "common/shm_mapping.h"
 #include "daemon/groups/group_snapshot.h"
 #include "daemon/memory/allocation_table.h"
@@ -26,6 +28,20 @@
 #include "daemon/server/timer_queue.h"
 
 namespace commd::groups {
+
+// A group's description fits a flight-recorder entry's pg_desc (NUL excluded), so a dump's
+// process group and its entries say the same; torch's descriptions ("default_pg",
+// "undefined", a new_group's group_desc) are short.
+inline constexpr size_t kMaxGroupDescriptionBytes = kRecordNameBytes - 1;
+// What a group that was given none is described as: PyTorch's own default, which
+// torchfrtrace shows as is (an empty desc would print as a blank column).
+inline constexpr char kDefaultGroupDescription[] = "undefined";
+
+// INVALID_ARGUMENT unless `description` is at most kMaxGroupDescriptionBytes of printable
+// ASCII; the message quotes a bounded prefix and names the limit.
+absl::Status ValidateDescription(absl::string_view description);
+// The request's description, or kDefaultGroupDescription when it gives none.
+std::string DescriptionOf(const v1::JoinGroupRequest& request);
 
 // (uid, job id, group name): groups are namespaced per job.
 using GroupKey = std::tuple<uid_t, std::string, std::string>;
@@ -75,6 +91,7 @@ struct Group {
   absl::Time created;
   absl::Duration timeout;
   v1::WatchdogPolicy policy = v1::WATCHDOG_POLICY_UNSPECIFIED;
+  std::string description;             // the first rank's (every rank's: the join checks); bounded
   v1::CollectiveSettings collectives;  // effective: the config's with the first rank's overrides
   server::TimerId timer = 0;
   std::vector<uint64_t> asks_made;  // AllocateSymmetric calls per rank = next round index

@@ -19,6 +19,7 @@ GroupSnapshot SnapshotOf(const Group& g) {
   s.created = g.created;
   s.timeout = g.timeout;
   s.policy = g.policy;
+  s.description = g.description;
   for (int r = 0; r < g.world_size; ++r) {
     const Member& m = g.members[r];
     MemberSnapshot ms;
@@ -72,6 +73,7 @@ absl::StatusOr<std::shared_ptr<Group>> GroupTable::FindOrCreate(const server::Se
   group->created = absl::Now();
   group->timeout = timeout;
   group->policy = request.watchdog_policy();
+  group->description = DescriptionOf(request);
   groups_[group->id] = group;
   by_name_[key] = group->id;
   *created = true;

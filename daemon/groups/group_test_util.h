@@ -110,9 +110,11 @@ class Harness {
   }
 
   Joining Join(const std::shared_ptr<const server::Session>& session, const std::string& name,
-               int world_size, int rank, int64_t timeout_ms = 0) {
+               int world_size, int rank, int64_t timeout_ms = 0,
+               const std::string& description = "") {
     v1::JoinGroupRequest request;
     request.set_name(name);
+    request.set_description(description);
     request.set_world_size(world_size);
     request.set_rank(rank);
     request.set_global_rank(-1);

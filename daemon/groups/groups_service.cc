@@ -24,6 +24,7 @@ v1::GroupInfo InfoOf(const GroupSnapshot& g) {
     pm->set_device(m.device);
   }
   info.set_memory_bytes(g.memory_bytes);
+  info.set_description(g.description);
   return info;
 }
 

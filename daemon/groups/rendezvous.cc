@@ -1,6 +1,7 @@
 // The rendezvous of GroupRegistry: ranks join a group by name until all world_size have, then
 // each gets its control block and the group's members; a deadline, a dropped join or a dead
 // process fails every waiting rank instead.
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -74,6 +75,7 @@ absl::Status ValidateJoin(const v1::JoinGroupRequest& r) {
     return absl::InvalidArgumentError(absl::StrCat(
         "nan policy ", r.nan_policy(), "; allowed 0 (the daemon's), 1 (report), 2 (fail)"));
   }
+  RETURN_IF_ERROR(ValidateDescription(r.description()));
   if (r.timeout_ms() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("timeout_ms ", r.timeout_ms(), "; allowed 0 (default) or more"));
@@ -90,6 +92,13 @@ absl::StatusOr<int> AddMember(const memory::AllocationTable& memory, Group& grou
     return absl::InvalidArgumentError(
         absl::StrCat("world size ", request.world_size(), " disagrees with group ", group.name(),
                      "'s world size ", group.world_size, " (set by the first rank to join)"));
+  }
+  if (const std::string d = DescriptionOf(request); d != group.description) {
+    // Both are bounded (the join validated them), so both are quoted whole.
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank, " gives group ", group.name(), " the description ",
+                     QuoteForError(d), " but the group's is ", QuoteForError(group.description),
+                     " (set by the first rank to join); every rank must give the same"));
   }
   Member& m = group.members[rank];
   if (group.active) {
@@ -119,6 +128,7 @@ void FillJoinResponse(const Group& group, int r, v1::JoinGroupResponse* out) {
   out->set_rank(r);
   out->set_world_size(group.world_size);
   *out->mutable_collectives() = group.collectives;
+  out->set_description(group.description);
   for (int q = 0; q < group.world_size; ++q) {
     const Member& peer = group.members[q];
     v1::Member* pm = out->add_members();
@@ -130,6 +140,27 @@ void FillJoinResponse(const Group& group, int r, v1::JoinGroupResponse* out) {
 }
 
 }  // namespace
+
+absl::Status ValidateDescription(absl::string_view d) {
+  if (d.size() > kMaxGroupDescriptionBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group description ", QuoteForError(d), " is longer than ", kMaxGroupDescriptionBytes,
+        " bytes (the flight recorder's process-group desc); allowed 0 to ",
+        kMaxGroupDescriptionBytes, " bytes of printable ASCII"));
+  }
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d[i] < 0x20 || d[i] > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group description ", QuoteForError(d), " has the byte '",
+                       absl::CEscape(d.substr(i, 1)), "' at ", i, "; allowed printable ASCII"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string DescriptionOf(const v1::JoinGroupRequest& request) {
+  return request.description().empty() ? kDefaultGroupDescription : request.description();
+}
 
 std::string RankList(const std::vector<int>& ranks) {
   return absl::StrCat("[", absl::StrJoin(ranks, ", "), "]");

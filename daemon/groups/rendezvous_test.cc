@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "daemon/groups/group_registry.h"
 #include "daemon/groups/group_test_util.h"
 #include "gtest/gtest.h"
@@ -142,6 +143,60 @@ TEST(RendezvousTest, ARankDyingInAFormedGroupReportsTheGroupAsItWas) {
   h.groups().OnSessionEnd(*s0, Closed());
   EXPECT_TRUE(h.groups().Snapshot()->groups.empty());
   EXPECT_EQ(h.deaths().size(), 1u);  // a clean close is no death
+}
+
+TEST(RendezvousTest, TheDescriptionIsStoredListedAndAnsweredDefaultingToTorchs) {
+  Harness h;
+  Joining j0 = h.Join(h.Session("t0"), "g", 2, 0, 0, "default_pg");
+  Joining j1 = h.Join(h.Session("t1"), "g", 2, 1, 0, "default_pg");
+  ASSERT_TRUE(j1.call->Await()->ok()) << *j1.call->Await();
+  EXPECT_EQ(j0.response->description(), "default_pg");
+  EXPECT_EQ(j1.response->description(), "default_pg");
+  EXPECT_EQ(h.groups().Snapshot()->groups[0].description, "default_pg");
+
+  Joining plain = h.Join(h.Session("t2"), "h", 1, 0);
+  ASSERT_TRUE(plain.call->Await()->ok()) << *plain.call->Await();
+  EXPECT_EQ(plain.response->description(), "undefined");  // PyTorch's word for none
+}
+
+TEST(RendezvousTest, ADescriptionOverTheLimitIsRefusedQuotingABoundedPrefix) {
+  Harness h;
+  const std::string longest(kMaxGroupDescriptionBytes, 'd');
+  Joining ok = h.Join(h.Session("t0"), "g", 1, 0, 0, longest);
+  ASSERT_TRUE(ok.call->Await()->ok()) << *ok.call->Await();
+  EXPECT_EQ(ok.response->description(), longest);
+
+  const std::string hostile(1 << 20, 'x');  // 1 MiB: never stored, never echoed whole
+  Joining j = h.Join(h.Session("t1"), "big", 1, 0, 0, hostile);
+  const auto status = j.call->Await();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status->message(), absl::StrCat("group description \"", std::string(64, 'x'),
+                                            "…\" (1048576 bytes) is longer than 63 bytes (the "
+                                            "flight recorder's process-group desc); allowed 0 to "
+                                            "63 bytes of printable ASCII"));
+  Joining nul = h.Join(h.Session("t2"), "nul", 1, 0, 0, std::string("a\0b", 3));
+  ASSERT_TRUE(nul.call->Await().has_value());
+  EXPECT_EQ(nul.call->Await()->code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(nul.call->Await()->message(),
+            "group description \"a\\000b\" has the byte '\\000' at 1; allowed printable ASCII");
+  ASSERT_EQ(h.groups().Snapshot()->groups.size(), 1u);  // only "g": the refused made none
+}
+
+TEST(RendezvousTest, RanksThatDisagreeOnTheDescriptionAreRefusedNamingBoth) {
+  Harness h;
+  Joining j0 = h.Join(h.Session("t0"), "g", 2, 0, 0, "default_pg");
+  Joining j1 = h.Join(h.Session("t1"), "g", 2, 1, 0, "other");
+  const auto status = j1.call->Await();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status->message(),
+            "rank 1 gives group g the description \"other\" but the group's is \"default_pg\" "
+            "(set by the first rank to join); every rank must give the same");
+  EXPECT_FALSE(j0.call->Await().has_value());  // rank 0 still waits for a rank 1 that agrees
+  Joining again = h.Join(h.Session("t2"), "g", 2, 1, 0, "default_pg");
+  ASSERT_TRUE(again.call->Await()->ok()) << *again.call->Await();
+  ASSERT_TRUE(j0.call->Await()->ok());
 }
 
 }  // namespace

@@ -223,8 +223,10 @@ absl::Status Dumper::DumpRank(const std::string& trigger, const DumpSource& src,
   options.comm_lib_version = absl::StrCat("commd ", options_.version);
   options.trigger = trigger;
   options.diagnosis = diagnosis;
-  options.process_groups.push_back(
-      {.pg_id = src.group_id, .name = src.group, .desc = "commd", .ranks = src.group_global_ranks});
+  options.process_groups.push_back({.pg_id = src.group_id,
+                                    .name = src.group,
+                                    .desc = src.group_description,
+                                    .ranks = src.group_global_ranks});
   const RankDumpInput input{
       .snapshot = &*snapshot, .host = options_.host, .pid = src.pid, .device = src.device};
   const std::string name = absl::StrCat("rank", src.global_rank, ".json");

@@ -36,6 +36,7 @@ struct DumpSource {
   std::string job_id;
   uid_t uid = 0;
   std::string group;
+  std::string group_description;  // the process group's desc in the dump
   uint64_t group_id = 0;
   int rank = 0;
   int global_rank = 0;

@@ -17,6 +17,7 @@ std::vector<DumpSource> DumpSourcesOf(const groups::GroupSnapshot& g) {
     out.push_back({.job_id = g.job_id,
                    .uid = g.uid,
                    .group = g.name,
+                   .group_description = g.description,
                    .group_id = g.id,
                    .rank = m.rank,
                    .global_rank = m.global_rank,

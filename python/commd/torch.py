@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import os
 import secrets
+import sys
 from typing import Any, Callable, Sequence
 
 import torch
@@ -100,18 +102,27 @@ class Options:
 _client: Client | None = None
 
 
-def _connect(store: dist.Store, group_rank: int) -> Client:
+def _connect(store: dist.Store, group_rank: int, world_size: int) -> Client:
     """The process's session, opened by the first (default) process group. Without
     COMMD_JOB_ID the job id comes from rank 0 through torch's store, so two torchrun jobs on
-    one node are two commd jobs."""
+    one node are two commd jobs. Every rank publishes the job it is in and checks its
+    peers': a rank in another commd job (a COMMD_JOB_ID of its own) would otherwise wait in
+    a rendezvous its peers never join until the group's timeout."""
     global _client
     if _client is None:
         job = os.environ.get("COMMD_JOB_ID")
+        if group_rank == 0:
+            store.set("commd/job_id", job or "torch-" + secrets.token_hex(6))
         if not job:
-            key = "commd/job_id"
-            if group_rank == 0:
-                store.set(key, "torch-" + secrets.token_hex(6))
-            job = store.get(key).decode()
+            job = store.get("commd/job_id").decode()
+        store.set(f"commd/job_of_rank/{group_rank}", job)
+        for r in range(world_size):
+            theirs = store.get(f"commd/job_of_rank/{r}").decode()
+            if theirs != job:
+                raise RuntimeError(
+                    f"commd: rank {group_rank} is in commd job {job!r} but rank {r} is in "
+                    f"{theirs!r}; every rank of a torch job must be in one commd job (set the "
+                    "same COMMD_JOB_ID on every rank, or none: the backend then makes one)")
         _client = Client.connect(job_id=job)
     return _client
 
@@ -181,22 +192,99 @@ class _Staging:
         return self.buffers[which].view(cdtype, (count,), offset_bytes)
 
 
+# The longest group description the daemon takes (the SDK's kMaxGroupDescriptionBytes).
+_MAX_DESC_BYTES = 63
+
+# The Group methods that take a cuda_stream.
+_STREAM_CALLS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                           "all_to_all", "all_reduce_coalesced"})
+
+
+class _OnCurrentStream:
+    """A commd group on a CUDA device whose collectives are queued on torch's current
+    stream, so that they run after the staging copies torch queued there and before the
+    copies back (the SDK's CUDA path returns once a collective is queued)."""
+
+    def __init__(self, group: Group):
+        self._group = group
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._group, name)
+        if name not in _STREAM_CALLS:
+            return attr
+
+        def on_stream(*args: Any, **kwargs: Any) -> Any:
+            return attr(*args, cuda_stream=torch.cuda.current_stream().cuda_stream, **kwargs)
+        return on_stream
+
+
+def _group_desc_being_made() -> str:
+    """The description torch gives the process group it is creating (init_process_group's
+    "default_pg", new_group's group_desc, else "undefined"). torch sets it on the group only
+    after the group's backends exist and passes a backend's constructor no copy, so it is
+    read from the torch function that is calling the constructor; a torch that calls it
+    otherwise gives "undefined", as torch describes a group without one. Bounded to what the
+    daemon takes: printable ASCII ('?' for any other character), at most 63 bytes."""
+    desc = "undefined"
+    frame = sys._getframe(1)
+    while frame is not None:
+        if (frame.f_code.co_name == "_new_process_group_helper"
+                and frame.f_globals.get("__name__") == dist.distributed_c10d.__name__):
+            found = frame.f_locals.get("group_desc")
+            if isinstance(found, str) and found:
+                desc = found
+            break
+        frame = frame.f_back
+    return "".join(c if " " <= c <= "~" else "?" for c in desc)[:_MAX_DESC_BYTES]
+
+
 class ProcessGroupCommd(_C10dBackend):
     """A torch.distributed backend over one commd group (see the module's docstring)."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
-                 group_name: str, global_rank: int, options: Options | None = None):
+                 group_name: str, global_rank: int, options: Options | None = None,
+                 description: str = "", device: str = "host"):
         super().__init__(rank, size)
         opts = (options or Options()).resolved()
-        client = self._client = _connect(store, rank)
+        client = self._client = _connect(store, rank, size)
         self._name = group_name
-        self._group = client.join_group(
-            group_name, rank, size, global_rank=global_rank,
-            timeout=timeout.total_seconds(), watchdog_policy=opts.watchdog_policy,
-            nan_check=opts.nan_check, nan_sample_period=opts.nan_sample_period,
-            nan_policy=opts.nan_policy)
+        self._device = device
+        # A CUDA process group's commd group: its own, on this rank's GPU, joined at the
+        # first collective on CUDA tensors (see _on_device).
+        self._make_cuda = functools.partial(
+            ProcessGroupCommd, store, rank, size, timeout, group_name, global_rank, options,
+            description)
+        self._cuda: ProcessGroupCommd | None = None
+        commd_name = group_name if device == "host" else f"{group_name}.cuda"
+        try:
+            group = client.join_group(
+                commd_name, rank, size, global_rank=global_rank,
+                timeout=timeout.total_seconds(), watchdog_policy=opts.watchdog_policy,
+                nan_check=opts.nan_check, nan_sample_period=opts.nan_sample_period,
+                nan_policy=opts.nan_policy, description=description, device=device)
+        except Error as e:
+            # Which job and group: a second torchrun job under the same COMMD_JOB_ID meets
+            # the first one's group here (AlreadyExistsError), for one.
+            raise dist.DistBackendError(
+                f"commd: rank {rank} of {size} could not join group {commd_name!r} of commd "
+                f"job {client.job_id!r}: {e}") from e
+        self._group = group if device == "host" else _OnCurrentStream(group)
         self._staging = _Staging(self._group, opts.chunk_bytes)
         self._symmetric: list[tuple[int, int, SymmetricBuffer]] = []  # (start, end, buffer)
+
+    def _on_device(self, op: str, tensors: Sequence[Any]) -> "ProcessGroupCommd":
+        """The backend that runs `op` on these tensors: this one for CPU tensors, the CUDA
+        one (made on first use, on torch's current device) for CUDA tensors; ValueError for
+        tensors on more than one device."""
+        devices = sorted({str(t.device) for t in _tensors_in(tensors)})
+        if len(devices) > 1:
+            raise ValueError(f"commd {op}: tensors on {' and '.join(devices)}; one collective "
+                             "takes tensors of one device")
+        if not devices or not devices[0].startswith("cuda") or self._device != "host":
+            return self
+        if self._cuda is None:
+            self._cuda = self._make_cuda(device=f"cuda:{torch.cuda.current_device()}")
+        return self._cuda
 
     # -- identity ---------------------------------------------------------------------
 
@@ -253,11 +341,12 @@ class ProcessGroupCommd(_C10dBackend):
     def _check(self, op: str, tensors: Sequence[torch.Tensor]) -> str:
         """Checks that the tensors are CPU tensors of one supported dtype; returns it."""
         cdtype = _commd_dtype(tensors[0], op)
+        expected = "cpu" if self._device == "host" else "cuda"
         for t in tensors:
-            if t.device.type != "cpu":
+            if t.device.type != expected:
                 raise ValueError(
-                    f"commd {op}: tensor on {t.device}; this backend takes CPU tensors "
-                    "(\"cpu:commd,cuda:nccl\" sends CUDA tensors to NCCL)")
+                    f"commd {op}: tensor on {t.device}; this backend takes CPU and CUDA "
+                    "tensors (\"cpu:commd,cuda:nccl\" sends CUDA tensors to NCCL)")
             if t.dtype != tensors[0].dtype:
                 raise TypeError(
                     f"commd {op}: tensors of different dtypes ({tensors[0].dtype} and "
@@ -598,7 +687,37 @@ def _create(dist_opts: Any, options: Any) -> ProcessGroupCommd:
         _check_on_this_node(size)
     global_rank = ranks[rank] if ranks else rank
     return ProcessGroupCommd(dist_opts.store, rank, size, dist_opts.timeout,
-                             str(dist_opts.group_id), global_rank, options)
+                             str(dist_opts.group_id), global_rank, options,
+                             description=_group_desc_being_made())
+
+
+def _tensors_in(args: Sequence[Any]):
+    """The tensors among a backend call's arguments (lists of them included)."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from _tensors_in(a)
+
+
+def _dispatching(name: str) -> Callable[..., dist.Work]:
+    """ProcessGroupCommd's `name`, run by the backend of its tensors' device."""
+    method = getattr(ProcessGroupCommd, name)
+
+    @functools.wraps(method)
+    def run(self: ProcessGroupCommd, *args: Any) -> dist.Work:
+        return method(self._on_device(name, args), *args)
+    return run
+
+
+# torch's entry points that take tensors; barrier and what commd does not do stay as they are.
+for _name in ("allreduce", "allreduce_coalesced", "broadcast", "allgather",
+              "all_gather_single", "_allgather_base", "all_gather_single_coalesced",
+              "allgather_into_tensor_coalesced", "reduce_scatter", "reduce_scatter_single",
+              "_reduce_scatter_base", "reduce_scatter_single_coalesced",
+              "reduce_scatter_tensor_coalesced", "all_to_all_single", "alltoall_base"):
+    setattr(ProcessGroupCommd, _name, _dispatching(_name))
+del _name
 
 
 def backend_of(group: dist.ProcessGroup | None = None) -> ProcessGroupCommd:
@@ -617,11 +736,17 @@ def empty(shape: Sequence[int] | int, *, dtype: torch.dtype = torch.float32,
     torch's symm_mem.empty): collectives on it skip the staging copies. Collective: every
     rank of the group calls it in the same order with the same shape and dtype. Its memory
     is not zeroed by torch (the daemon hands out zeroed memory)."""
-    if torch.device(device).type != "cpu":
-        raise NotImplementedError(f"commd.torch.empty: device {device}; CPU only for now")
+    dev = torch.device(device)
+    if dev.type not in ("cpu", "cuda"):
+        raise NotImplementedError(f"commd.torch.empty: device {device}; allowed cpu, cuda")
     _commd_dtype(torch.empty((), dtype=dtype), "empty")
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return backend_of(group).empty(shape, dtype)
+    backend = backend_of(group)
+    if dev.type == "cuda":
+        # On the group's CUDA commd group: a kDLCUDA view of this rank's symmetric buffer.
+        with torch.cuda.device(dev):
+            backend = backend._on_device("empty", [torch.empty(0, device=dev)])
+    return backend.empty(shape, dtype)
 
 
-dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])

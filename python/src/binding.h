@@ -84,9 +84,12 @@ struct ClientObject {
   ~ClientObject();
 };
 
-// Client.join_group (group.cc): blocks until the group formed; Ctrl-C abandons the join.
-py::object JoinGroup(const std::shared_ptr<Client>& client, const std::string& name, int rank,
-                     int world_size, std::optional<int> global_rank, double timeout,
+// "host" (or "cpu") or "cuda:N"; InvalidArgumentError otherwise.
+Device ParseDevice(const std::string& device);
+
+// Client.join_group (group.cc): `options` has the name, ranks, description and device; the
+// rest is parsed here. Blocks until the group formed; Ctrl-C abandons the join.
+py::object JoinGroup(const std::shared_ptr<Client>& client, GroupOptions options, double timeout,
                      const py::object& watchdog_policy, const py::object& nan_check,
                      uint32_t nan_sample_period, const py::object& nan_policy);
 

@@ -5,6 +5,8 @@
 #include <optional>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "binding.h"
 #include "memory.h"
@@ -99,7 +101,10 @@ struct CallOptions {
 };
 
 void ParseCallOptions(CallOptions& c, const py::object& timeout, const py::object& nan_check,
-                      uint32_t nan_sample_period) {
+                      uint32_t nan_sample_period, uintptr_t cuda_stream) {
+  // A cudaStream_t as an integer (torch.cuda.current_stream().cuda_stream); 0 is CUDA's
+  // default stream. The SDK ignores it for host buffers.
+  c.options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
   using N = CollectiveOptions::NanCheck;
   if (!timeout.is_none()) c.options.timeout = Seconds(timeout.cast<double>(), "timeout");
   c.options.nan_check =
@@ -149,14 +154,14 @@ void NeedOffsetZero(const Operand& op, const char* call, const char* what) {
 
 py::object AllReduce(const GroupObject& g, const py::object& buf, const py::object& count,
                      const py::object& dtype, const py::object& op, const py::object& timeout,
-                     const py::object& nan_check, uint32_t period) {
+                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream) {
   const Operand b = ToOperand(buf, "buf");
   const ElementType& type = CallType(dtype, {&b});
   const size_t n = count.is_none() ? Fit(b, type, 1) : count.cast<size_t>();
   CheckFits(b, n, 1, "buf");
   const ReduceOp reduce = ParseReduceOp(op);
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period);
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
   Check(Blocking(g, "all_reduce", [&](Group& group) {
     // The SDK's AllReduce starts at the buffer; a view further in is a one-tensor coalesced
     // all-reduce, which takes offsets.
@@ -193,10 +198,10 @@ PairCall ResolvePair(const GroupObject& g, const char* call, const py::object& i
 
 py::object AllGather(const GroupObject& g, const py::object& in, const py::object& out,
                      const py::object& count, const py::object& dtype, const py::object& timeout,
-                     const py::object& nan_check, uint32_t period) {
+                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream) {
   const PairCall p = ResolvePair(g, "all_gather", in, out, count, dtype, /*gather=*/true);
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period);
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
   Check(Blocking(g, "all_gather", [&](Group& group) {
     return group.AllGather(*p.in.buffer, *p.out.buffer, p.count, *p.type->commd, c.options);
   }));
@@ -205,11 +210,12 @@ py::object AllGather(const GroupObject& g, const py::object& in, const py::objec
 
 py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::object& out,
                          const py::object& count, const py::object& dtype, const py::object& op,
-                         const py::object& timeout, const py::object& nan_check, uint32_t period) {
+                         const py::object& timeout, const py::object& nan_check, uint32_t period,
+                         uintptr_t cuda_stream) {
   const PairCall p = ResolvePair(g, "reduce_scatter", in, out, count, dtype, /*gather=*/false);
   const ReduceOp reduce = ParseReduceOp(op);
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period);
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
   Check(Blocking(g, "reduce_scatter", [&](Group& group) {
     return group.ReduceScatter(*p.in.buffer, *p.out.buffer, p.count, *p.type->commd, reduce,
                                c.options);
@@ -219,14 +225,14 @@ py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::o
 
 py::object Broadcast(const GroupObject& g, const py::object& buf, int root, const py::object& count,
                      const py::object& dtype, const py::object& timeout,
-                     const py::object& nan_check, uint32_t period) {
+                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream) {
   const Operand b = ToOperand(buf, "buf");
   NeedOffsetZero(b, "broadcast", "buf");
   const ElementType& type = CallType(dtype, {&b});
   const size_t n = count.is_none() ? Fit(b, type, 1) : count.cast<size_t>();
   CheckFits(b, n, 1, "buf");
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period);
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
   Check(Blocking(g, "broadcast", [&](Group& group) {
     return group.Broadcast(*b.buffer, n, *type.commd, root, c.options);
   }));
@@ -236,7 +242,7 @@ py::object Broadcast(const GroupObject& g, const py::object& buf, int root, cons
 // Equal splits: input and output each hold world_size * count elements.
 py::object AllToAll(const GroupObject& g, const py::object& in, const py::object& out,
                     const py::object& count, const py::object& dtype, const py::object& timeout,
-                    const py::object& nan_check, uint32_t period) {
+                    const py::object& nan_check, uint32_t period, uintptr_t cuda_stream) {
   const Operand i = ToOperand(in, "input"), o = ToOperand(out, "output");
   NeedOffsetZero(i, "all_to_all", "input");
   NeedOffsetZero(o, "all_to_all", "output");
@@ -247,7 +253,7 @@ py::object AllToAll(const GroupObject& g, const py::object& in, const py::object
   CheckFits(i, n, world, "input");
   CheckFits(o, n, world, "output");
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period);
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
   Check(Blocking(g, "all_to_all", [&](Group& group) {
     return group.AllToAll(*i.buffer, *o.buffer, n, *type.commd, c.options);
   }));
@@ -256,7 +262,7 @@ py::object AllToAll(const GroupObject& g, const py::object& in, const py::object
 
 py::object AllReduceCoalesced(const GroupObject& g, const py::sequence& tensors,
                               const py::object& op, const py::object& timeout,
-                              const py::object& nan_check, uint32_t period) {
+                              const py::object& nan_check, uint32_t period, uintptr_t cuda_stream) {
   std::vector<CoalescedTensor> parts;
   SymmetricBuffer* buffer = nullptr;
   for (size_t k = 0; k < tensors.size(); ++k) {
@@ -277,7 +283,7 @@ py::object AllReduceCoalesced(const GroupObject& g, const py::sequence& tensors,
   if (buffer == nullptr) ThrowInvalid("all_reduce_coalesced needs at least one tensor");
   const ReduceOp reduce = ParseReduceOp(op);
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period);
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
   Check(Blocking(g, "all_reduce_coalesced", [&](Group& group) {
     return group.AllReduceCoalesced(*buffer, parts, reduce, c.options);
   }));
@@ -398,15 +404,20 @@ void BindRecorder(py::module_& m) {
 
 }  // namespace
 
-py::object JoinGroup(const std::shared_ptr<Client>& client, const std::string& name, int rank,
-                     int world_size, std::optional<int> global_rank, double timeout,
+Device ParseDevice(const std::string& device) {
+  if (device == "host" || device == "cpu") return Device::Host();
+  int index = -1;
+  if (absl::StartsWith(device, "cuda:") && absl::SimpleAtoi(device.substr(5), &index) &&
+      index >= 0) {
+    return Device::Cuda(index);
+  }
+  ThrowInvalid(absl::StrCat("device '", device.substr(0, 64), device.size() > 64 ? "...'" : "'",
+                            "; allowed 'host' or 'cuda:N'"));
+}
+
+py::object JoinGroup(const std::shared_ptr<Client>& client, GroupOptions o, double timeout,
                      const py::object& watchdog_policy, const py::object& nan_check,
                      uint32_t nan_sample_period, const py::object& nan_policy) {
-  GroupOptions o;
-  o.name = name;
-  o.rank = rank;
-  o.world_size = world_size;
-  o.global_rank = global_rank.value_or(-1);
   o.timeout = Seconds(timeout, "timeout");
   using W = GroupOptions::WatchdogPolicy;
   o.watchdog_policy = ParseChoice<W>(watchdog_policy, "watchdog_policy",
@@ -452,7 +463,11 @@ void BindGroup(py::module_& m) {
       "nan_sample_period-th collective). Returns a NanFinding. Raises AbortedError once the "
       "group is aborted, DataLossError under NaN policy 'fail', InvalidArgumentError for bad "
       "or mismatched arguments, DeadlineExceededError after `timeout`. Ctrl-C aborts the "
-      "group (every rank gets AbortedError) and raises KeyboardInterrupt.";
+      "group (every rank gets AbortedError) and raises KeyboardInterrupt. cuda_stream: for a "
+      "group on a CUDA device, the cudaStream_t (an int, e.g. "
+      "torch.cuda.current_stream().cuda_stream) the collective is queued on; the call returns "
+      "once it is queued and a failure surfaces on the group's next call (0: the default "
+      "stream; ignored for host memory).";
   auto doc = [&](const char* head) { return absl::StrCat(head, kCallDoc); };
   static const std::string all_reduce_doc =
       doc("all_reduce(buf, count=None, dtype=None, op='sum', *, timeout=None, nan_check=None, "
@@ -538,26 +553,27 @@ void BindGroup(py::module_& m) {
       .def("all_reduce", &AllReduce, py::arg("buf"), py::arg("count") = py::none(),
            py::arg("dtype") = py::none(), py::arg("op") = "sum", py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, all_reduce_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, all_reduce_doc.c_str())
       .def("all_gather", &AllGather, py::arg("input"), py::arg("output"),
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, all_gather_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, all_gather_doc.c_str())
       .def("reduce_scatter", &ReduceScatter, py::arg("input"), py::arg("output"),
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::arg("op") = "sum",
            py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, reduce_scatter_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0,
+           reduce_scatter_doc.c_str())
       .def("all_reduce_coalesced", &AllReduceCoalesced, py::arg("tensors"), py::arg("op") = "sum",
            py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, coalesced_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, coalesced_doc.c_str())
       .def("broadcast", &Broadcast, py::arg("buf"), py::arg("root"), py::arg("count") = py::none(),
            py::arg("dtype") = py::none(), py::kw_only(), py::arg("timeout") = py::none(),
            py::arg("nan_check") = py::none(), py::arg("nan_sample_period") = 100,
-           broadcast_doc.c_str())
+           py::arg("cuda_stream") = 0, broadcast_doc.c_str())
       .def("all_to_all", &AllToAll, py::arg("input"), py::arg("output"),
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, all_to_all_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, all_to_all_doc.c_str())
       .def(
           "close",
           [](GroupObject& g) {

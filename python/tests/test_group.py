@@ -109,3 +109,30 @@ def test_coalesced_offsets_barrier_nan(daemon, job, world):
     pids = ranks.run(coalesced_and_offsets, world, daemon.runtime_dir, job)
     assert all(len(p) == world for p in pids)
     assert pids[0] == pids[-1]
+
+
+def described(client, rank, world):
+    """A group described "tp" whose all-reduce passes cuda_stream (ignored for host memory);
+    returns the group's description as the daemon lists it."""
+    group = client.join_group("described", rank, world, timeout=60.0, description="tp",
+                              device="host")
+    buf = group.allocate_symmetric(8 * world)
+    view, io = ranks.views(buf, "float32", 4)
+    ranks.write(io, "float32", np.ones(4))
+    group.all_reduce(view, cuda_stream=0)
+    assert list(ranks.read(io, "float32")) == [world] * 4
+    listed = {g["name"]: g["description"] for g in client.groups()}
+    group.barrier()  # every rank listed the group before any leaves it
+    return listed["described"]
+
+
+def test_a_description_reaches_the_daemon_and_bad_ones_are_refused(daemon, client):
+    import commd
+
+    assert ranks.run(described, 2, daemon.runtime_dir, client.job_id) == ["tp", "tp"]
+    with pytest.raises(commd.InvalidArgumentError,
+                       match=r"\(100000 bytes\) is longer than 63 bytes .*allowed 0 to 63"):
+        client.join_group("long", 0, 1, description="d" * 100000)
+    with pytest.raises(commd.InvalidArgumentError, match="device 'gpu0'; allowed 'host' or"):
+        client.join_group("dev", 0, 1, device="gpu0")
+    assert client.groups() == []

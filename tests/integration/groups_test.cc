@@ -209,6 +209,59 @@ TEST_F(GroupsTest, BadJoinsFailOnlyTheOffender) {
               HasSubstr("device cuda:0 is not available on this node"));
 }
 
+// A client's description is bounded: one over the limit (here 1 MiB, well within gRPC's
+// message limit, so the daemon itself must refuse it) fails at once, quoting a bounded
+// prefix; ranks that disagree are refused naming both; the daemon stays up and holds no
+// group or memory for the refused joins.
+TEST_F(GroupsTest, HostileAndDisagreeingDescriptionsAreRefused) {
+  auto c = Connect();
+  ASSERT_TRUE(c.ok()) << c.status();
+  const absl::Duration t = absl::Seconds(20);
+  for (int i = 0; i < 20; ++i) {  // a fixed count of hostile joins
+    auto hostile = (*c)->JoinGroup({.name = absl::StrCat("h", i),
+                                    .rank = 0,
+                                    .world_size = 1,
+                                    .description = std::string(1 << 20, 'x'),
+                                    .timeout = t});
+    ASSERT_EQ(hostile.status().code(), absl::StatusCode::kInvalidArgument) << hostile.status();
+    EXPECT_THAT(hostile.status().message(),
+                HasSubstr("(1048576 bytes) is longer than 63 bytes (the flight recorder's "
+                          "process-group desc); allowed 0 to 63 bytes of printable ASCII"));
+    EXPECT_LT(hostile.status().message().size(), 400u);  // a bounded echo, not 1 MiB
+  }
+  auto groups = (*c)->ListGroups();
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  EXPECT_EQ(groups->groups_size(), 0);
+
+  auto other = Connect();
+  ASSERT_TRUE(other.ok()) << other.status();
+  absl::StatusOr<std::unique_ptr<Group>> rank0;
+  std::thread first([&] {
+    rank0 = (*c)->JoinGroup(
+        {.name = "g", .rank = 0, .world_size = 2, .description = "default_pg", .timeout = t});
+  });
+  for (int i = 0; i < 1000; ++i) {
+    auto listed = (*other)->ListGroups();
+    if (listed.ok() && listed->groups_size() == 1) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  auto differs = (*other)->JoinGroup(
+      {.name = "g", .rank = 1, .world_size = 2, .description = "tp", .timeout = t});
+  EXPECT_EQ(differs.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(differs.status().message(),
+              HasSubstr("rank 1 gives group g the description \"tp\" but the group's is "
+                        "\"default_pg\" (set by the first rank to join)"));
+  auto agrees = (*other)->JoinGroup(
+      {.name = "g", .rank = 1, .world_size = 2, .description = "default_pg", .timeout = t});
+  first.join();
+  ASSERT_TRUE(rank0.ok()) << rank0.status();
+  ASSERT_TRUE(agrees.ok()) << agrees.status();
+  groups = (*c)->ListGroups();
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  ASSERT_EQ(groups->groups_size(), 1);
+  EXPECT_EQ(groups->groups(0).description(), "default_pg");
+}
+
 TEST_F(GroupsTest, SymmetricSizeMismatchFailsEveryRank) {
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < 2; ++i) clients.push_back(*Connect());

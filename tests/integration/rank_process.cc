@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -138,6 +139,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.timeout = absl::Seconds(60);
+  if (const char* d = std::getenv("COMMD_TEST_GROUP_DESCRIPTION")) options.description = d;
   auto client = commd::Client::Connect();
   if (!client.ok()) return Fail(client.status());
   if (mode == "hang-before-join") {

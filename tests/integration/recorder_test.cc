@@ -118,12 +118,14 @@ class RecorderTest : public ::testing::Test {
     daemon_ = std::move(*d);
   }
   std::vector<std::unique_ptr<ChildProcess>> Ranks(int world, const std::string& mode,
-                                                   const std::string& ready) {
+                                                   const std::string& ready,
+                                                   const std::string& description = "") {
     std::vector<std::unique_ptr<ChildProcess>> ranks;
     for (int r = 0; r < world; ++r) {
       auto c = ChildProcess::Start(
           {COMMD_RANK_PROCESS, "g", std::to_string(r), std::to_string(world), "0", mode},
-          {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job"});
+          {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job",
+           "COMMD_TEST_GROUP_DESCRIPTION=" + description});
       EXPECT_TRUE(c.ok());
       ranks.push_back(std::move(*c));
     }
@@ -304,6 +306,46 @@ TEST_F(RecorderTest, CommctlDumpAndErrors) {
   const nlohmann::json j = nlohmann::json::parse(ok.output);
   EXPECT_EQ(j["files"].size(), 2u);
   EXPECT_EQ(j["entries"], "20");  // uint64 is a JSON string
+}
+
+// The description every rank gave its group is the process group's desc of the dump (in
+// pg_config and in every entry's process_group), of the torchfrtrace pickle beside it, and
+// of `commctl groups`.
+TEST_F(RecorderTest, TheGroupsDescriptionIsItsDescInDumpsPicklesAndCommctlGroups) {
+  Start("recorder { write_torch_pickle: true }");
+  auto ranks = Ranks(2, "record:3", "RECORDED 3", "tensor parallel");
+  auto client = Client::Connect({.runtime_dir = daemon_->runtime_dir(), .job_id = "job"});
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto dump = (*client)->Dump("g");
+  ASSERT_TRUE(dump.ok()) << dump.status();
+  ASSERT_EQ(dump->files_size(), 4);  // rank<N>.json and nccl_trace_rank_<N> per rank
+  for (const std::string& file : dump->files()) {
+    if (fs::path(file).extension() != ".json") continue;
+    const nlohmann::json j = ReadJson(file);
+    EXPECT_EQ(j["pg_config"]["g"]["desc"], "tensor parallel") << file;
+    ASSERT_EQ(j["entries"].size(), 3u) << file;
+    for (const auto& e : j["entries"]) {
+      EXPECT_EQ(e["process_group"], nlohmann::json::parse(R"(["g", "tensor parallel"])"));
+    }
+    const std::string pickle =
+        (fs::path(file).parent_path() /
+         absl::StrCat("nccl_trace_rank_", j["commd"]["global_rank"].get<int>()))
+            .string();
+    ProcessResult py =
+        RunProcess({"/usr/bin/python3", "-c",
+                    "import pickle,sys\n"
+                    "p=pickle.load(open(sys.argv[1],'rb'))\n"
+                    "print(p['pg_config']['g']['desc'], '|', {tuple(e['process_group']) for e in "
+                    "p['entries']})\n",
+                    pickle});
+    EXPECT_EQ(py.exit_code, 0) << py.output;
+    EXPECT_EQ(py.output, "tensor parallel | {('g', 'tensor parallel')}\n");
+  }
+  ProcessResult groups = RunProcess(
+      {COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job", "job", "groups"});
+  ASSERT_EQ(groups.exit_code, 0) << groups.output;
+  EXPECT_THAT(groups.output, HasSubstr("DESC"));
+  EXPECT_THAT(groups.output, ::testing::ContainsRegex("job +g +tensor parallel +active"));
 }
 
 }  // namespace

@@ -64,13 +64,13 @@ absl::Status Topo(const GlobalOptions& options, std::ostream& out) {
 
 std::string FormatGroups(const v1::ListGroupsResponse& groups) {
   if (groups.groups().empty()) return "no groups\n";
-  std::string out = absl::StrFormat("%-24s %-16s %-10s %-7s %-12s %s\n", "JOB", "GROUP", "STATE",
-                                    "RANKS", "MEMORY", "PIDS");
+  std::string out = absl::StrFormat("%-24s %-16s %-16s %-10s %-7s %-12s %s\n", "JOB", "GROUP",
+                                    "DESC", "STATE", "RANKS", "MEMORY", "PIDS");
   for (const v1::GroupInfo& g : groups.groups()) {
     std::vector<std::string> pids;
     for (const v1::Member& m : g.members()) pids.push_back(absl::StrCat(m.rank(), ":", m.pid()));
-    absl::StrAppendFormat(&out, "%-24s %-16s %-10s %-7s %-12d %s\n", g.job_id(), g.name(),
-                          g.state(), absl::StrCat(g.joined(), "/", g.world_size()),
+    absl::StrAppendFormat(&out, "%-24s %-16s %-16s %-10s %-7s %-12d %s\n", g.job_id(), g.name(),
+                          g.description(), g.state(), absl::StrCat(g.joined(), "/", g.world_size()),
                           g.memory_bytes(), absl::StrJoin(pids, " "));
   }
   return out;

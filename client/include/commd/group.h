@@ -32,6 +32,8 @@ namespace commd {
 // collectives.nan_sample_period has the same range.
 inline constexpr uint32_t kMinNanSamplePeriod = 1;
 inline constexpr uint32_t kMaxNanSamplePeriod = 1000000;
+// The longest GroupOptions::description the daemon takes (it fits a flight-recorder entry).
+inline constexpr size_t kMaxGroupDescriptionBytes = 63;
 
 // A NaN/Inf check of collective inputs (floating-point types), for a group or one call.
 // kDefault: the group's setting for a call, the daemon's config for a group. The values
@@ -43,6 +45,11 @@ struct GroupOptions {
   int rank = -1;  // rank within the group on this node
   int world_size = -1;
   int global_rank = -1;  // -1: same as rank; names the flight-recorder file
+  // The process group's description in flight-recorder dumps and `commctl groups` (torch's
+  // group_desc: "default_pg", "undefined", ...). At most kMaxGroupDescriptionBytes of
+  // printable ASCII, else INVALID_ARGUMENT; every rank must give the same one, else
+  // FAILED_PRECONDITION. Empty: "undefined", as PyTorch describes a group without one.
+  std::string description;
   Device device = Device::Host();
   // Rendezvous and allocation deadline, and how long a collective may stay pending before
   // the daemon's watchdog calls it hung (capped by watchdog.max_collective_timeout_ms). A

@@ -16,9 +16,10 @@ WORKER = os.path.join(os.path.dirname(__file__), "worker.py")
 
 
 def torchrun(daemon, tmp_path, scenario: str, nproc: int, *args: str,
-             env: dict[str, str] | None = None, timeout: float = 600) -> tuple[int, list]:
-    """Runs the scenario on `nproc` ranks; returns torchrun's exit code and each rank's
-    JSON (None for a rank that wrote none)."""
+             env: dict[str, str] | None = None, timeout: float = 600,
+             worker: str = WORKER) -> tuple[int, list]:
+    """Runs the scenario of `worker` on `nproc` ranks; returns torchrun's exit code and each
+    rank's JSON (None for a rank that wrote none)."""
     out = tmp_path / scenario
     out.mkdir()
     run_env = dict(os.environ, COMMD_RUNTIME_DIR=daemon.runtime_dir, OMP_NUM_THREADS="1",
@@ -26,7 +27,7 @@ def torchrun(daemon, tmp_path, scenario: str, nproc: int, *args: str,
     run_env.pop("COMMD_JOB_ID", None)  # the backend makes one per torchrun job
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone",
-         f"--nproc-per-node={nproc}", "--monitor-interval=5", WORKER, scenario, str(out),
+         f"--nproc-per-node={nproc}", "--monitor-interval=5", worker, scenario, str(out),
          *args],
         env=run_env, timeout=timeout, capture_output=True, text=True)
     results = []
