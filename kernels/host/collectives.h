@@ -38,8 +38,10 @@
 //     no-op that does not synchronise.
 // Synchronisation: copy-in, a barrier (every input staged), the reads (broadcast: every rank
 // but the root reads the root's region; all-to-all: each rank reads its chunk of every peer's
-// input), for two-shot a middle barrier, and a closing barrier (no rank overwrites its region while
-// a peer may still read it). So back-to-back collectives on one allocation need no extra barrier.
+// input), and a closing barrier (no rank overwrites its region while a peer may still read
+// it). Two-shot all-reduce pushes each reduced chunk into every peer's region before its
+// second barrier and then reads only its own region, so that barrier is its closing one. So
+// back-to-back collectives on one allocation need no extra barrier.
 //
 // Errors: INVALID_ARGUMENT (naming the value and the allowed range) before anything is
 // touched, or after staging when the ranks disagree on the call (above); ABORTED when the view's
