@@ -33,7 +33,7 @@
 //     region into theirs, so every rank passes its own buffer (in place at the same offset on
 //     every rank, or outside the data regions on every rank).
 //   - After the call this rank's data region holds the result where the output is in place;
-//     elsewhere its staged contents are unspecified (two-shot reduces into it).
+//     elsewhere its staged contents are unspecified (two-shot pushes results into it).
 //   - Pointers must be aligned to the element size. A count of 0 (every tensor empty) is a
 //     no-op that does not synchronise.
 // Synchronisation: copy-in, a barrier (every input staged), the reads (broadcast: every rank
