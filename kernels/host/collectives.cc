@@ -46,7 +46,10 @@ absl::Status Stage(const HostCommView& view, const StagingPlan& plan, NanCheck c
   const bool stages = call.kind != CollectiveOp::kBroadcast || view.rank == call.root;
   const uint64_t bad = stages ? CopyInAll(view, plan, check) : 0;
   if (result != nullptr) result->nonfinite_count = bad;
-  PublishCall(view, MakeCallWords(call, bad));
+  CallSignature staged = call;
+  staged.staging = plan.in_place ? 1 : 0;
+  for (const StagedTensor& t : plan.tensors) staged.staging = staged.staging * 31 + t.offset;
+  PublishCall(view, MakeCallWords(staged, bad));
   RETURN_IF_ERROR(HostBarrier(view, name));
   if (absl::Status agreed = CheckCalls(view, call.kind, result); !agreed.ok()) {
     RETURN_IF_ERROR(HostBarrier(view, name));

@@ -13,11 +13,12 @@
 // Every rank of the view must make the same calls in the same order with the same counts,
 // types, ops, algorithms and (for in-place inputs) the same offsets into its data region.
 // The ranks check part of that: each publishes a 31-bit hash of its call (collective, op,
-// algorithm, broadcast root, number of tensors, each tensor's count and type) in its signal
-// pad with its input staged, and when the hashes differ every rank returns INVALID_ARGUMENT
-// naming the ranks and their calls, after one closing barrier and without reading a peer's
-// data: the allocation stays usable. Not detected: different offsets, a call that fails validation
-// on some ranks only, an empty call (count 0) against a non-empty one, hash collisions.
+// algorithm, broadcast root, number of tensors, each tensor's count and type, the staging
+// offsets and whether the inputs are in place) in its signal pad with its input staged, and
+// when the hashes differ every rank returns INVALID_ARGUMENT naming the ranks and their calls,
+// after one closing barrier and without reading or writing a peer's data: the allocation
+// stays usable. Not detected: a call that fails validation on some ranks only, an empty call
+// (count 0) against a non-empty one, hash collisions.
 //
 // Where the data goes. Each rank's data region is the staging area that peers read:
 //   - input: either inside this rank's own data region (in place: staged where it is, at
