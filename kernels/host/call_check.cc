@@ -96,10 +96,12 @@ absl::Status MismatchError(const HostCommView& view, CollectiveOp kind,
     }
     const Shape shape = Decode(Load(view, ranks[0], kHostShapeChannel));
     std::string d = DescribeCall(kind, Load(view, ranks[0], kHostCountChannel), shape);
-    // Calls that differ only in later tensors look alike: tell them apart by their hash.
-    if (std::find(descriptions.begin(), descriptions.end(), d) != descriptions.end() ||
-        shape.tensors > 1) {
-      absl::StrAppend(&d, " [call hash 0x", absl::Hex(distinct[i]), "]");
+    // Calls that differ only in later tensors or in where the inputs sit in the data regions
+    // look alike: tell them apart by their hash, and say what else differs.
+    const bool alike = std::find(descriptions.begin(), descriptions.end(), d) != descriptions.end();
+    if (alike || shape.tensors > 1) {
+      absl::StrAppend(&d, " [call hash 0x", absl::Hex(distinct[i]),
+                      alike ? ": a later tensor or the data-region offsets differ]" : "]");
     }
     descriptions.push_back(d);
     parts.push_back(absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(ranks, ", "),
@@ -123,6 +125,7 @@ CallWords MakeCallWords(const CallSignature& call, uint64_t nonfinite) {
                          static_cast<uint64_t>(call.algorithm) << 32 |
                          static_cast<uint64_t>(call.root) << 48);
   h = Mix(h, tensors.size());
+  h = Mix(h, call.staging);
   for (const TensorArgs& t : tensors) {
     h = Mix(h, t.count);
     h = Mix(h, static_cast<uint64_t>(t.dtype));

@@ -36,6 +36,10 @@ struct CallSignature {
   Algorithm algorithm = Algorithm::kOneShot;  // all-reduce
   int root = 0;                               // broadcast, in [0, world size)
   absl::Span<const TensorArgs> tensors;
+  // Where the tensors sit in the data regions (a digest of the staging offsets and whether
+  // the inputs are in place): two-shot writes into the peers' regions at its own offsets, so
+  // ranks that staged elsewhere must fail the check before anything is pushed.
+  uint64_t staging = 0;
 };
 
 // The enums and the root must be valid (checked before the call is staged).

@@ -120,6 +120,32 @@ TEST(MismatchTest, CoalescedLaterTensorDiffers) {
   testing::ExpectAllOk(outcomes);
 }
 
+// In-place inputs at different offsets of the ranks' data regions fail on every rank before
+// two-shot pushes a byte: rank 1's region beyond its own input keeps its contents.
+TEST(MismatchTest, InPlaceOffsetsDiffer) {
+  auto mem = SymmetricHostMemory::Create(2, 1 << 16);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  const auto outcomes = RunRanks(2, [&](int rank) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(auto mv, MappedView::Map(*mem, rank, nullptr, absl::Now() + absl::Minutes(1)));
+    auto* region = reinterpret_cast<int32_t*>(mv->own_data());
+    for (int i = 0; i < 4096; ++i) region[i] = 7;
+    int32_t* buf = region + (rank == 1 ? 1024 : 0);
+    RETURN_IF_ERROR(
+        ExpectMismatch(AllReduce(mv->view(), buf, buf, 1024, DataType::kInt32, ReduceOp::kSum,
+                                 Algorithm::kTwoShot, NanCheck::kOff, nullptr),
+                       {"call hash", "data-region offsets differ"}));
+    for (int i = 0; i < 4096; ++i) {
+      if (region[i] != 7) {
+        return absl::InternalError(
+            absl::StrCat("element ", i, " of rank ", rank, "'s region changed to ", region[i]));
+      }
+    }
+    RETURN_IF_ERROR(ExactAllReduce(*mv, 98, 5, Algorithm::kTwoShot));
+    return std::string("ok");
+  });
+  testing::ExpectAllOk(outcomes);
+}
+
 class NanFindingTest : public ::testing::TestWithParam<int> {};
 
 // NaN and Inf planted on the last rank only: every rank's result names that rank, with the

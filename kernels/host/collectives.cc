@@ -1,5 +1,6 @@
 #include "kernels/host/collectives.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -45,7 +46,10 @@ absl::Status Stage(const HostCommView& view, const StagingPlan& plan, NanCheck c
   const bool stages = call.kind != CollectiveOp::kBroadcast || view.rank == call.root;
   const uint64_t bad = stages ? CopyInAll(view, plan, check) : 0;
   if (result != nullptr) result->nonfinite_count = bad;
-  PublishCall(view, MakeCallWords(call, bad));
+  CallSignature staged = call;
+  staged.staging = plan.in_place ? 1 : 0;
+  for (const StagedTensor& t : plan.tensors) staged.staging = staged.staging * 31 + t.offset;
+  PublishCall(view, MakeCallWords(staged, bad));
   RETURN_IF_ERROR(HostBarrier(view, name));
   if (absl::Status agreed = CheckCalls(view, call.kind, result); !agreed.ok()) {
     RETURN_IF_ERROR(HostBarrier(view, name));
@@ -80,28 +84,56 @@ absl::Status OneShot(const HostCommView& view, const StagingPlan& plan, ReduceOp
   return absl::OkStatus();
 }
 
-// Reduce-scatter into the own data region (only this rank reads its own chunk), then
-// all-gather every rank's reduced chunk into the output.
-absl::Status TwoShot(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
-  const char* name = CollectiveName(CollectiveOp::kAllReduce);
+// Bytes reduced and pushed at a time: the reduced block is copied to the peers while it is
+// still in L1 (32 KiB per core on the machines measured; docs/PERFORMANCE.md).
+constexpr size_t kPushBlockBytes = size_t{8} << 10;
+
+bool OutputIsRegion(const HostCommView& view, const StagedTensor& t) {
+  return t.in_place && t.output == view.data[view.rank] + t.offset;
+}
+
+// Reduces this rank's chunk of one tensor block by block and pushes each reduced block into
+// the same place of every peer's data region. Only this rank reads or writes its chunk in
+// any region until the next barrier, so the writes race with no one. When the output is not
+// the region itself, the block is reduced straight into it (an outside input is staged
+// already, so an output overlapping it is not read any more) and the region keeps its input.
+void ReduceAndPush(const HostCommView& view, const StagedTensor& t, ReduceOp op) {
   const int w = view.world_size;
   const std::byte* srcs[kMaxWorldSize];
-  for (const StagedTensor& t : plan.tensors) {
-    const ChunkRange mine = Chunk(t.count, w, view.rank);
-    Sources(view, t.offset, srcs);
-    std::byte* dst = view.data[view.rank] + t.offset + mine.begin * t.element_size;
-    ReduceInto(t.dtype, op, srcs, w, mine.begin, mine.end - mine.begin, dst, w);
-  }
-  RETURN_IF_ERROR(HostBarrier(view, name));
-  for (const StagedTensor& t : plan.tensors) {
+  Sources(view, t.offset, srcs);
+  const ChunkRange mine = Chunk(t.count, w, view.rank);
+  const size_t block = std::max<size_t>(1, kPushBlockBytes / t.element_size);
+  for (size_t begin = mine.begin; begin < mine.end; begin += block) {
+    const size_t n = std::min(block, mine.end - begin);
+    const size_t at = begin * t.element_size;
+    std::byte* own = view.data[view.rank] + t.offset + at;
+    std::byte* reduced = OutputIsRegion(view, t) ? own : t.output + at;
+    ReduceInto(t.dtype, op, srcs, w, begin, n, reduced, w);
     for (int p = 0; p < w; ++p) {
-      const ChunkRange c = Chunk(t.count, w, p);
-      const std::byte* src = view.data[p] + t.offset + c.begin * t.element_size;
-      std::byte* dst = t.output + c.begin * t.element_size;
-      if (src != dst) std::memcpy(dst, src, (c.end - c.begin) * t.element_size);
+      if (p != view.rank) std::memcpy(view.data[p] + t.offset + at, reduced, n * t.element_size);
     }
   }
-  return HostBarrier(view, name);
+}
+
+// Push-based two-shot: each rank reduces its chunk and pushes it into every peer's region
+// (ReduceAndPush); after one barrier every region holds the whole result, which a rank
+// copies to its output unless that is the region itself. No closing barrier: after it no
+// rank reads a peer's region, and a peer writes into this region again only after the next
+// call's staging barrier, which this rank reaches after its copy-out. Two barriers in all
+// (the three-barrier pull version re-read from the peers what it had just reduced).
+absl::Status TwoShot(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
+  for (const StagedTensor& t : plan.tensors) ReduceAndPush(view, t, op);
+  RETURN_IF_ERROR(HostBarrier(view, CollectiveName(CollectiveOp::kAllReduce)));
+  for (const StagedTensor& t : plan.tensors) {
+    if (OutputIsRegion(view, t)) continue;  // complete
+    const ChunkRange mine = Chunk(t.count, view.world_size, view.rank);
+    const std::byte* region = view.data[view.rank] + t.offset;
+    // Everything but this rank's chunk, which ReduceAndPush wrote to the output already.
+    std::memcpy(t.output, region, mine.begin * t.element_size);
+    std::memcpy(t.output + mine.end * t.element_size, region + mine.end * t.element_size,
+                (t.count - mine.end) * t.element_size);
+  }
+  return absl::OkStatus();
 }
 
 // All-gather: block p of the output is rank p's whole staged input. All-to-all: block p is

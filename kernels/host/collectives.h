@@ -13,11 +13,12 @@
 // Every rank of the view must make the same calls in the same order with the same counts,
 // types, ops, algorithms and (for in-place inputs) the same offsets into its data region.
 // The ranks check part of that: each publishes a 31-bit hash of its call (collective, op,
-// algorithm, broadcast root, number of tensors, each tensor's count and type) in its signal
-// pad with its input staged, and when the hashes differ every rank returns INVALID_ARGUMENT
-// naming the ranks and their calls, after one closing barrier and without reading a peer's
-// data: the allocation stays usable. Not detected: different offsets, a call that fails validation
-// on some ranks only, an empty call (count 0) against a non-empty one, hash collisions.
+// algorithm, broadcast root, number of tensors, each tensor's count and type, the staging
+// offsets and whether the inputs are in place) in its signal pad with its input staged, and
+// when the hashes differ every rank returns INVALID_ARGUMENT naming the ranks and their calls,
+// after one closing barrier and without reading or writing a peer's data: the allocation
+// stays usable. Not detected: a call that fails validation on some ranks only, an empty call
+// (count 0) against a non-empty one, hash collisions.
 //
 // Where the data goes. Each rank's data region is the staging area that peers read:
 //   - input: either inside this rank's own data region (in place: staged where it is, at
@@ -33,13 +34,15 @@
 //     region into theirs, so every rank passes its own buffer (in place at the same offset on
 //     every rank, or outside the data regions on every rank).
 //   - After the call this rank's data region holds the result where the output is in place;
-//     elsewhere its staged contents are unspecified (two-shot reduces into it).
+//     elsewhere its staged contents are unspecified (two-shot pushes results into it).
 //   - Pointers must be aligned to the element size. A count of 0 (every tensor empty) is a
 //     no-op that does not synchronise.
 // Synchronisation: copy-in, a barrier (every input staged), the reads (broadcast: every rank
 // but the root reads the root's region; all-to-all: each rank reads its chunk of every peer's
-// input), for two-shot a middle barrier, and a closing barrier (no rank overwrites its region while
-// a peer may still read it). So back-to-back collectives on one allocation need no extra barrier.
+// input), and a closing barrier (no rank overwrites its region while a peer may still read
+// it). Two-shot all-reduce pushes each reduced chunk into every peer's region before its
+// second barrier and then reads only its own region, so that barrier is its closing one. So
+// back-to-back collectives on one allocation need no extra barrier.
 //
 // Errors: INVALID_ARGUMENT (naming the value and the allowed range) before anything is
 // touched, or after staging when the ranks disagree on the call (above); ABORTED when the view's

@@ -392,6 +392,62 @@ INSTANTIATE_TEST_SUITE_P(
                           DataTypeName(info.param.param.dtype), "_", ReduceOpName(info.param.op));
     });
 
+// Two-shot pushes each rank's reduced chunk into its peers' regions 8 KiB at a time
+// (collectives.cc kPushBlockBytes): counts below the world size (empty chunks), odd counts,
+// chunks ending one element before, on and after a push block's edge, at every world size
+// from 2 to 8; in place, outside, and an in-place input with an outside output.
+class TwoShotPushTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(TwoShotPushTest, ChunkAndBlockEdges) {
+  const int w = GetParam();
+  const uint64_t base = SplitMix64(testing::RunSeed() ^ 0x2507 ^ static_cast<uint64_t>(w));
+  auto mem = SymmetricHostMemory::Create(w, kDataBytes);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  const auto outcomes = RunRanks(w, [&](int rank) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(auto mv, MappedView::Map(*mem, rank, nullptr, absl::Now() + absl::Minutes(2)));
+    uint64_t digest = 0;
+    int index = 0;
+    for (DataType dtype : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
+      const size_t block = (size_t{8} << 10) / DataTypeSize(dtype);
+      const size_t ws = static_cast<size_t>(w);
+      for (size_t count : {ws - 1, ws, 2 * ws + 1, block * ws - 1, block * ws, block * ws + 1,
+                           2 * block * ws + ws - 1, 3 * block * ws + 7}) {
+        for (int placement = 0; placement < 3; ++placement) {
+          const ReduceOp op = index % 2 ? ReduceOp::kMax : ReduceOp::kSum;
+          Case c{placement == 0 ? Mode::kAllReduceTwoShot : Mode::kAllReduceTwoShotInPlace,
+                 op,
+                 Algorithm::kTwoShot,
+                 placement != 0,
+                 {CaseTensor{count, dtype, SplitMix64(base + index), {}, {}}}};
+          const std::string label =
+              absl::StrCat("two-shot ", DataTypeName(dtype), " ", ReduceOpName(op), " count ",
+                           count, " placement ", placement);
+          ++index;
+          Prepare(*mv, c);
+          if (placement == 2) {  // in-place input, output outside the data regions
+            CaseTensor& t = c.tensors[0];
+            t.output.resize(count * DataTypeSize(dtype) + kGuardBytes);
+            Poison(t.output.data(), t.output.size());
+          }
+          CollectiveResult result;
+          if (absl::Status s = RunCase(*mv, c, &result); !s.ok()) {
+            return absl::InternalError(absl::StrCat(label, ": ", s.ToString()));
+          }
+          RETURN_IF_ERROR(Verify(*mv, c, label, &digest));
+        }
+      }
+    }
+    return absl::StrCat(digest);
+  });
+  testing::ExpectAllOk(outcomes);
+  for (const RankOutcome& o : outcomes) {
+    EXPECT_EQ(o.report, outcomes[0].report) << "results differ between rank 0 and rank " << o.rank;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, TwoShotPushTest, ::testing::Range(2, 9),
+                         [](const auto& info) { return absl::StrCat("W", info.param); });
+
 std::vector<Param> AllParams() {
   std::vector<Param> params;
   for (int m = 0; m <= static_cast<int>(Mode::kAllToAllInPlace); ++m) {

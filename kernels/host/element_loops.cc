@@ -31,7 +31,8 @@ uint64_t CopyCountingNonFinite(const T* src, T* dst, size_t count) {
 // Accumulates a block at a time, source by source, so the inner loops run over contiguous
 // memory; the per-element order is still source 0, 1, ..., as ReduceElement's.
 template <typename T, ReduceOp Op>
-void ReduceBlocks(const T* const* srcs, int nsrc, size_t count, T* dst, int world_size) {
+[[gnu::always_inline]] inline void ReduceBlocks(const T* const* srcs, int nsrc, size_t count,
+                                                T* dst, int world_size) {
   constexpr size_t kBlock = 1024;
   AccType<T> acc[kBlock];
   for (size_t base = 0; base < count; base += kBlock) {
@@ -54,7 +55,8 @@ void ReduceBlocks(const T* const* srcs, int nsrc, size_t count, T* dst, int worl
 // same index (two-shot reduces into its own region), so nothing is declared restrict; when
 // that source comes after the first two, its block is saved before `out` overwrites it.
 template <typename T, ReduceOp Op>
-void ReduceDirect(const T* const* srcs, int nsrc, size_t count, T* dst, int world_size) {
+[[gnu::always_inline]] inline void ReduceDirect(const T* const* srcs, int nsrc, size_t count,
+                                                T* dst, int world_size) {
   constexpr size_t kBlock = 2048;
   int alias = -1;
   for (int p = 2; p < nsrc; ++p) {
@@ -154,6 +156,37 @@ bool HaveF16c() {
 }
 #endif
 
+// The portable loops, compiled twice: for the baseline ISA (SSE2 on x86-64) and, picked at run
+// time, for AVX2. element_loops.cc is built with -O3 (kernels/CMakeLists.txt, BUILD.bazel) so
+// that GCC vectorises both; at -O2 its cheap cost model leaves ReduceDirect scalar (it will
+// not add the run-time alias checks). kernels_host_vectorised_loops_test disassembles the
+// library and fails if the float or int64 sum loops lose their packed instructions.
+template <typename T, ReduceOp Op>
+[[gnu::always_inline]] inline void ReducePortable(const T* const* srcs, int nsrc, size_t count,
+                                                  T* dst, int world_size) {
+  if constexpr (std::is_same_v<AccType<T>, T>) {
+    ReduceDirect<T, Op>(srcs, nsrc, count, dst, world_size);
+  } else {
+    ReduceBlocks<T, Op>(srcs, nsrc, count, dst, world_size);
+  }
+}
+
+// Not inlined, so that kernels_host_vectorised_loops_test finds it by name.
+template <typename T, ReduceOp Op>
+[[gnu::noinline]] void ReduceBaseline(const T* const* srcs, int nsrc, size_t count, T* dst,
+                                      int world_size) {
+  ReducePortable<T, Op>(srcs, nsrc, count, dst, world_size);
+}
+
+#if defined(__x86_64__)
+template <typename T, ReduceOp Op>
+[[gnu::noinline]] __attribute__((target("avx2"))) void ReduceAvx2(const T* const* srcs, int nsrc,
+                                                                  size_t count, T* dst,
+                                                                  int world_size) {
+  ReducePortable<T, Op>(srcs, nsrc, count, dst, world_size);
+}
+#endif
+
 template <typename T, ReduceOp Op>
 void Reduce(const T* const* srcs, int nsrc, size_t count, T* dst, int world_size) {
 #if defined(__x86_64__)
@@ -176,12 +209,9 @@ void Reduce(const T* const* srcs, int nsrc, size_t count, T* dst, int world_size
       return ReduceBlocks<T, Op>(rest, nsrc, count - done, dst + done, world_size);
     }
   }
+  if (HaveAvx2()) return ReduceAvx2<T, Op>(srcs, nsrc, count, dst, world_size);
 #endif
-  if constexpr (std::is_same_v<AccType<T>, T>) {
-    ReduceDirect<T, Op>(srcs, nsrc, count, dst, world_size);
-  } else {
-    ReduceBlocks<T, Op>(srcs, nsrc, count, dst, world_size);
-  }
+  ReduceBaseline<T, Op>(srcs, nsrc, count, dst, world_size);
 }
 
 template <typename T>

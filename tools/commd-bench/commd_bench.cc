@@ -19,10 +19,12 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/testing/child_process.h"
+#include "tools/commd-bench/ceiling.h"
 #include "tools/commd-bench/options.h"
 #include "tools/commd-bench/rank.h"
 
@@ -108,11 +110,27 @@ bool WaitForRanks(std::vector<pid_t> live, const DaemonProcess* daemon, Shared* 
   return ok;
 }
 
+// Each all-reduce row's limit, measured in this run before the ranks start (so they do not
+// compete with it); smaller sizes are bound by latency, not by memory, and get none.
+void MeasureCeilings(const Options& o, std::vector<commd::bench::Size>* sizes) {
+  const bool all_reduce =
+      o.op == CollectiveOp::kAllReduce || o.op == CollectiveOp::kAllReduceCoalesced;
+  if (!all_reduce || o.ranks < 2) return;
+  for (commd::bench::Size& s : *sizes) {
+    if (s.bytes < (size_t{64} << 10)) continue;
+    const commd::bench::Ceiling c = commd::bench::MeasureCeiling(s.bytes, o.ranks);
+    s.ceiling_busbw = commd::bench::AllReduceBusBwCeiling(c, o.ranks);
+    std::printf("# ceiling %zu B: %d-thread copy %.2f GB/s, read+write %.2f GB/s -> busbw %.2f\n",
+                s.bytes, std::min(o.ranks, static_cast<int>(std::thread::hardware_concurrency())),
+                c.copy_gbps, c.read_write_gbps, s.ceiling_busbw);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Options o = commd::bench::ParseFlags(argc, argv);
-  const std::vector<commd::bench::Size> sizes = commd::bench::Sizes(o);
+  std::vector<commd::bench::Size> sizes = commd::bench::Sizes(o);
   if (sizes.empty()) {
     const char* unit = o.op == CollectiveOp::kAllReduce            ? ""
                        : o.op == CollectiveOp::kAllReduceCoalesced ? " per tensor"
@@ -143,6 +161,7 @@ int main(int argc, char** argv) {
               commd::bench::OpName(o.op), commd::bench::PathName(o.path),
               commd::bench::PathCall(o.path, o.op), o.ranks, o.warmup, o.iters,
               o.runtime_dir.empty() ? "private daemon" : ("daemon at " + dir).c_str());
+  MeasureCeilings(o, &sizes);
   commd::bench::PrintHeader(o);
   std::fflush(stdout);
 

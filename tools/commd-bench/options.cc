@@ -22,6 +22,9 @@ void Usage(FILE* out) {
 Runs a host collective over commd symmetric memory with -n rank processes and prints one
 row per size: size (bytes), count (elements), type, redop, algorithm, time (us, slowest
 rank's mean per iteration), algbw and busbw (GB/s, nccl-tests' definitions), #wrong.
+All-reduce rows from 64 KiB also show the machine's busbw ceiling at that size, measured before
+the sweep (a copy and an in-place read+write pass, a thread per rank up to one per core),
+and their %% of it.
 
   --op NAME          allreduce | allgather | reducescatter | barrier | allreduce_coalesced |
                      broadcast (from rank 0) | alltoall (equal splits)

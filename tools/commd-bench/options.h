@@ -53,6 +53,9 @@ struct Size {
   size_t bytes;     // as printed
   size_t count;     // elements as printed (of `bytes`)
   size_t per_rank;  // the collective's count argument (coalesced: of all tensors together)
+  // All-reduce from 64 KiB: the machine's busbw limit at this size, measured before the
+  // sweep (ceiling.h); 0 when not measured.
+  double ceiling_busbw = 0;
 };
 
 Options ParseFlags(int argc, char** argv);

@@ -297,13 +297,21 @@ class Rank {
     const char* redop = Reduces(o_.op) ? kernels::ReduceOpName(o_.redop) : "-";
     shared_->wrong += wrong;
     const std::string wrong_text = o_.check && bw ? absl::StrCat(wrong) : "N/A";
+    const double busbw = bw ? algbw * factor : 0.0;
+    // Percentage of the machine's limit (ceiling.h), "-" where none was measured.
+    char ceiling[32] = "-", percent[32] = "-";
+    if (s.ceiling_busbw > 0) {
+      std::snprintf(ceiling, sizeof(ceiling), "%.3f", s.ceiling_busbw);
+      std::snprintf(percent, sizeof(percent), "%.1f", 100 * busbw / s.ceiling_busbw);
+    }
     if (o_.csv) {
-      std::printf("%s,%s,%d,%zu,%zu,%s,%s,%s,%.3f,%.4f,%.4f,%s\n", OpName(o_.op), PathName(o_.path),
-                  n, s.bytes, s.count, type, redop, AlgoName(s), us, bw ? algbw : 0.0,
-                  bw ? algbw * factor : 0.0, wrong_text.c_str());
+      std::printf("%s,%s,%d,%zu,%zu,%s,%s,%s,%.3f,%.4f,%.4f,%s,%s,%s\n", OpName(o_.op),
+                  PathName(o_.path), n, s.bytes, s.count, type, redop, AlgoName(s), us,
+                  bw ? algbw : 0.0, busbw, wrong_text.c_str(), ceiling, percent);
     } else {
-      std::printf("%12zu %12zu %9s %6s %8s %11.2f %8.3f %8.3f %7s\n", s.bytes, s.count, type, redop,
-                  AlgoName(s), us, bw ? algbw : 0.0, bw ? algbw * factor : 0.0, wrong_text.c_str());
+      std::printf("%12zu %12zu %9s %6s %8s %11.2f %8.3f %8.3f %7s %8s %6s\n", s.bytes, s.count,
+                  type, redop, AlgoName(s), us, bw ? algbw : 0.0, busbw, wrong_text.c_str(),
+                  ceiling, percent);
     }
     std::fflush(stdout);
   }
@@ -336,12 +344,14 @@ void RunRank(const Options& o, int rank, Shared* shared, const std::string& runt
 
 void PrintHeader(const Options& o) {
   if (o.csv) {
-    std::printf("op,path,ranks,size,count,type,redop,algo,time_us,algbw_gbps,busbw_gbps,wrong\n");
+    std::printf(
+        "op,path,ranks,size,count,type,redop,algo,time_us,algbw_gbps,busbw_gbps,wrong,"
+        "ceiling_busbw_gbps,pct_ceiling\n");
   } else {
-    std::printf("%12s %12s %9s %6s %8s %11s %8s %8s %7s\n", "size(B)", "count", "type", "redop",
-                "algo", "time(us)", "algbw", "busbw", "#wrong");
-    std::printf("%12s %12s %9s %6s %8s %11s %8s %8s %7s\n", "", "(elements)", "", "", "", "",
-                "(GB/s)", "(GB/s)", "");
+    std::printf("%12s %12s %9s %6s %8s %11s %8s %8s %7s %8s %6s\n", "size(B)", "count", "type",
+                "redop", "algo", "time(us)", "algbw", "busbw", "#wrong", "ceiling", "%ceil");
+    std::printf("%12s %12s %9s %6s %8s %11s %8s %8s %7s %8s %6s\n", "", "(elements)", "", "", "",
+                "", "(GB/s)", "(GB/s)", "", "(GB/s)", "");
   }
 }
 
