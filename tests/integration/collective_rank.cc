@@ -4,7 +4,9 @@
 //
 //   collective_rank <rank> <world> <seed> <mode>
 //   mode: matrix | large | repeat[:N] | invalid | nan | nan_group | nan_sampled3 | nan_fail |
-//         nan_off_fail | mismatch | abort | cuda
+//         nan_off_fail | mismatch | abort | cuda | host_matrix | host_large | host_overlapping |
+//         host_invalid | host_nan_fail
+// (host_*: the overloads on ordinary host memory, with a symmetric buffer as the staging area.)
 // (cuda: rank r on Device::Cuda(r), stream-ordered collectives; needs a CUDA build and a GPU
 // per rank.)
 // Prints "OK <mode>" and exits 0, or prints each mismatch and exits 1. With
@@ -59,6 +61,15 @@ struct Run {
   commd::SymmetricBuffer& out;
   int failures = 0;
   uint64_t tag = 0;  // distinguishes the inputs of successive collectives
+  // Host-memory modes: collectives read user_in and write user_out (ordinary memory), with
+  // `in` as the staging buffer.
+  bool host_memory = false;
+  std::vector<uint64_t> user_in, user_out;
+
+  // Where a collective's input and output are: the user's memory or the symmetric buffers.
+  void* input() { return host_memory ? static_cast<void*>(user_in.data()) : in.data(); }
+  void* output() { return host_memory ? static_cast<void*>(user_out.data()) : out.data(); }
+  size_t bytes() const { return in.size(); }
 
   void Fail(const std::string& what) {
     if (++failures <= 20) std::printf("rank %d: FAIL %s\n", args.rank, what.c_str());
@@ -182,12 +193,18 @@ std::string Describe(const char* what, DataType t, ReduceOp op, size_t n) {
          " n " + std::to_string(n);
 }
 
+// Host memory: out of place for sum and min, in place on the input for avg and max.
 void AllReduceOne(Run& run, size_t n, DataType t, ReduceOp op) {
   const uint64_t tag = ++run.tag;
-  Poison(run.in.data(), run.in.size());
-  for (size_t i = 0; i < n; ++i) Store(run.in.data(), i, t, Input(run, run.args.rank, tag, i, t));
-  run.Check("all-reduce", run.g.AllReduce(run.in, n, t, op));
-  ExpectReduced(run, Describe("all-reduce", t, op, n), run.in.data(), tag, 0, n, t, op);
+  void* in = run.input();
+  void* out = op == ReduceOp::kSum || op == ReduceOp::kMin ? run.output() : in;
+  Poison(in, run.bytes());
+  Poison(out, run.bytes());
+  for (size_t i = 0; i < n; ++i) Store(in, i, t, Input(run, run.args.rank, tag, i, t));
+  run.Check("all-reduce", run.host_memory ? run.g.AllReduce(in, out, n, t, op, run.in)
+                                          : run.g.AllReduce(run.in, n, t, op));
+  ExpectReduced(run, Describe("all-reduce", t, op, n), run.host_memory ? out : in, tag, 0, n, t,
+                op);
 }
 
 // Fails `what` unless `got` holds every rank's `n` inputs of `tag`, by rank.
@@ -207,59 +224,71 @@ void ExpectGathered(Run& run, const std::string& what, const void* got, uint64_t
 
 void AllGatherOne(Run& run, size_t n, DataType t) {
   const uint64_t tag = ++run.tag;
-  Poison(run.out.data(), run.out.size());
-  for (size_t i = 0; i < n; ++i) Store(run.in.data(), i, t, Input(run, run.args.rank, tag, i, t));
-  run.Check("all-gather", run.g.AllGather(run.in, run.out, n, t));
-  ExpectGathered(run, "all-gather type " + std::to_string(int(t)) + " n " + std::to_string(n),
-                 run.out.data(), tag, n, t);
+  void *in = run.input(), *out = run.output();
+  Poison(out, run.bytes());
+  for (size_t i = 0; i < n; ++i) Store(in, i, t, Input(run, run.args.rank, tag, i, t));
+  run.Check("all-gather", run.host_memory ? run.g.AllGather(in, out, n, t, run.in)
+                                          : run.g.AllGather(run.in, run.out, n, t));
+  ExpectGathered(run, "all-gather type " + std::to_string(int(t)) + " n " + std::to_string(n), out,
+                 tag, n, t);
 }
 
 void ReduceScatterOne(Run& run, size_t n, DataType t, ReduceOp op) {
   const uint64_t tag = ++run.tag;
   const int rank = run.args.rank;
-  Poison(run.out.data(), run.out.size());
-  for (size_t i = 0; i < n * run.args.world; ++i)
-    Store(run.in.data(), i, t, Input(run, rank, tag, i, t));
-  run.Check("reduce-scatter", run.g.ReduceScatter(run.in, run.out, n, t, op));
-  ExpectReduced(run, Describe("reduce-scatter", t, op, n), run.out.data(), tag, rank * n, n, t, op);
+  void *in = run.input(), *out = run.output();
+  Poison(out, run.bytes());
+  for (size_t i = 0; i < n * run.args.world; ++i) Store(in, i, t, Input(run, rank, tag, i, t));
+  run.Check("reduce-scatter", run.host_memory ? run.g.ReduceScatter(in, out, n, t, op, run.in)
+                                              : run.g.ReduceScatter(run.in, run.out, n, t, op));
+  ExpectReduced(run, Describe("reduce-scatter", t, op, n), out, tag, rank * n, n, t, op);
 }
 
 // Root's inputs of `tag` reach every rank's buffer (in place; the others' poisoned first).
 void BroadcastOne(Run& run, size_t n, DataType t, int root) {
   const uint64_t tag = ++run.tag;
-  Poison(run.in.data(), run.in.size());
+  void* buf = run.input();
+  Poison(buf, run.bytes());
   if (run.args.rank == root) {
-    for (size_t i = 0; i < n; ++i) Store(run.in.data(), i, t, Input(run, root, tag, i, t));
+    for (size_t i = 0; i < n; ++i) Store(buf, i, t, Input(run, root, tag, i, t));
   }
-  run.Check("broadcast", run.g.Broadcast(run.in, n, t, root));
+  run.Check("broadcast", run.host_memory ? run.g.Broadcast(buf, n, t, root, run.in)
+                                         : run.g.Broadcast(run.in, n, t, root));
   for (size_t i = 0; i < n; ++i) {
     double want = Input(run, root, tag, i, t);
     if (t == DataType::kFloat32) want = static_cast<float>(want);
-    if (Load(run.in.data(), i, t) != want) {
+    if (Load(buf, i, t) != want) {
       return run.Fail("broadcast type " + std::to_string(int(t)) + " root " + std::to_string(root) +
                       " n " + std::to_string(n) + " [" + std::to_string(i) + "]");
     }
   }
 }
 
-// Chunk p of this rank's output is chunk `rank` of rank p's input (each rank's input of
-// world x n elements is its inputs of `tag`).
-void AllToAllOne(Run& run, size_t n, DataType t) {
-  const uint64_t tag = ++run.tag;
-  const int rank = run.args.rank, world = run.args.world;
-  Poison(run.out.data(), run.out.size());
-  for (size_t i = 0; i < n * world; ++i) Store(run.in.data(), i, t, Input(run, rank, tag, i, t));
-  run.Check("all-to-all", run.g.AllToAll(run.in, run.out, n, t));
-  for (int p = 0; p < world; ++p) {
+// Fails `what` unless chunk p of `got` is chunk `rank` of rank p's inputs of `tag`.
+void ExpectExchanged(Run& run, const std::string& what, const void* got, uint64_t tag, size_t n,
+                     DataType t) {
+  for (int p = 0; p < run.args.world; ++p) {
     for (size_t i = 0; i < n; ++i) {
-      double want = Input(run, p, tag, rank * n + i, t);
+      double want = Input(run, p, tag, run.args.rank * n + i, t);
       if (t == DataType::kFloat32) want = static_cast<float>(want);
-      if (Load(run.out.data(), p * n + i, t) != want) {
-        return run.Fail("all-to-all type " + std::to_string(int(t)) + " n " + std::to_string(n) +
+      if (Load(got, p * n + i, t) != want) {
+        return run.Fail(what + " type " + std::to_string(int(t)) + " n " + std::to_string(n) +
                         " from rank " + std::to_string(p) + " [" + std::to_string(i) + "]");
       }
     }
   }
+}
+
+// Each rank's input of world x n elements is its inputs of `tag`.
+void AllToAllOne(Run& run, size_t n, DataType t) {
+  const uint64_t tag = ++run.tag;
+  const int rank = run.args.rank, world = run.args.world;
+  void *in = run.input(), *out = run.output();
+  Poison(out, run.bytes());
+  for (size_t i = 0; i < n * world; ++i) Store(in, i, t, Input(run, rank, tag, i, t));
+  run.Check("all-to-all", run.host_memory ? run.g.AllToAll(in, out, n, t, run.in)
+                                          : run.g.AllToAll(run.in, run.out, n, t));
+  ExpectExchanged(run, "all-to-all", out, tag, n, t);
 }
 
 // ---- The modes: each a function of the rank's Run, named by a row of kModes. ----
@@ -523,6 +552,123 @@ void AbortWhileWaiting(Run& run) {
     std::printf("rank %d: %s\n", run.args.rank, s.ToString().c_str());
 }
 
+// ---- Host memory (the overloads taking pointers and a staging buffer: run.in). ----
+
+// Runs `mode` with user buffers as large as the symmetric ones (uint64: aligned for every type).
+void WithHostMemory(Run& run, void (*mode)(Run&)) {
+  run.host_memory = true;
+  run.user_in.assign(run.in.size() / 8, 0);
+  run.user_out.assign(run.in.size() / 8, 0);
+  mode(run);
+}
+void HostMatrix(Run& run) { WithHostMemory(run, Matrix); }
+void HostLarge(Run& run) { WithHostMemory(run, Large); }
+
+// Input and output overlapping as torch's in-place forms do: all-gather from this rank's block
+// of the output, reduce-scatter into this rank's chunk of the input, all-to-all in place.
+void HostOverlapping(Run& run) {
+  run.host_memory = true;
+  run.user_in.assign(run.in.size() / 8, 0);
+  const int rank = run.args.rank, world = run.args.world;
+  auto* base = reinterpret_cast<char*>(run.user_in.data());
+  for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
+    const size_t n = 1001, block = n * Size(t);
+    uint64_t tag = ++run.tag;
+    Poison(base, run.bytes());
+    for (size_t i = 0; i < n; ++i) Store(base + rank * block, i, t, Input(run, rank, tag, i, t));
+    run.Check("all-gather in place", run.g.AllGather(base + rank * block, base, n, t, run.in));
+    ExpectGathered(run, "all-gather in place", base, tag, n, t);
+    tag = ++run.tag;
+    for (size_t i = 0; i < n * world; ++i) Store(base, i, t, Input(run, rank, tag, i, t));
+    run.Check("reduce-scatter in place",
+              run.g.ReduceScatter(base, base + rank * block, n, t, ReduceOp::kMax, run.in));
+    ExpectReduced(run, "reduce-scatter in place", base + rank * block, tag, rank * n, n, t,
+                  ReduceOp::kMax);
+    tag = ++run.tag;
+    for (size_t i = 0; i < n * world; ++i) Store(base, i, t, Input(run, rank, tag, i, t));
+    run.Check("all-to-all in place", run.g.AllToAll(base, base, n, t, run.in));
+    ExpectExchanged(run, "all-to-all in place", base, tag, n, t);
+  }
+}
+
+// Calls the host-memory overloads refuse with INVALID_ARGUMENT naming the value, none touching
+// the user's memory or the staging buffer.
+void HostInvalid(Run& run) {
+  commd::Group& g = run.g;
+  commd::SymmetricBuffer& staging = run.in;
+  std::vector<float> in(64, 1.0f), out(64 * run.args.world, 7.0f);
+  std::memset(staging.data(), 7, 16);
+  const auto i32 = DataType::kInt32;
+  const size_t fits = staging.size() / 4;
+  const std::string id = std::to_string(staging.id());
+  ExpectInvalid(run, "too large for staging",
+                g.AllReduce(in.data(), out.data(), fits + 1, i32, ReduceOp::kSum, staging),
+                ("count " + std::to_string(fits + 1) + " x int32 does not fit staging buffer " +
+                 id + " of " + std::to_string(staging.size()) +
+                 " bytes per rank (allowed: " + "count at most " + std::to_string(fits) + ")")
+                    .c_str());
+  ExpectInvalid(run, "reduce-scatter too large for staging",
+                g.ReduceScatter(in.data(), out.data(), fits / run.args.world + 1, i32,
+                                ReduceOp::kSum, staging),
+                ("x world size " + std::to_string(run.args.world) + " does not fit").c_str());
+  ExpectInvalid(run, "null input",
+                g.AllReduce(nullptr, out.data(), 4, i32, ReduceOp::kSum, staging),
+                "all-reduce input is null (allowed: non-null for count > 0)");
+  ExpectInvalid(run, "null output", g.AllGather(in.data(), nullptr, 4, i32, staging),
+                "all-gather output is null");
+  ExpectInvalid(run, "null broadcast buffer", g.Broadcast(nullptr, 4, i32, 0, staging),
+                "broadcast buffer is null");
+  ExpectInvalid(run, "misaligned",
+                g.AllToAll(reinterpret_cast<char*>(in.data()) + 2, out.data(), 4,
+                           DataType::kFloat32, staging),
+                "is not aligned to the element size 4");
+  const int other = (run.args.rank + 1) % run.args.world;
+  ExpectInvalid(run, "input in staging",
+                g.AllReduce(staging.data(), out.data(), 4, i32, ReduceOp::kSum, staging),
+                ("overlaps rank " + std::to_string(run.args.rank) + "'s part of staging buffer " +
+                 id + "; allowed: memory outside the staging buffer")
+                    .c_str());
+  ExpectInvalid(run, "output in a peer's staging",
+                g.ReduceScatter(in.data(), staging.peer(other), 4, i32, ReduceOp::kSum, staging),
+                "reduce-scatter output [0x");
+  ExpectInvalid(
+      run, "broadcast buffer straddling staging",
+      g.Broadcast(static_cast<char*>(staging.data()) + staging.size() - 8, 4, i32, 0, staging),
+      ("overlaps rank " + std::to_string(run.args.rank)).c_str());
+  ExpectInvalid(run, "staging of another call's output",
+                g.AllGather(in.data(), run.out.data(), 4, i32, run.out), "overlaps rank");
+  auto other_group =
+      run.client.JoinGroup({.name = "other", .rank = run.args.rank, .world_size = run.args.world});
+  if (!other_group.ok()) return run.Fail("join other: " + other_group.status().ToString());
+  auto foreign = (*other_group)->AllocateSymmetric(64);
+  if (!foreign.ok()) return run.Fail("alloc other");
+  ExpectInvalid(run, "foreign staging", g.AllToAll(in.data(), out.data(), 1, i32, **foreign),
+                "all-to-all staging buffer");
+  run.Check("count 0 with null pointers",
+            g.AllReduce(nullptr, nullptr, 0, i32, ReduceOp::kSum, staging));
+  if (static_cast<unsigned char*>(staging.data())[0] != 7 || in[0] != 1.0f || out[0] != 7.0f)
+    run.Fail("an invalid host-memory call touched memory");
+}
+
+// Policy FAIL (GroupOptions): NaN in rank 1's host memory gives DATA_LOSS on every rank naming
+// it, counted where it was; the next clean call (in place) works.
+void HostNanFail(Run& run) {
+  std::vector<float> in(64, 1.0f), out(64, 0.0f);
+  if (run.args.rank == 1) in[9] = NAN;
+  uint64_t here = 99;
+  commd::CollectiveOptions o{.nonfinite_count = &here};
+  const absl::Status s =
+      run.g.AllReduce(in.data(), out.data(), 64, DataType::kFloat32, ReduceOp::kSum, run.in, o);
+  if (s.code() != absl::StatusCode::kDataLoss ||
+      s.message().find("first rank 1") == absl::string_view::npos ||
+      here != (run.args.rank == 1 ? 1u : 0u))
+    run.Fail("host nan_fail: " + s.ToString() + " here " + std::to_string(here));
+  in[9] = 1.0f;
+  run.Check("host nan_fail clean",
+            run.g.AllReduce(in.data(), in.data(), 64, DataType::kFloat32, ReduceOp::kSum, run.in));
+  if (in[9] != static_cast<float>(run.args.world)) run.Fail("host nan_fail clean sum");
+}
+
 #ifdef COMMD_HAVE_CUDA
 void CudaCheck(Run& run, const char* what, cudaError_t e) {
   if (e != cudaSuccess) run.Fail(std::string(what) + ": " + cudaGetErrorString(e));
@@ -650,6 +796,11 @@ const Mode kModes[] = {
     {"mismatch", Mismatch},
     {"abort", AbortWhileWaiting},
     {"cuda", Cuda, OwnGpu},
+    {"host_matrix", HostMatrix},
+    {"host_large", HostLarge, nullptr, size_t{1} << 20},
+    {"host_overlapping", HostOverlapping},
+    {"host_invalid", HostInvalid},
+    {"host_nan_fail", HostNanFail, CheckOnPolicyFail},
 };
 
 const Mode* FindMode(const std::string& name) {
