@@ -154,6 +154,16 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(-1)
 
 
+def _host(t: torch.Tensor) -> Any:
+    """A contiguous CPU tensor as host memory for commd's calls with `staging` (a numpy view
+    of its bytes, bfloat16 as int16: the call names the dtype, so the format does not matter).
+    The kernels read it and write results into it directly."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy()
+
+
 def _write_back(t: torch.Tensor, flat: torch.Tensor) -> None:
     """Copies a result computed in `flat` (from _flat) back into a non-contiguous `t`."""
     if not t.is_contiguous():
@@ -161,10 +171,12 @@ def _write_back(t: torch.Tensor, flat: torch.Tensor) -> None:
 
 
 class _Staging:
-    """Each rank's two staging buffers (symmetric allocations of chunk_bytes): collectives
-    whose input and output differ take the input from the first and write the second
-    (commd's all-gather and reduce-scatter take whole buffers); all-reduce works in place in
-    the first."""
+    """Each rank's two staging buffers (symmetric allocations of chunk_bytes). The first is
+    the `staging` of commd's host-memory calls: the kernels copy the tensor into it and write
+    results straight into the tensor. The second holds what is not one contiguous piece of a
+    tensor: a chunk of an all-gather's outputs, a chunk of a reduce-scatter's or all-to-all's
+    blocks (those chunks run on the symmetric buffers, packed into the first, output in the
+    second)."""
 
     def __init__(self, group: Group, nbytes: int):
         self.nbytes = nbytes
@@ -298,12 +310,10 @@ class ProcessGroupCommd(_C10dBackend):
             self._group.all_reduce(view, op=op)
             return
         flat = _flat(t)
-        itemsize = t.element_size()
-        for start, n in self._chunks(flat.numel(), itemsize, 1):
-            stage = self._staging.tensor(0, t.dtype, n)
-            stage.copy_(flat[start:start + n])
-            self._group.all_reduce(self._staging.view(0, cdtype, n), op=op)
-            flat[start:start + n].copy_(stage)
+        staging = self._staging.buffers[0]
+        for start, n in self._chunks(flat.numel(), t.element_size(), 1):
+            self._group.all_reduce(_host(flat[start:start + n]), n, cdtype, op,
+                                   staging=staging)
         _write_back(t, flat)
 
     def _product(self, t: torch.Tensor, cdtype: str) -> None:
@@ -371,14 +381,10 @@ class ProcessGroupCommd(_C10dBackend):
             self._group.broadcast(view, root=root)
             return
         flat = _flat(t)
-        itemsize = t.element_size()
-        for start, n in self._chunks(flat.numel(), itemsize, 1):
-            stage = self._staging.tensor(0, t.dtype, n)
-            if self.rank() == root:
-                stage.copy_(flat[start:start + n])
-            self._group.broadcast(self._staging.view(0, cdtype, n), root=root)
-            if self.rank() != root:
-                flat[start:start + n].copy_(stage)
+        staging = self._staging.buffers[0]
+        for start, n in self._chunks(flat.numel(), t.element_size(), 1):
+            self._group.broadcast(_host(flat[start:start + n]), root, n, cdtype,
+                                  staging=staging)
         if self.rank() != root:
             _write_back(t, flat)
 
@@ -426,6 +432,11 @@ class ProcessGroupCommd(_C10dBackend):
             return
         flat = _flat(output)
         n = t.numel()
+        if output.is_contiguous() and 0 < n * t.element_size() <= self._staging.nbytes:
+            # One call: the kernels stage the input and gather straight into the output.
+            self._group.all_gather(_host(_flat(t)), _host(flat), n, cdtype,
+                                   staging=self._staging.buffers[0])
+            return
         self._all_gather([flat[r * n:(r + 1) * n] for r in range(self.size())], t, cdtype)
         _write_back(output, flat)
 
@@ -435,10 +446,10 @@ class ProcessGroupCommd(_C10dBackend):
         targets = [_flat(o) for o in out]
         itemsize = t.element_size()
         for start, n in self._chunks(src.numel(), itemsize, world):
-            self._staging.tensor(0, t.dtype, n).copy_(src[start:start + n])
-            self._group.all_gather(self._staging.view(0, cdtype, n),
-                                   self._staging.view(1, cdtype, world * n))
-            staged = self._staging.tensor(1, t.dtype, world * n).view(world, n)
+            staged = self._staging.tensor(1, t.dtype, world * n)
+            self._group.all_gather(_host(src[start:start + n]), _host(staged), n, cdtype,
+                                   staging=self._staging.buffers[0])
+            staged = staged.view(world, n)
             for r in range(world):
                 targets[r][start:start + n].copy_(staged[r])
         for o, flat in zip(out, targets):
@@ -505,6 +516,13 @@ class ProcessGroupCommd(_C10dBackend):
         dst = output.contiguous().view(-1)
         count = dst.numel()
         itemsize = input.element_size()
+        if 0 < world * count * itemsize <= self._staging.nbytes:
+            # One call: the kernels stage the input and write this rank's chunk to the output.
+            self._group.reduce_scatter(_host(src), _host(dst), count, cdtype, op,
+                                       staging=self._staging.buffers[0])
+            _write_back(output, dst)
+            return
+        # A chunk takes a piece of every rank's block: packed into the first staging buffer.
         for start, n in self._chunks(count, itemsize, world):
             self._staging.tensor(0, input.dtype, world * n).view(world, n).copy_(
                 src[:, start:start + n])
@@ -546,6 +564,13 @@ class ProcessGroupCommd(_C10dBackend):
         dst = output.contiguous().view(world, -1)
         count = src.shape[1]
         itemsize = input.element_size()
+        if 0 < world * count * itemsize <= self._staging.nbytes:
+            # One call: the kernels stage the input and write the blocks to the output.
+            self._group.all_to_all(_host(src), _host(dst), count, cdtype,
+                                   staging=self._staging.buffers[0])
+            _write_back(output, dst)
+            return
+        # A chunk takes a piece of every block: packed into the first staging buffer.
         for start, n in self._chunks(count, itemsize, world):
             self._staging.tensor(0, input.dtype, world * n).view(world, n).copy_(
                 src[:, start:start + n])
