@@ -479,74 +479,56 @@ absl::Status Group::AllToAll(SymmetricBuffer& in, SymmetricBuffer& out, size_t c
 }
 
 // The host-memory overloads: the same funnel, with the staging buffer as the call's buffer.
+namespace {
+CollectiveCall OnHostMemory(CollectiveOp kind, const void* input, void* output, size_t count,
+                            DataType dtype, SymmetricBuffer& staging,
+                            const CollectiveOptions& options) {
+  return {.kind = kind,
+          .in = &staging,
+          .out = &staging,
+          .count = count,
+          .dtype = dtype,
+          .host_memory = true,
+          .input = input,
+          .output = output,
+          .options = &options};
+}
+}  // namespace
+
 absl::Status Group::AllReduce(const void* input, void* output, size_t count, DataType dtype,
                               ReduceOp op, SymmetricBuffer& staging,
                               const CollectiveOptions& options) {
-  return Run({.kind = CollectiveOp::kAllReduce,
-              .in = &staging,
-              .out = &staging,
-              .count = count,
-              .dtype = dtype,
-              .op = op,
-              .host_memory = true,
-              .input = input,
-              .output = output,
-              .options = &options});
+  CollectiveCall call =
+      OnHostMemory(CollectiveOp::kAllReduce, input, output, count, dtype, staging, options);
+  call.op = op;
+  return Run(call);
 }
 
 absl::Status Group::AllGather(const void* input, void* output, size_t count, DataType dtype,
                               SymmetricBuffer& staging, const CollectiveOptions& options) {
-  return Run({.kind = CollectiveOp::kAllGather,
-              .in = &staging,
-              .out = &staging,
-              .count = count,
-              .dtype = dtype,
-              .host_memory = true,
-              .input = input,
-              .output = output,
-              .options = &options});
+  return Run(OnHostMemory(CollectiveOp::kAllGather, input, output, count, dtype, staging, options));
 }
 
 absl::Status Group::ReduceScatter(const void* input, void* output, size_t count, DataType dtype,
                                   ReduceOp op, SymmetricBuffer& staging,
                                   const CollectiveOptions& options) {
-  return Run({.kind = CollectiveOp::kReduceScatter,
-              .in = &staging,
-              .out = &staging,
-              .count = count,
-              .dtype = dtype,
-              .op = op,
-              .host_memory = true,
-              .input = input,
-              .output = output,
-              .options = &options});
+  CollectiveCall call =
+      OnHostMemory(CollectiveOp::kReduceScatter, input, output, count, dtype, staging, options);
+  call.op = op;
+  return Run(call);
 }
 
 absl::Status Group::Broadcast(void* buffer, size_t count, DataType dtype, int root,
                               SymmetricBuffer& staging, const CollectiveOptions& options) {
-  return Run({.kind = CollectiveOp::kBroadcast,
-              .in = &staging,
-              .out = &staging,
-              .count = count,
-              .dtype = dtype,
-              .root = root,
-              .host_memory = true,
-              .input = buffer,
-              .output = buffer,
-              .options = &options});
+  CollectiveCall call =
+      OnHostMemory(CollectiveOp::kBroadcast, buffer, buffer, count, dtype, staging, options);
+  call.root = root;
+  return Run(call);
 }
 
 absl::Status Group::AllToAll(const void* input, void* output, size_t count, DataType dtype,
                              SymmetricBuffer& staging, const CollectiveOptions& options) {
-  return Run({.kind = CollectiveOp::kAllToAll,
-              .in = &staging,
-              .out = &staging,
-              .count = count,
-              .dtype = dtype,
-              .host_memory = true,
-              .input = input,
-              .output = output,
-              .options = &options});
+  return Run(OnHostMemory(CollectiveOp::kAllToAll, input, output, count, dtype, staging, options));
 }
 
 }  // namespace commd

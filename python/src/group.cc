@@ -167,6 +167,19 @@ size_t HostCount(const py::object& count, const HostMemory& in, const HostMemory
   return n;
 }
 
+// all_reduce and broadcast on host memory, in place on `buf`: `call` runs the SDK's overload.
+template <typename Call>
+py::object HostInPlaceCall(const GroupObject& g, const char* name, const py::object& buf,
+                           const py::object& count, const py::object& dtype,
+                           const py::object& staging, CallOptions& c, Call call) {
+  const HostMemory b(buf, "buf", dtype, /*writable=*/true);
+  SymmetricBuffer& s = ToStaging(staging);
+  const size_t n = HostCount(count, b, b, 1, 1);
+  Check(Blocking(g, name,
+                 [&](Group& group) { return call(group, b.data(), n, *b.type().commd, s); }));
+  return py::cast(c.finding);
+}
+
 py::object AllReduce(const GroupObject& g, const py::object& buf, const py::object& count,
                      const py::object& dtype, const py::object& op, const py::object& timeout,
                      const py::object& nan_check, uint32_t period, const py::object& staging) {
@@ -174,13 +187,10 @@ py::object AllReduce(const GroupObject& g, const py::object& buf, const py::obje
   CallOptions c;
   ParseCallOptions(c, timeout, nan_check, period);
   if (!staging.is_none()) {
-    const HostMemory b(buf, "buf", dtype, /*writable=*/true);
-    SymmetricBuffer& s = ToStaging(staging);
-    const size_t n = HostCount(count, b, b, 1, 1);
-    Check(Blocking(g, "all_reduce", [&](Group& group) {
-      return group.AllReduce(b.data(), b.data(), n, *b.type().commd, reduce, s, c.options);
-    }));
-    return py::cast(c.finding);
+    return HostInPlaceCall(g, "all_reduce", buf, count, dtype, staging, c,
+                           [&](Group& group, char* p, size_t n, DataType t, SymmetricBuffer& s) {
+                             return group.AllReduce(p, p, n, t, reduce, s, c.options);
+                           });
   }
   const Operand b = ToOperand(buf, "buf");
   const ElementType& type = CallType(dtype, {&b});
@@ -281,13 +291,10 @@ py::object Broadcast(const GroupObject& g, const py::object& buf, int root, cons
   CallOptions c;
   ParseCallOptions(c, timeout, nan_check, period);
   if (!staging.is_none()) {
-    const HostMemory b(buf, "buf", dtype, /*writable=*/true);
-    SymmetricBuffer& s = ToStaging(staging);
-    const size_t n = HostCount(count, b, b, 1, 1);
-    Check(Blocking(g, "broadcast", [&](Group& group) {
-      return group.Broadcast(b.data(), n, *b.type().commd, root, s, c.options);
-    }));
-    return py::cast(c.finding);
+    return HostInPlaceCall(g, "broadcast", buf, count, dtype, staging, c,
+                           [&](Group& group, char* p, size_t n, DataType t, SymmetricBuffer& s) {
+                             return group.Broadcast(p, n, t, root, s, c.options);
+                           });
   }
   const Operand b = ToOperand(buf, "buf");
   NeedOffsetZero(b, "broadcast", "buf");

@@ -723,6 +723,11 @@ void CudaCollectives(Run& run, cudaStream_t stream, const commd::CollectiveOptio
 // NaN on rank 1, counted on the device: the next call retires it into the nan counters.
 void CudaNan(Run& run, cudaStream_t stream, commd::CollectiveOptions o) {
   commd::Group& g = run.g;
+  std::vector<float> host(4, 1.0f);
+  ExpectInvalid(
+      run, "host memory on a CUDA group",
+      g.AllReduce(host.data(), host.data(), 4, DataType::kFloat32, ReduceOp::kSum, run.in),
+      "need a host group");
   uint64_t count = 0;
   o.nonfinite_count = &count;
   if (g.AllReduce(run.in, 1, DataType::kFloat32, ReduceOp::kSum, o).code() !=
