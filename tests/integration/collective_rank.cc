@@ -648,6 +648,15 @@ void HostInvalid(Run& run) {
             g.AllReduce(nullptr, nullptr, 0, i32, ReduceOp::kSum, staging));
   if (static_cast<unsigned char*>(staging.data())[0] != 7 || in[0] != 1.0f || out[0] != 7.0f)
     run.Fail("an invalid host-memory call touched memory");
+  // No entry for the refused calls; one for the empty call and one for a valid one, whose input
+  // bytes are the reduce-scatter's world x count as on symmetric buffers.
+  const auto* c = reinterpret_cast<const commd::ControlBlockCounters*>(
+      static_cast<const char*>(g.control_block()) + commd::kCountersOffset);
+  run.Check("valid",
+            g.ReduceScatter(out.data(), in.data(), 5, DataType::kFloat32, ReduceOp::kSum, staging));
+  if (c->collectives != 2 || c->abandoned != 0 || c->bytes != 5 * 4 * uint64_t(run.args.world))
+    run.Fail("entries: " + std::to_string(c->collectives) + " completed, " +
+             std::to_string(c->abandoned) + " abandoned, " + std::to_string(c->bytes) + " bytes");
 }
 
 // Policy FAIL (GroupOptions): NaN in rank 1's host memory gives DATA_LOSS on every rank naming
