@@ -16,6 +16,8 @@
 // A mode is a row of kModes (its name, its function, and optionally its group options and
 // buffer size) plus that function, which gets the rank's Run: adding a mode touches nothing
 // else.
+#include "tests/integration/collective_rank.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,49 +37,9 @@
 #include <cuda_runtime_api.h>
 #endif
 
-namespace {
+namespace collective_rank {
 
-using commd::DataType;
-using commd::ReduceOp;
 namespace k = commd::kernels;
-
-// The command line.
-struct Args {
-  int rank = 0;
-  int world = 0;
-  uint64_t seed = 0;
-  std::string mode;      // as given: "repeat:2000"
-  std::string name;      // the table's key: "repeat"
-  std::string argument;  // after the ':', empty without one: "2000"
-};
-
-// One rank's run of a mode: its arguments, client, group and two symmetric buffers, and
-// what it found wrong so far.
-struct Run {
-  const Args& args;
-  commd::Client& client;
-  commd::Group& g;
-  commd::SymmetricBuffer& in;
-  commd::SymmetricBuffer& out;
-  int failures = 0;
-  uint64_t tag = 0;  // distinguishes the inputs of successive collectives
-  // Host-memory modes: collectives read user_in and write user_out (ordinary memory), with
-  // `in` as the staging buffer.
-  bool host_memory = false;
-  std::vector<uint64_t> user_in, user_out;
-
-  // Where a collective's input and output are: the user's memory or the symmetric buffers.
-  void* input() { return host_memory ? static_cast<void*>(user_in.data()) : in.data(); }
-  void* output() { return host_memory ? static_cast<void*>(user_out.data()) : out.data(); }
-  size_t bytes() const { return in.size(); }
-
-  void Fail(const std::string& what) {
-    if (++failures <= 20) std::printf("rank %d: FAIL %s\n", args.rank, what.c_str());
-  }
-  void Check(const char* what, absl::Status s) {
-    if (!s.ok()) Fail(std::string(what) + ": " + s.ToString());
-  }
-};
 
 size_t Size(DataType t) {
   return t == DataType::kFloat16 || t == DataType::kBFloat16 ? 2 : t == DataType::kInt64 ? 8 : 4;
@@ -552,132 +514,6 @@ void AbortWhileWaiting(Run& run) {
     std::printf("rank %d: %s\n", run.args.rank, s.ToString().c_str());
 }
 
-// ---- Host memory (the overloads taking pointers and a staging buffer: run.in). ----
-
-// Runs `mode` with user buffers as large as the symmetric ones (uint64: aligned for every type).
-void WithHostMemory(Run& run, void (*mode)(Run&)) {
-  run.host_memory = true;
-  run.user_in.assign(run.in.size() / 8, 0);
-  run.user_out.assign(run.in.size() / 8, 0);
-  mode(run);
-}
-void HostMatrix(Run& run) { WithHostMemory(run, Matrix); }
-void HostLarge(Run& run) { WithHostMemory(run, Large); }
-
-// Input and output overlapping as torch's in-place forms do: all-gather from this rank's block
-// of the output, reduce-scatter into this rank's chunk of the input, all-to-all in place.
-void HostOverlapping(Run& run) {
-  run.host_memory = true;
-  run.user_in.assign(run.in.size() / 8, 0);
-  const int rank = run.args.rank, world = run.args.world;
-  auto* base = reinterpret_cast<char*>(run.user_in.data());
-  for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
-    const size_t n = 1001, block = n * Size(t);
-    uint64_t tag = ++run.tag;
-    Poison(base, run.bytes());
-    for (size_t i = 0; i < n; ++i) Store(base + rank * block, i, t, Input(run, rank, tag, i, t));
-    run.Check("all-gather in place", run.g.AllGather(base + rank * block, base, n, t, run.in));
-    ExpectGathered(run, "all-gather in place", base, tag, n, t);
-    tag = ++run.tag;
-    for (size_t i = 0; i < n * world; ++i) Store(base, i, t, Input(run, rank, tag, i, t));
-    run.Check("reduce-scatter in place",
-              run.g.ReduceScatter(base, base + rank * block, n, t, ReduceOp::kMax, run.in));
-    ExpectReduced(run, "reduce-scatter in place", base + rank * block, tag, rank * n, n, t,
-                  ReduceOp::kMax);
-    tag = ++run.tag;
-    for (size_t i = 0; i < n * world; ++i) Store(base, i, t, Input(run, rank, tag, i, t));
-    run.Check("all-to-all in place", run.g.AllToAll(base, base, n, t, run.in));
-    ExpectExchanged(run, "all-to-all in place", base, tag, n, t);
-  }
-}
-
-// Calls the host-memory overloads refuse with INVALID_ARGUMENT naming the value, none touching
-// the user's memory or the staging buffer.
-void HostInvalid(Run& run) {
-  commd::Group& g = run.g;
-  commd::SymmetricBuffer& staging = run.in;
-  std::vector<float> in(64, 1.0f), out(64 * run.args.world, 7.0f);
-  std::memset(staging.data(), 7, 16);
-  const auto i32 = DataType::kInt32;
-  const size_t fits = staging.size() / 4;
-  const std::string id = std::to_string(staging.id());
-  ExpectInvalid(run, "too large for staging",
-                g.AllReduce(in.data(), out.data(), fits + 1, i32, ReduceOp::kSum, staging),
-                ("count " + std::to_string(fits + 1) + " x int32 does not fit staging buffer " +
-                 id + " of " + std::to_string(staging.size()) +
-                 " bytes per rank (allowed: " + "count at most " + std::to_string(fits) + ")")
-                    .c_str());
-  ExpectInvalid(run, "reduce-scatter too large for staging",
-                g.ReduceScatter(in.data(), out.data(), fits / run.args.world + 1, i32,
-                                ReduceOp::kSum, staging),
-                ("x world size " + std::to_string(run.args.world) + " does not fit").c_str());
-  ExpectInvalid(run, "null input",
-                g.AllReduce(nullptr, out.data(), 4, i32, ReduceOp::kSum, staging),
-                "all-reduce input is null (allowed: non-null for count > 0)");
-  ExpectInvalid(run, "null output", g.AllGather(in.data(), nullptr, 4, i32, staging),
-                "all-gather output is null");
-  ExpectInvalid(run, "null broadcast buffer", g.Broadcast(nullptr, 4, i32, 0, staging),
-                "broadcast buffer is null");
-  ExpectInvalid(run, "misaligned",
-                g.AllToAll(reinterpret_cast<char*>(in.data()) + 2, out.data(), 4,
-                           DataType::kFloat32, staging),
-                "is not aligned to the element size 4");
-  const int other = (run.args.rank + 1) % run.args.world;
-  ExpectInvalid(run, "input in staging",
-                g.AllReduce(staging.data(), out.data(), 4, i32, ReduceOp::kSum, staging),
-                ("overlaps rank " + std::to_string(run.args.rank) + "'s part of staging buffer " +
-                 id + "; allowed: memory outside the staging buffer")
-                    .c_str());
-  ExpectInvalid(run, "output in a peer's staging",
-                g.ReduceScatter(in.data(), staging.peer(other), 4, i32, ReduceOp::kSum, staging),
-                "reduce-scatter output [0x");
-  ExpectInvalid(
-      run, "broadcast buffer straddling staging",
-      g.Broadcast(static_cast<char*>(staging.data()) + staging.size() - 8, 4, i32, 0, staging),
-      ("overlaps rank " + std::to_string(run.args.rank)).c_str());
-  ExpectInvalid(run, "staging of another call's output",
-                g.AllGather(in.data(), run.out.data(), 4, i32, run.out), "overlaps rank");
-  auto other_group =
-      run.client.JoinGroup({.name = "other", .rank = run.args.rank, .world_size = run.args.world});
-  if (!other_group.ok()) return run.Fail("join other: " + other_group.status().ToString());
-  auto foreign = (*other_group)->AllocateSymmetric(64);
-  if (!foreign.ok()) return run.Fail("alloc other");
-  ExpectInvalid(run, "foreign staging", g.AllToAll(in.data(), out.data(), 1, i32, **foreign),
-                "all-to-all staging buffer");
-  run.Check("count 0 with null pointers",
-            g.AllReduce(nullptr, nullptr, 0, i32, ReduceOp::kSum, staging));
-  if (static_cast<unsigned char*>(staging.data())[0] != 7 || in[0] != 1.0f || out[0] != 7.0f)
-    run.Fail("an invalid host-memory call touched memory");
-  // No entry for the refused calls; one for the empty call and one for a valid one, whose input
-  // bytes are the reduce-scatter's world x count as on symmetric buffers.
-  const auto* c = reinterpret_cast<const commd::ControlBlockCounters*>(
-      static_cast<const char*>(g.control_block()) + commd::kCountersOffset);
-  run.Check("valid",
-            g.ReduceScatter(out.data(), in.data(), 5, DataType::kFloat32, ReduceOp::kSum, staging));
-  if (c->collectives != 2 || c->abandoned != 0 || c->bytes != 5 * 4 * uint64_t(run.args.world))
-    run.Fail("entries: " + std::to_string(c->collectives) + " completed, " +
-             std::to_string(c->abandoned) + " abandoned, " + std::to_string(c->bytes) + " bytes");
-}
-
-// Policy FAIL (GroupOptions): NaN in rank 1's host memory gives DATA_LOSS on every rank naming
-// it, counted where it was; the next clean call (in place) works.
-void HostNanFail(Run& run) {
-  std::vector<float> in(64, 1.0f), out(64, 0.0f);
-  if (run.args.rank == 1) in[9] = NAN;
-  uint64_t here = 99;
-  commd::CollectiveOptions o{.nonfinite_count = &here};
-  const absl::Status s =
-      run.g.AllReduce(in.data(), out.data(), 64, DataType::kFloat32, ReduceOp::kSum, run.in, o);
-  if (s.code() != absl::StatusCode::kDataLoss ||
-      s.message().find("first rank 1") == absl::string_view::npos ||
-      here != (run.args.rank == 1 ? 1u : 0u))
-    run.Fail("host nan_fail: " + s.ToString() + " here " + std::to_string(here));
-  in[9] = 1.0f;
-  run.Check("host nan_fail clean",
-            run.g.AllReduce(in.data(), in.data(), 64, DataType::kFloat32, ReduceOp::kSum, run.in));
-  if (in[9] != static_cast<float>(run.args.world)) run.Fail("host nan_fail clean sum");
-}
-
 #ifdef COMMD_HAVE_CUDA
 void CudaCheck(Run& run, const char* what, cudaError_t e) {
   if (e != cudaSuccess) run.Fail(std::string(what) + ": " + cudaGetErrorString(e));
@@ -864,9 +700,11 @@ int RunMode(const Args& args, const Mode& mode) {
   return 0;
 }
 
-}  // namespace
+}  // namespace collective_rank
 
 int main(int argc, char** argv) {
+  using collective_rank::Args;
+  using collective_rank::Mode;
   if (argc != 5) {
     std::fprintf(stderr, "usage: collective_rank <rank> <world> <seed> <mode>\n");
     return 2;
@@ -878,10 +716,10 @@ int main(int argc, char** argv) {
   const size_t colon = args.mode.find(':');
   args.name = args.mode.substr(0, colon);
   if (colon != std::string::npos) args.argument = args.mode.substr(colon + 1);
-  const Mode* mode = FindMode(args.name);
+  const Mode* mode = collective_rank::FindMode(args.name);
   if (mode == nullptr) {
     std::printf("unknown mode %s\n", args.mode.c_str());
     return 2;
   }
-  return RunMode(args, *mode);
+  return collective_rank::RunMode(args, *mode);
 }
