@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # dist.all_reduce through backend commd (staged and zero-copy) against gloo, and the C++
 # Group::AllReduce (commd-bench, SDK path), in one run on a private daemon: 2 and 4 ranks,
-# float32 sum, 8 B to 64 MiB. Figures go to docs/PERFORMANCE.md ("PyTorch backend").
+# float32 sum, 8 B to 64 MiB; then a DDP step (bench/torch_ddp_step.py, 2 ranks). Figures go
+# to docs/PERFORMANCE.md ("PyTorch backend").
 #
 #   bench/torch_vs_gloo.sh [BUILD_DIR]      (default build; torch from scripts/torch-venv)
-#   RANKS="2 4" MAX=64M ITERS=50 ROUNDS=3 bench/torch_vs_gloo.sh build
+#   RANKS="2 4" MAX=64M ITERS=50 ROUNDS=3 DDP_HIDDEN="256 4096" bench/torch_vs_gloo.sh build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
@@ -29,4 +30,11 @@ for n in ${RANKS:-2 4}; do
   echo "## commd-bench -n $n -b 8 -e $max -f 4 (Group::AllReduce, the C++ SDK)"
   "$build/tools/commd-bench/commd-bench" --runtime-dir "$tmp/run" -n "$n" -b 8 -e "$max" -f 4 \
     -w 5 -i "${ITERS:-50}" -d float -o sum
+done
+# A DDP step of examples/torch_train.py's model (and a wider one), commd against gloo.
+for hidden in ${DDP_HIDDEN:-256 4096}; do
+  echo "## torchrun --nproc-per-node 2 bench/torch_ddp_step.py --hidden $hidden"
+  COMMD_RUNTIME_DIR="$tmp/run" PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
+    "$python" -m torch.distributed.run --standalone --nproc-per-node 2 \
+    bench/torch_ddp_step.py --hidden "$hidden" 2> >(grep -v "^W1\|Warning\|\*\*\*\*" >&2)
 done

@@ -49,9 +49,14 @@ struct CollectiveCall {
   SymmetricBuffer* out = nullptr;  // in-place collectives and barrier: == in
   size_t count = 0;                // elements per rank, as the public call's count
   DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;                // reducing collectives only
-  int root = -1;                               // broadcast only
-  std::span<const CoalescedTensor> tensors;    // kAllReduceCoalesced only: tensors of `in`
+  ReduceOp op = ReduceOp::kSum;              // reducing collectives only
+  int root = -1;                             // broadcast only
+  std::span<const CoalescedTensor> tensors;  // kAllReduceCoalesced only: tensors of `in`
+  // The host-memory overloads: the data are `input` and `output` (broadcast: both the one
+  // buffer), and `in` == `out` is the staging buffer the kernels stage `input` into.
+  bool host_memory = false;
+  const void* input = nullptr;
+  void* output = nullptr;
   const CollectiveOptions* options = nullptr;  // never null
 };
 

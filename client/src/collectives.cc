@@ -115,9 +115,9 @@ absl::Status CheckOp(ReduceOp op) {
   return absl::OkStatus();
 }
 
-size_t ElementSize(DataType dtype) {
-  return kernels::DataTypeSize(static_cast<kernels::DataType>(dtype));
-}
+kernels::DataType ToKernel(DataType dtype) { return static_cast<kernels::DataType>(dtype); }
+
+size_t ElementSize(DataType dtype) { return kernels::DataTypeSize(ToKernel(dtype)); }
 
 // `elements` of `dtype` at byte `offset` must fit `buf`'s data bytes. `what` names the
 // buffer, and `tensor` the coalesced tensor (-1: none).
@@ -145,13 +145,67 @@ absl::Status CheckOwned(const Side& what, bool owned, const SymmetricBuffer& buf
                                                  " was not allocated by this group for this rank"));
 }
 
+// One pointer of a host-memory call: non-null, aligned, outside every rank's part of the
+// staging buffer (whose views the kernels read; the kernels would take memory inside this
+// rank's part for an in-place input, which these overloads do not mean).
+absl::Status CheckHostPointer(const Side& what, const void* p, size_t bytes, size_t es,
+                              SymmetricBuffer& staging, int world_size) {
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  if (p == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Name(what), " is null (allowed: non-null for count > 0)"));
+  }
+  if (begin % es != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(Name(what), " 0x", absl::Hex(begin),
+                                                   " is not aligned to the element size ", es));
+  }
+  for (int r = 0; r < world_size; ++r) {
+    const auto part = reinterpret_cast<uintptr_t>(staging.peer(r));
+    if (begin < part + staging.size() && part < begin + bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Name(what), " [0x", absl::Hex(begin), ", +", bytes, " bytes) overlaps rank ", r,
+          "'s part of staging buffer ", staging.id(),
+          "; allowed: memory outside the staging buffer (data already in a symmetric buffer "
+          "take the SymmetricBuffer overloads)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The host-memory overloads: the input fits the staging buffer, and the pointers.
+absl::Status CheckHostMemory(const CollectiveCall& c, const Shape& shape, size_t in_count,
+                             size_t out_count, int world_size) {
+  SymmetricBuffer& staging = *c.in;
+  const size_t es = ElementSize(c.dtype);
+  const size_t capacity = staging.size() / es / in_count;
+  if (c.count > capacity) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        shape.words, ": count ", c.count, " x ", kernels::DataTypeName(ToKernel(c.dtype)),
+        in_count > 1 ? absl::StrCat(" x world size ", in_count) : "",
+        " does not fit staging buffer ", staging.id(), " of ", staging.size(),
+        " bytes per rank (allowed: count at most ", capacity, ")"));
+  }
+  if (c.count == 0) return absl::OkStatus();  // a no-op: no memory is read or written
+  if (shape.in_place) {  // broadcast and all-reduce: input and output are the one buffer
+    const bool one = c.input == c.output;
+    RETURN_IF_ERROR(CheckHostPointer({shape.words, one ? "buffer" : "input"}, c.input, c.count * es,
+                                     es, staging, world_size));
+    if (one) return absl::OkStatus();
+  } else {
+    RETURN_IF_ERROR(CheckHostPointer({shape.words, "input"}, c.input, c.count * in_count * es, es,
+                                     staging, world_size));
+  }
+  return CheckHostPointer({shape.words, "output"}, c.output, c.count * out_count * es, es, staging,
+                          world_size);
+}
+
 // The call's buffers and sizes (its options, types and op checked already).
 absl::Status CheckBuffers(const CollectiveCall& c, const Shape& shape, bool owns_in, bool owns_out,
                           int world_size) {
-  const Side in{shape.words, shape.in_place ? "" : "input"};
+  const Side in{shape.words, c.host_memory ? "staging" : shape.in_place ? "" : "input"};
   const Side out{shape.words, "output"};
   RETURN_IF_ERROR(CheckOwned(in, owns_in, *c.in));
-  if (!shape.in_place) {
+  if (!shape.in_place && !c.host_memory) {
     RETURN_IF_ERROR(CheckOwned(out, owns_out, *c.out));
     if (c.in == c.out) {
       return absl::InvalidArgumentError(
@@ -174,6 +228,7 @@ absl::Status CheckBuffers(const CollectiveCall& c, const Shape& shape, bool owns
     return absl::InvalidArgumentError(absl::StrCat(
         shape.words, ": count ", c.count, " too large (allowed: at most ", SIZE_MAX / factor, ")"));
   }
+  if (c.host_memory) return CheckHostMemory(c, shape, in_count, out_count, world_size);
   RETURN_IF_ERROR(CheckFits(in, -1, *c.in, 0, c.count * in_count, c.dtype));
   if (shape.in_place) return absl::OkStatus();
   return CheckFits(out, -1, *c.out, 0, c.count * out_count, c.dtype);
@@ -316,6 +371,12 @@ absl::Status CollectiveEntry::Finish(absl::Status status, const kernels::Collect
 }
 
 absl::Status Group::Run(const CollectiveCall& c) {
+  if (c.host_memory && !device().is_host()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ShapeOf(c.kind).words, " on host memory: group ", name(), " is on ", device().ToString(),
+        "; the overloads taking pointers and a staging buffer need a host group (device memory "
+        "takes the SymmetricBuffer overloads)"));
+  }
   RETURN_IF_ERROR(CheckCall(c, owns(*c.in), owns(*c.out), world_size()));
   if (state_->backend == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
@@ -414,6 +475,59 @@ absl::Status Group::AllToAll(SymmetricBuffer& in, SymmetricBuffer& out, size_t c
               .count = count,
               .dtype = dtype,
               .options = &options});
+}
+
+// The host-memory overloads: the same funnel, with the staging buffer as the call's buffer.
+namespace {
+CollectiveCall OnHostMemory(CollectiveOp kind, const void* input, void* output, size_t count,
+                            DataType dtype, SymmetricBuffer& staging,
+                            const CollectiveOptions& options) {
+  return {.kind = kind,
+          .in = &staging,
+          .out = &staging,
+          .count = count,
+          .dtype = dtype,
+          .host_memory = true,
+          .input = input,
+          .output = output,
+          .options = &options};
+}
+}  // namespace
+
+absl::Status Group::AllReduce(const void* input, void* output, size_t count, DataType dtype,
+                              ReduceOp op, SymmetricBuffer& staging,
+                              const CollectiveOptions& options) {
+  CollectiveCall call =
+      OnHostMemory(CollectiveOp::kAllReduce, input, output, count, dtype, staging, options);
+  call.op = op;
+  return Run(call);
+}
+
+absl::Status Group::AllGather(const void* input, void* output, size_t count, DataType dtype,
+                              SymmetricBuffer& staging, const CollectiveOptions& options) {
+  return Run(OnHostMemory(CollectiveOp::kAllGather, input, output, count, dtype, staging, options));
+}
+
+absl::Status Group::ReduceScatter(const void* input, void* output, size_t count, DataType dtype,
+                                  ReduceOp op, SymmetricBuffer& staging,
+                                  const CollectiveOptions& options) {
+  CollectiveCall call =
+      OnHostMemory(CollectiveOp::kReduceScatter, input, output, count, dtype, staging, options);
+  call.op = op;
+  return Run(call);
+}
+
+absl::Status Group::Broadcast(void* buffer, size_t count, DataType dtype, int root,
+                              SymmetricBuffer& staging, const CollectiveOptions& options) {
+  CollectiveCall call =
+      OnHostMemory(CollectiveOp::kBroadcast, buffer, buffer, count, dtype, staging, options);
+  call.root = root;
+  return Run(call);
+}
+
+absl::Status Group::AllToAll(const void* input, void* output, size_t count, DataType dtype,
+                             SymmetricBuffer& staging, const CollectiveOptions& options) {
+  return Run(OnHostMemory(CollectiveOp::kAllToAll, input, output, count, dtype, staging, options));
 }
 
 }  // namespace commd

@@ -36,31 +36,35 @@ class HostBackend : public CollectiveBackend {
   static absl::Status Launch(const kernels::HostCommView& v, const CheckedCall& c,
                              kernels::NanCheck nan, kernels::CollectiveResult* r) {
     const CollectiveCall& call = c.call;
-    std::byte* in = v.data[v.rank];
+    // The buffers' own data regions (all-reduce and broadcast: in place), or the host-memory
+    // overloads' memory, which the kernels stage into the region and write results to.
+    std::byte* region = v.data[v.rank];
+    const void* in = call.host_memory ? call.input : region;
+    void* out = call.host_memory ? call.output : call.out->data();
     const auto dtype = static_cast<kernels::DataType>(call.dtype);
     const auto op = static_cast<kernels::ReduceOp>(call.op);
     switch (call.kind) {
       case CollectiveOp::kBarrier:
         return kernels::Barrier(v);
       case CollectiveOp::kAllReduce:
-        return kernels::AllReduce(v, in, in, call.count, dtype, op, c.algorithm, nan, r);
+        return kernels::AllReduce(v, in, out, call.count, dtype, op, c.algorithm, nan, r);
       case CollectiveOp::kAllReduceCoalesced: {
         absl::InlinedVector<kernels::TensorArgs, kInlineTensors> args;
         args.reserve(call.tensors.size());
         for (const CoalescedTensor& t : call.tensors) {
-          std::byte* p = in + t.offset;
+          std::byte* p = region + t.offset;
           args.push_back({p, p, t.count, static_cast<kernels::DataType>(t.dtype)});
         }
         return kernels::AllReduceCoalesced(v, args, op, c.algorithm, nan, r);
       }
       case CollectiveOp::kAllGather:
-        return kernels::AllGather(v, in, call.out->data(), call.count, dtype, nan, r);
+        return kernels::AllGather(v, in, out, call.count, dtype, nan, r);
       case CollectiveOp::kReduceScatter:
-        return kernels::ReduceScatter(v, in, call.out->data(), call.count, dtype, op, nan, r);
+        return kernels::ReduceScatter(v, in, out, call.count, dtype, op, nan, r);
       case CollectiveOp::kBroadcast:
-        return kernels::Broadcast(v, in, call.count, dtype, call.root, nan, r);
+        return kernels::Broadcast(v, out, call.count, dtype, call.root, nan, r);
       case CollectiveOp::kAllToAll:
-        return kernels::AllToAll(v, in, call.out->data(), call.count, dtype, nan, r);
+        return kernels::AllToAll(v, in, out, call.count, dtype, nan, r);
       default:
         return absl::UnimplementedError(
             absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)),

@@ -86,6 +86,9 @@ class Recorder:
     def heartbeat(self) -> None: ...
 
 _Operand = SymmetricBuffer | TensorView
+# With staging=: ordinary host memory, any C-contiguous buffer-protocol object (numpy arrays,
+# bytearray, memoryview) or a TensorView; the call stages it through `staging`.
+_HostOperand = _Operand | Any
 
 class Group:
     """Ranks of this job on this node that run collectives together."""
@@ -110,29 +113,30 @@ class Group:
     def on_abort(self, callback: Callable[[Exception], None]) -> None: ...
     def allocate_symmetric(self, nbytes: int) -> SymmetricBuffer: ...
     def barrier(self) -> None: ...
-    def all_reduce(self, buf: _Operand, count: int | None = None, dtype: _DType | None = None,
-                   op: str = "sum", *, timeout: float | None = None,
-                   nan_check: str | None = None,
-                   nan_sample_period: int = 100, cuda_stream: int = 0) -> NanFinding: ...
-    def all_gather(self, input: _Operand, output: _Operand, count: int | None = None,
+    def all_reduce(self, buf: _HostOperand, count: int | None = None,
+                   dtype: _DType | None = None, op: str = "sum", *, timeout: float | None = None,
+                   nan_check: str | None = None, nan_sample_period: int = 100, cuda_stream: int = 0,
+                   staging: SymmetricBuffer | None = None) -> NanFinding: ...
+    def all_gather(self, input: _HostOperand, output: _HostOperand, count: int | None = None,
                    dtype: _DType | None = None, *, timeout: float | None = None,
-                   nan_check: str | None = None,
-                   nan_sample_period: int = 100, cuda_stream: int = 0) -> NanFinding: ...
-    def reduce_scatter(self, input: _Operand, output: _Operand, count: int | None = None,
-                       dtype: _DType | None = None, op: str = "sum", *,
+                   nan_check: str | None = None, nan_sample_period: int = 100, cuda_stream: int = 0,
+                   staging: SymmetricBuffer | None = None) -> NanFinding: ...
+    def reduce_scatter(self, input: _HostOperand, output: _HostOperand,
+                       count: int | None = None, dtype: _DType | None = None, op: str = "sum", *,
                        timeout: float | None = None, nan_check: str | None = None,
-                       nan_sample_period: int = 100, cuda_stream: int = 0) -> NanFinding: ...
+                       nan_sample_period: int = 100, cuda_stream: int = 0,
+                       staging: SymmetricBuffer | None = None) -> NanFinding: ...
     def all_reduce_coalesced(self, tensors: Sequence[TensorView], op: str = "sum", *,
                              timeout: float | None = None, nan_check: str | None = None,
                              nan_sample_period: int = 100, cuda_stream: int = 0) -> NanFinding: ...
-    def broadcast(self, buf: _Operand, root: int, count: int | None = None,
+    def broadcast(self, buf: _HostOperand, root: int, count: int | None = None,
                   dtype: _DType | None = None, *, timeout: float | None = None,
-                  nan_check: str | None = None,
-                  nan_sample_period: int = 100, cuda_stream: int = 0) -> NanFinding: ...
-    def all_to_all(self, input: _Operand, output: _Operand, count: int | None = None,
+                  nan_check: str | None = None, nan_sample_period: int = 100, cuda_stream: int = 0,
+                  staging: SymmetricBuffer | None = None) -> NanFinding: ...
+    def all_to_all(self, input: _HostOperand, output: _HostOperand, count: int | None = None,
                    dtype: _DType | None = None, *, timeout: float | None = None,
-                   nan_check: str | None = None,
-                   nan_sample_period: int = 100, cuda_stream: int = 0) -> NanFinding: ...
+                   nan_check: str | None = None, nan_sample_period: int = 100, cuda_stream: int = 0,
+                   staging: SymmetricBuffer | None = None) -> NanFinding: ...
     def record(self, op: str, inputs: Iterable[Any] = ..., outputs: Iterable[Any] = ..., *,
                peer: int = -1, timeout_ms: int = 0) -> Any: ...
     def close(self) -> None: ...

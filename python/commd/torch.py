@@ -165,6 +165,16 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(-1)
 
 
+def _host(t: torch.Tensor) -> Any:
+    """A contiguous CPU tensor as host memory for commd's calls with `staging` (a numpy view
+    of its bytes, bfloat16 as int16: the call names the dtype, so the format does not matter).
+    The kernels read it and write results into it directly."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy()
+
+
 def _write_back(t: torch.Tensor, flat: torch.Tensor) -> None:
     """Copies a result computed in `flat` (from _flat) back into a non-contiguous `t`."""
     if not t.is_contiguous():
@@ -172,10 +182,12 @@ def _write_back(t: torch.Tensor, flat: torch.Tensor) -> None:
 
 
 class _Staging:
-    """Each rank's two staging buffers (symmetric allocations of chunk_bytes): collectives
-    whose input and output differ take the input from the first and write the second
-    (commd's all-gather and reduce-scatter take whole buffers); all-reduce works in place in
-    the first."""
+    """Each rank's two staging buffers (symmetric allocations of chunk_bytes). The first is
+    the `staging` of commd's host-memory calls: the kernels copy the tensor into it and write
+    results straight into the tensor. The second holds what is not one contiguous piece of a
+    tensor: a chunk of an all-gather's outputs, a chunk of a reduce-scatter's or all-to-all's
+    blocks (those chunks run on the symmetric buffers, packed into the first, output in the
+    second)."""
 
     def __init__(self, group: Group, nbytes: int):
         self.nbytes = nbytes
@@ -361,6 +373,30 @@ class ProcessGroupCommd(_C10dBackend):
             single(o, i, opts)
         return _completed(outputs)
 
+    def _outside(self, call: str, src: torch.Tensor, dst: torch.Tensor, n: int, cdtype: str,
+                 out_slots: int = 1, **kwargs: Any) -> None:
+        """One commd call on contiguous tensors outside symmetric memory: `src` is the input
+        (n elements, or world_size * n for reduce_scatter and all_to_all), `dst` the output
+        (out_slots * n elements), the same tensor for all_reduce and broadcast. CPU: the SDK's
+        host-memory call, whose kernels read `src` and write `dst` directly. CUDA: the SDK
+        takes device memory only in symmetric buffers, so `src` is copied into the first
+        staging buffer and the result out of it (in place) or of the second, all queued on
+        torch's current stream."""
+        method = getattr(self._group, call)
+        if self._device == "host":
+            data = (_host(dst),) if src is dst else (_host(src), _host(dst))
+            method(*data, count=n, dtype=cdtype, staging=self._staging.buffers[0], **kwargs)
+            return
+        src = src.reshape(-1)
+        self._staging.tensor(0, src.dtype, src.numel()).copy_(src)
+        if src is dst or src.data_ptr() == dst.data_ptr():
+            method(self._staging.view(0, cdtype, n), **kwargs)
+            dst.reshape(-1).copy_(self._staging.tensor(0, dst.dtype, n))
+            return
+        method(self._staging.view(0, cdtype, src.numel()),
+               self._staging.view(1, cdtype, out_slots * n), **kwargs)
+        dst.reshape(-1).copy_(self._staging.tensor(1, dst.dtype, out_slots * n))
+
     def _chunks(self, count: int, itemsize: int, slots: int):
         """(start, n) pieces of `count` elements such that `slots` pieces fit one staging
         buffer; none for an empty tensor (every rank has the same count, so all skip)."""
@@ -387,12 +423,9 @@ class ProcessGroupCommd(_C10dBackend):
             self._group.all_reduce(view, op=op)
             return
         flat = _flat(t)
-        itemsize = t.element_size()
-        for start, n in self._chunks(flat.numel(), itemsize, 1):
-            stage = self._staging.tensor(0, t.dtype, n)
-            stage.copy_(flat[start:start + n])
-            self._group.all_reduce(self._staging.view(0, cdtype, n), op=op)
-            flat[start:start + n].copy_(stage)
+        for start, n in self._chunks(flat.numel(), t.element_size(), 1):
+            piece = flat[start:start + n]
+            self._outside("all_reduce", piece, piece, n, cdtype, op=op)
         _write_back(t, flat)
 
     def _product(self, t: torch.Tensor, cdtype: str) -> None:
@@ -460,14 +493,9 @@ class ProcessGroupCommd(_C10dBackend):
             self._group.broadcast(view, root=root)
             return
         flat = _flat(t)
-        itemsize = t.element_size()
-        for start, n in self._chunks(flat.numel(), itemsize, 1):
-            stage = self._staging.tensor(0, t.dtype, n)
-            if self.rank() == root:
-                stage.copy_(flat[start:start + n])
-            self._group.broadcast(self._staging.view(0, cdtype, n), root=root)
-            if self.rank() != root:
-                flat[start:start + n].copy_(stage)
+        for start, n in self._chunks(flat.numel(), t.element_size(), 1):
+            piece = flat[start:start + n]
+            self._outside("broadcast", piece, piece, n, cdtype, root=root)
         if self.rank() != root:
             _write_back(t, flat)
 
@@ -515,6 +543,12 @@ class ProcessGroupCommd(_C10dBackend):
             return
         flat = _flat(output)
         n = t.numel()
+        # What one call stages: the input on CPU, the gathered output on CUDA too.
+        staged = n * t.element_size() * (1 if self._device == "host" else self.size())
+        if output.is_contiguous() and 0 < staged <= self._staging.nbytes:
+            # One call: on CPU the kernels stage the input and gather straight into the output.
+            self._outside("all_gather", _flat(t), flat, n, cdtype, out_slots=self.size())
+            return
         self._all_gather([flat[r * n:(r + 1) * n] for r in range(self.size())], t, cdtype)
         _write_back(output, flat)
 
@@ -524,10 +558,10 @@ class ProcessGroupCommd(_C10dBackend):
         targets = [_flat(o) for o in out]
         itemsize = t.element_size()
         for start, n in self._chunks(src.numel(), itemsize, world):
-            self._staging.tensor(0, t.dtype, n).copy_(src[start:start + n])
-            self._group.all_gather(self._staging.view(0, cdtype, n),
-                                   self._staging.view(1, cdtype, world * n))
-            staged = self._staging.tensor(1, t.dtype, world * n).view(world, n)
+            staged = self._staging.tensor(1, t.dtype, world * n)
+            self._outside("all_gather", src[start:start + n], staged, n, cdtype,
+                          out_slots=world)
+            staged = staged.view(world, n)
             for r in range(world):
                 targets[r][start:start + n].copy_(staged[r])
         for o, flat in zip(out, targets):
@@ -594,6 +628,12 @@ class ProcessGroupCommd(_C10dBackend):
         dst = output.contiguous().view(-1)
         count = dst.numel()
         itemsize = input.element_size()
+        if 0 < world * count * itemsize <= self._staging.nbytes:
+            # One call: the kernels stage the input and write this rank's chunk to the output.
+            self._outside("reduce_scatter", src, dst, count, cdtype, op=op)
+            _write_back(output, dst)
+            return
+        # A chunk takes a piece of every rank's block: packed into the first staging buffer.
         for start, n in self._chunks(count, itemsize, world):
             self._staging.tensor(0, input.dtype, world * n).view(world, n).copy_(
                 src[:, start:start + n])
@@ -635,6 +675,12 @@ class ProcessGroupCommd(_C10dBackend):
         dst = output.contiguous().view(world, -1)
         count = src.shape[1]
         itemsize = input.element_size()
+        if 0 < world * count * itemsize <= self._staging.nbytes:
+            # One call: the kernels stage the input and write the blocks to the output.
+            self._outside("all_to_all", src, dst, count, cdtype, out_slots=world)
+            _write_back(output, dst)
+            return
+        # A chunk takes a piece of every block: packed into the first staging buffer.
         for start, n in self._chunks(count, itemsize, world):
             self._staging.tensor(0, input.dtype, world * n).view(world, n).copy_(
                 src[:, start:start + n])

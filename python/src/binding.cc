@@ -95,6 +95,18 @@ const ElementType& ElementTypeOf(DataType dtype) {
   return kElementTypes[static_cast<size_t>(dtype)];
 }
 
+const ElementType* ElementTypeOfFormat(std::string_view format, size_t itemsize) {
+  if (!format.empty() && (format[0] == '@' || format[0] == '=' || format[0] == '<')) {
+    format.remove_prefix(1);
+  }
+  // numpy names int64 'l' (C long) on LP64 and uint64/long long variants by size.
+  if ((format == "l" || format == "q") && itemsize == 8) format = "q";
+  for (const ElementType& t : kElementTypes) {
+    if (t.format != nullptr && format == t.format && itemsize == t.itemsize) return &t;
+  }
+  return nullptr;
+}
+
 ReduceOp ParseReduceOp(const py::handle& op) {
   const std::string name = py::str(op);
   if (name == "sum") return ReduceOp::kSum;

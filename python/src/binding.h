@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,6 +51,8 @@ struct ElementType {
 // known name. InvalidArgumentError listing the names otherwise.
 const ElementType& ParseElementType(const py::handle& dtype);
 const ElementType& ElementTypeOf(DataType dtype);
+// The type of a buffer-protocol format ("f", "<e", "l" of 8 bytes, ...); nullptr if none.
+const ElementType* ElementTypeOfFormat(std::string_view format, size_t itemsize);
 ReduceOp ParseReduceOp(const py::handle& op);
 
 // Seconds (float) -> Duration; InvalidArgumentError naming `what` for a negative value.

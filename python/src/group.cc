@@ -152,16 +152,55 @@ void NeedOffsetZero(const Operand& op, const char* call, const char* what) {
   }
 }
 
+// ---- Host memory (the calls given `staging`): the SDK's overloads on ordinary memory. ----
+
+// Elements of a host-memory call whose input holds `in_per` and output `out_per` counts (the
+// same buffer for in-place calls): `count`, else as many as both hold.
+size_t HostCount(const py::object& count, const HostMemory& in, const HostMemory& out,
+                 size_t in_per, size_t out_per) {
+  if (&in.type() != &out.type()) {
+    ThrowInvalid(
+        absl::StrCat("input's dtype ", in.type().name, " differs from output's ", out.type().name));
+  }
+  const size_t most = std::min(in.count() / in_per, out.count() / out_per);
+  const size_t n = count.is_none() ? most : count.cast<size_t>();
+  if (n > most) {
+    ThrowInvalid(absl::StrCat("count ", n, " exceeds the host memory: input holds ", in.count(),
+                              " and output ", out.count(), " elements, ", in_per, " and ", out_per,
+                              " x count needed (allowed: 0..", most, ")"));
+  }
+  return n;
+}
+
+// all_reduce and broadcast on host memory, in place on `buf`: `call` runs the SDK's overload.
+template <typename Call>
+py::object HostInPlaceCall(const GroupObject& g, const char* name, const py::object& buf,
+                           const py::object& count, const py::object& dtype,
+                           const py::object& staging, CallOptions& c, Call call) {
+  const HostMemory b(buf, "buf", dtype, /*writable=*/true);
+  SymmetricBuffer& s = ToStaging(staging);
+  const size_t n = HostCount(count, b, b, 1, 1);
+  Check(Blocking(g, name,
+                 [&](Group& group) { return call(group, b.data(), n, *b.type().commd, s); }));
+  return py::cast(c.finding);
+}
+
 py::object AllReduce(const GroupObject& g, const py::object& buf, const py::object& count,
                      const py::object& dtype, const py::object& op, const py::object& timeout,
-                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream) {
+                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream, const py::object& staging) {
+  const ReduceOp reduce = ParseReduceOp(op);
+  CallOptions c;
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
+  if (!staging.is_none()) {
+    return HostInPlaceCall(g, "all_reduce", buf, count, dtype, staging, c,
+                           [&](Group& group, char* p, size_t n, DataType t, SymmetricBuffer& s) {
+                             return group.AllReduce(p, p, n, t, reduce, s, c.options);
+                           });
+  }
   const Operand b = ToOperand(buf, "buf");
   const ElementType& type = CallType(dtype, {&b});
   const size_t n = count.is_none() ? Fit(b, type, 1) : count.cast<size_t>();
   CheckFits(b, n, 1, "buf");
-  const ReduceOp reduce = ParseReduceOp(op);
-  CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
   Check(Blocking(g, "all_reduce", [&](Group& group) {
     // The SDK's AllReduce starts at the buffer; a view further in is a one-tensor coalesced
     // all-reduce, which takes offsets.
@@ -196,12 +235,33 @@ PairCall ResolvePair(const GroupObject& g, const char* call, const py::object& i
   return p;
 }
 
+// all_gather, reduce_scatter and all_to_all on host memory: `call` runs the SDK's overload.
+template <typename Call>
+py::object HostPairCall(const GroupObject& g, const char* name, const py::object& in,
+                        const py::object& out, const py::object& count, const py::object& dtype,
+                        const py::object& staging, size_t in_per, size_t out_per, CallOptions& c,
+                        Call call) {
+  const HostMemory i(in, "input", dtype, /*writable=*/false);
+  const HostMemory o(out, "output", dtype, /*writable=*/true);
+  SymmetricBuffer& s = ToStaging(staging);
+  const size_t n = HostCount(count, i, o, in_per, out_per);
+  Check(Blocking(g, name, [&](Group& group) {
+    return call(group, i.data(), o.data(), n, *i.type().commd, s);
+  }));
+  return py::cast(c.finding);
+}
+
 py::object AllGather(const GroupObject& g, const py::object& in, const py::object& out,
                      const py::object& count, const py::object& dtype, const py::object& timeout,
-                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream) {
-  const PairCall p = ResolvePair(g, "all_gather", in, out, count, dtype, /*gather=*/true);
+                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream, const py::object& staging) {
   CallOptions c;
   ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
+  if (!staging.is_none()) {
+    return HostPairCall(
+        g, "all_gather", in, out, count, dtype, staging, 1, g.get().world_size(), c,
+        [&](Group& group, auto&&... a) { return group.AllGather(a..., c.options); });
+  }
+  const PairCall p = ResolvePair(g, "all_gather", in, out, count, dtype, /*gather=*/true);
   Check(Blocking(g, "all_gather", [&](Group& group) {
     return group.AllGather(*p.in.buffer, *p.out.buffer, p.count, *p.type->commd, c.options);
   }));
@@ -211,11 +271,18 @@ py::object AllGather(const GroupObject& g, const py::object& in, const py::objec
 py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::object& out,
                          const py::object& count, const py::object& dtype, const py::object& op,
                          const py::object& timeout, const py::object& nan_check, uint32_t period,
-                         uintptr_t cuda_stream) {
-  const PairCall p = ResolvePair(g, "reduce_scatter", in, out, count, dtype, /*gather=*/false);
+                         uintptr_t cuda_stream, const py::object& staging) {
   const ReduceOp reduce = ParseReduceOp(op);
   CallOptions c;
   ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
+  if (!staging.is_none()) {
+    return HostPairCall(
+        g, "reduce_scatter", in, out, count, dtype, staging, g.get().world_size(), 1, c,
+        [&](Group& group, const void* i, void* o, size_t n, DataType t, SymmetricBuffer& s) {
+          return group.ReduceScatter(i, o, n, t, reduce, s, c.options);
+        });
+  }
+  const PairCall p = ResolvePair(g, "reduce_scatter", in, out, count, dtype, /*gather=*/false);
   Check(Blocking(g, "reduce_scatter", [&](Group& group) {
     return group.ReduceScatter(*p.in.buffer, *p.out.buffer, p.count, *p.type->commd, reduce,
                                c.options);
@@ -225,14 +292,20 @@ py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::o
 
 py::object Broadcast(const GroupObject& g, const py::object& buf, int root, const py::object& count,
                      const py::object& dtype, const py::object& timeout,
-                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream) {
+                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream, const py::object& staging) {
+  CallOptions c;
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
+  if (!staging.is_none()) {
+    return HostInPlaceCall(g, "broadcast", buf, count, dtype, staging, c,
+                           [&](Group& group, char* p, size_t n, DataType t, SymmetricBuffer& s) {
+                             return group.Broadcast(p, n, t, root, s, c.options);
+                           });
+  }
   const Operand b = ToOperand(buf, "buf");
   NeedOffsetZero(b, "broadcast", "buf");
   const ElementType& type = CallType(dtype, {&b});
   const size_t n = count.is_none() ? Fit(b, type, 1) : count.cast<size_t>();
   CheckFits(b, n, 1, "buf");
-  CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
   Check(Blocking(g, "broadcast", [&](Group& group) {
     return group.Broadcast(*b.buffer, n, *type.commd, root, c.options);
   }));
@@ -242,7 +315,14 @@ py::object Broadcast(const GroupObject& g, const py::object& buf, int root, cons
 // Equal splits: input and output each hold world_size * count elements.
 py::object AllToAll(const GroupObject& g, const py::object& in, const py::object& out,
                     const py::object& count, const py::object& dtype, const py::object& timeout,
-                    const py::object& nan_check, uint32_t period, uintptr_t cuda_stream) {
+                    const py::object& nan_check, uint32_t period, uintptr_t cuda_stream, const py::object& staging) {
+  if (!staging.is_none()) {
+    CallOptions c;
+    ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
+    const size_t world = g.get().world_size();
+    return HostPairCall(g, "all_to_all", in, out, count, dtype, staging, world, world, c,
+                        [&](Group& group, auto&&... a) { return group.AllToAll(a..., c.options); });
+  }
   const Operand i = ToOperand(in, "input"), o = ToOperand(out, "output");
   NeedOffsetZero(i, "all_to_all", "input");
   NeedOffsetZero(o, "all_to_all", "output");
@@ -467,7 +547,12 @@ void BindGroup(py::module_& m) {
       "group on a CUDA device, the cudaStream_t (an int, e.g. "
       "torch.cuda.current_stream().cuda_stream) the collective is queued on; the call returns "
       "once it is queued and a failure surfaces on the group's next call (0: the default "
-      "stream; ignored for host memory).";
+      "stream; ignored for host memory). staging: a "
+      "SymmetricBuffer of this group; when given, the data arguments are ordinary host "
+      "memory instead (C-contiguous buffer-protocol objects such as numpy arrays, or "
+      "TensorViews; dtype, when given, reinterprets their bytes), which the call stages "
+      "through `staging` and writes results to directly (Group::AllReduce(input, output, "
+      "..., staging) and friends).";
   auto doc = [&](const char* head) { return absl::StrCat(head, kCallDoc); };
   static const std::string all_reduce_doc =
       doc("all_reduce(buf, count=None, dtype=None, op='sum', *, timeout=None, nan_check=None, "
@@ -553,15 +638,17 @@ void BindGroup(py::module_& m) {
       .def("all_reduce", &AllReduce, py::arg("buf"), py::arg("count") = py::none(),
            py::arg("dtype") = py::none(), py::arg("op") = "sum", py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, all_reduce_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, py::arg("staging") = py::none(),
+           all_reduce_doc.c_str())
       .def("all_gather", &AllGather, py::arg("input"), py::arg("output"),
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, all_gather_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, py::arg("staging") = py::none(),
+           all_gather_doc.c_str())
       .def("reduce_scatter", &ReduceScatter, py::arg("input"), py::arg("output"),
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::arg("op") = "sum",
            py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0,
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, py::arg("staging") = py::none(),
            reduce_scatter_doc.c_str())
       .def("all_reduce_coalesced", &AllReduceCoalesced, py::arg("tensors"), py::arg("op") = "sum",
            py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
@@ -569,11 +656,12 @@ void BindGroup(py::module_& m) {
       .def("broadcast", &Broadcast, py::arg("buf"), py::arg("root"), py::arg("count") = py::none(),
            py::arg("dtype") = py::none(), py::kw_only(), py::arg("timeout") = py::none(),
            py::arg("nan_check") = py::none(), py::arg("nan_sample_period") = 100,
-           py::arg("cuda_stream") = 0, broadcast_doc.c_str())
+           py::arg("cuda_stream") = 0, py::arg("staging") = py::none(), broadcast_doc.c_str())
       .def("all_to_all", &AllToAll, py::arg("input"), py::arg("output"),
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, all_to_all_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, py::arg("staging") = py::none(),
+           all_to_all_doc.c_str())
       .def(
           "close",
           [](GroupObject& g) {

@@ -276,6 +276,57 @@ Operand ToOperand(const py::handle& obj, const char* what) {
                             std::string(py::str(py::type::of(obj).attr("__name__"))), ")"));
 }
 
+HostMemory::HostMemory(const py::handle& obj, const char* what, const py::object& dtype,
+                       bool writable) {
+  const ElementType* format_type = nullptr;
+  if (py::isinstance<TensorView>(obj)) {  // bfloat16 views have no buffer-protocol format
+    const TensorView& v = obj.cast<const TensorView&>();
+    if (!v.memory->device.is_host()) {
+      ThrowInvalid(absl::StrCat(what, " is on ", v.memory->device.ToString(),
+                                "; host-memory collectives take host memory"));
+    }
+    data_ = v.data();
+    nbytes_ = v.nbytes();
+    format_type = v.type;
+  } else {
+    const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) {
+      py::error_already_set e;  // fetches Python's reason
+      ThrowInvalid(absl::StrCat(what, " must be ", writable ? "writable " : "",
+                                "C-contiguous host memory with the buffer protocol (", e.what(),
+                                ")"));
+    }
+    held_ = true;
+    data_ = static_cast<char*>(view_.buf);
+    nbytes_ = static_cast<size_t>(view_.len);
+    format_type = ElementTypeOfFormat(view_.format == nullptr ? "B" : view_.format,
+                                      static_cast<size_t>(view_.itemsize));
+  }
+  type_ = dtype.is_none() ? format_type : &ParseElementType(dtype);
+  if (type_ == nullptr) {
+    ThrowInvalid(absl::StrCat(what, "'s buffer format '",
+                              view_.format == nullptr ? "" : view_.format,
+                              "' is not a known element type; pass dtype"));
+  }
+  if (!type_->commd) {
+    ThrowInvalid(absl::StrCat("dtype ", type_->name, " of ", what,
+                              " is not a collective type (float32, float16, bfloat16, int32, "
+                              "int64); pass dtype for raw bytes"));
+  }
+}
+
+HostMemory::~HostMemory() {
+  if (held_) PyBuffer_Release(&view_);
+}
+
+commd::SymmetricBuffer& ToStaging(const py::handle& obj) {
+  if (!py::isinstance<SymmetricBufferObject>(obj)) {
+    ThrowInvalid(absl::StrCat("staging must be a commd.SymmetricBuffer of this group (got ",
+                              std::string(py::str(py::type::of(obj).attr("__name__"))), ")"));
+  }
+  return *obj.cast<const SymmetricBufferObject&>().memory->symmetric;
+}
+
 void BindMemory(py::module_& m) {
   py::class_<TensorView> view(m, "TensorView", py::buffer_protocol(),
                               "A typed, C-contiguous view of one rank's part of a buffer. "

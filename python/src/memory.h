@@ -63,6 +63,33 @@ struct Operand {
 };
 Operand ToOperand(const py::handle& obj, const char* what);
 
+// A collective's argument in ordinary host memory (the calls given `staging`): any object with
+// the C-contiguous buffer protocol (numpy arrays, bytearray, memoryview) or a TensorView,
+// held while the call runs. Its type is `dtype` when given (the buffer's bytes reinterpreted:
+// how a bfloat16 tensor's int16 view is passed), else the buffer's format, which must be a
+// collective type. `what` names the argument in errors.
+class HostMemory {
+ public:
+  HostMemory(const py::handle& obj, const char* what, const py::object& dtype, bool writable);
+  ~HostMemory();
+  HostMemory(const HostMemory&) = delete;
+  HostMemory& operator=(const HostMemory&) = delete;
+
+  char* data() const { return data_; }
+  const ElementType& type() const { return *type_; }
+  size_t count() const { return nbytes_ / type_->itemsize; }  // whole elements it holds
+
+ private:
+  Py_buffer view_{};
+  bool held_ = false;
+  char* data_ = nullptr;
+  size_t nbytes_ = 0;
+  const ElementType* type_ = nullptr;
+};
+
+// The staging buffer of a host-memory call: a whole commd.SymmetricBuffer.
+commd::SymmetricBuffer& ToStaging(const py::handle& obj);
+
 }  // namespace commd::python
 
 #endif  // COMMD_PYTHON_SRC_MEMORY_H_

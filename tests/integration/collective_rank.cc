@@ -4,7 +4,9 @@
 //
 //   collective_rank <rank> <world> <seed> <mode>
 //   mode: matrix | large | repeat[:N] | invalid | nan | nan_group | nan_sampled3 | nan_fail |
-//         nan_off_fail | mismatch | abort | cuda
+//         nan_off_fail | mismatch | abort | cuda | host_matrix | host_large | host_overlapping |
+//         host_invalid | host_nan_fail
+// (host_*: the overloads on ordinary host memory, with a symmetric buffer as the staging area.)
 // (cuda: rank r on Device::Cuda(r), stream-ordered collectives; needs a CUDA build and a GPU
 // per rank.)
 // Prints "OK <mode>" and exits 0, or prints each mismatch and exits 1. With
@@ -14,6 +16,8 @@
 // A mode is a row of kModes (its name, its function, and optionally its group options and
 // buffer size) plus that function, which gets the rank's Run: adding a mode touches nothing
 // else.
+#include "tests/integration/collective_rank.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,40 +37,9 @@
 #include <cuda_runtime_api.h>
 #endif
 
-namespace {
+namespace collective_rank {
 
-using commd::DataType;
-using commd::ReduceOp;
 namespace k = commd::kernels;
-
-// The command line.
-struct Args {
-  int rank = 0;
-  int world = 0;
-  uint64_t seed = 0;
-  std::string mode;      // as given: "repeat:2000"
-  std::string name;      // the table's key: "repeat"
-  std::string argument;  // after the ':', empty without one: "2000"
-};
-
-// One rank's run of a mode: its arguments, client, group and two symmetric buffers, and
-// what it found wrong so far.
-struct Run {
-  const Args& args;
-  commd::Client& client;
-  commd::Group& g;
-  commd::SymmetricBuffer& in;
-  commd::SymmetricBuffer& out;
-  int failures = 0;
-  uint64_t tag = 0;  // distinguishes the inputs of successive collectives
-
-  void Fail(const std::string& what) {
-    if (++failures <= 20) std::printf("rank %d: FAIL %s\n", args.rank, what.c_str());
-  }
-  void Check(const char* what, absl::Status s) {
-    if (!s.ok()) Fail(std::string(what) + ": " + s.ToString());
-  }
-};
 
 size_t Size(DataType t) {
   return t == DataType::kFloat16 || t == DataType::kBFloat16 ? 2 : t == DataType::kInt64 ? 8 : 4;
@@ -182,12 +155,18 @@ std::string Describe(const char* what, DataType t, ReduceOp op, size_t n) {
          " n " + std::to_string(n);
 }
 
+// Host memory: out of place for sum and min, in place on the input for avg and max.
 void AllReduceOne(Run& run, size_t n, DataType t, ReduceOp op) {
   const uint64_t tag = ++run.tag;
-  Poison(run.in.data(), run.in.size());
-  for (size_t i = 0; i < n; ++i) Store(run.in.data(), i, t, Input(run, run.args.rank, tag, i, t));
-  run.Check("all-reduce", run.g.AllReduce(run.in, n, t, op));
-  ExpectReduced(run, Describe("all-reduce", t, op, n), run.in.data(), tag, 0, n, t, op);
+  void* in = run.input();
+  void* out = op == ReduceOp::kSum || op == ReduceOp::kMin ? run.output() : in;
+  Poison(in, run.bytes());
+  Poison(out, run.bytes());
+  for (size_t i = 0; i < n; ++i) Store(in, i, t, Input(run, run.args.rank, tag, i, t));
+  run.Check("all-reduce", run.host_memory ? run.g.AllReduce(in, out, n, t, op, run.in)
+                                          : run.g.AllReduce(run.in, n, t, op));
+  ExpectReduced(run, Describe("all-reduce", t, op, n), run.host_memory ? out : in, tag, 0, n, t,
+                op);
 }
 
 // Fails `what` unless `got` holds every rank's `n` inputs of `tag`, by rank.
@@ -207,59 +186,71 @@ void ExpectGathered(Run& run, const std::string& what, const void* got, uint64_t
 
 void AllGatherOne(Run& run, size_t n, DataType t) {
   const uint64_t tag = ++run.tag;
-  Poison(run.out.data(), run.out.size());
-  for (size_t i = 0; i < n; ++i) Store(run.in.data(), i, t, Input(run, run.args.rank, tag, i, t));
-  run.Check("all-gather", run.g.AllGather(run.in, run.out, n, t));
-  ExpectGathered(run, "all-gather type " + std::to_string(int(t)) + " n " + std::to_string(n),
-                 run.out.data(), tag, n, t);
+  void *in = run.input(), *out = run.output();
+  Poison(out, run.bytes());
+  for (size_t i = 0; i < n; ++i) Store(in, i, t, Input(run, run.args.rank, tag, i, t));
+  run.Check("all-gather", run.host_memory ? run.g.AllGather(in, out, n, t, run.in)
+                                          : run.g.AllGather(run.in, run.out, n, t));
+  ExpectGathered(run, "all-gather type " + std::to_string(int(t)) + " n " + std::to_string(n), out,
+                 tag, n, t);
 }
 
 void ReduceScatterOne(Run& run, size_t n, DataType t, ReduceOp op) {
   const uint64_t tag = ++run.tag;
   const int rank = run.args.rank;
-  Poison(run.out.data(), run.out.size());
-  for (size_t i = 0; i < n * run.args.world; ++i)
-    Store(run.in.data(), i, t, Input(run, rank, tag, i, t));
-  run.Check("reduce-scatter", run.g.ReduceScatter(run.in, run.out, n, t, op));
-  ExpectReduced(run, Describe("reduce-scatter", t, op, n), run.out.data(), tag, rank * n, n, t, op);
+  void *in = run.input(), *out = run.output();
+  Poison(out, run.bytes());
+  for (size_t i = 0; i < n * run.args.world; ++i) Store(in, i, t, Input(run, rank, tag, i, t));
+  run.Check("reduce-scatter", run.host_memory ? run.g.ReduceScatter(in, out, n, t, op, run.in)
+                                              : run.g.ReduceScatter(run.in, run.out, n, t, op));
+  ExpectReduced(run, Describe("reduce-scatter", t, op, n), out, tag, rank * n, n, t, op);
 }
 
 // Root's inputs of `tag` reach every rank's buffer (in place; the others' poisoned first).
 void BroadcastOne(Run& run, size_t n, DataType t, int root) {
   const uint64_t tag = ++run.tag;
-  Poison(run.in.data(), run.in.size());
+  void* buf = run.input();
+  Poison(buf, run.bytes());
   if (run.args.rank == root) {
-    for (size_t i = 0; i < n; ++i) Store(run.in.data(), i, t, Input(run, root, tag, i, t));
+    for (size_t i = 0; i < n; ++i) Store(buf, i, t, Input(run, root, tag, i, t));
   }
-  run.Check("broadcast", run.g.Broadcast(run.in, n, t, root));
+  run.Check("broadcast", run.host_memory ? run.g.Broadcast(buf, n, t, root, run.in)
+                                         : run.g.Broadcast(run.in, n, t, root));
   for (size_t i = 0; i < n; ++i) {
     double want = Input(run, root, tag, i, t);
     if (t == DataType::kFloat32) want = static_cast<float>(want);
-    if (Load(run.in.data(), i, t) != want) {
+    if (Load(buf, i, t) != want) {
       return run.Fail("broadcast type " + std::to_string(int(t)) + " root " + std::to_string(root) +
                       " n " + std::to_string(n) + " [" + std::to_string(i) + "]");
     }
   }
 }
 
-// Chunk p of this rank's output is chunk `rank` of rank p's input (each rank's input of
-// world x n elements is its inputs of `tag`).
-void AllToAllOne(Run& run, size_t n, DataType t) {
-  const uint64_t tag = ++run.tag;
-  const int rank = run.args.rank, world = run.args.world;
-  Poison(run.out.data(), run.out.size());
-  for (size_t i = 0; i < n * world; ++i) Store(run.in.data(), i, t, Input(run, rank, tag, i, t));
-  run.Check("all-to-all", run.g.AllToAll(run.in, run.out, n, t));
-  for (int p = 0; p < world; ++p) {
+// Fails `what` unless chunk p of `got` is chunk `rank` of rank p's inputs of `tag`.
+void ExpectExchanged(Run& run, const std::string& what, const void* got, uint64_t tag, size_t n,
+                     DataType t) {
+  for (int p = 0; p < run.args.world; ++p) {
     for (size_t i = 0; i < n; ++i) {
-      double want = Input(run, p, tag, rank * n + i, t);
+      double want = Input(run, p, tag, run.args.rank * n + i, t);
       if (t == DataType::kFloat32) want = static_cast<float>(want);
-      if (Load(run.out.data(), p * n + i, t) != want) {
-        return run.Fail("all-to-all type " + std::to_string(int(t)) + " n " + std::to_string(n) +
+      if (Load(got, p * n + i, t) != want) {
+        return run.Fail(what + " type " + std::to_string(int(t)) + " n " + std::to_string(n) +
                         " from rank " + std::to_string(p) + " [" + std::to_string(i) + "]");
       }
     }
   }
+}
+
+// Each rank's input of world x n elements is its inputs of `tag`.
+void AllToAllOne(Run& run, size_t n, DataType t) {
+  const uint64_t tag = ++run.tag;
+  const int rank = run.args.rank, world = run.args.world;
+  void *in = run.input(), *out = run.output();
+  Poison(out, run.bytes());
+  for (size_t i = 0; i < n * world; ++i) Store(in, i, t, Input(run, rank, tag, i, t));
+  run.Check("all-to-all", run.host_memory ? run.g.AllToAll(in, out, n, t, run.in)
+                                          : run.g.AllToAll(run.in, run.out, n, t));
+  ExpectExchanged(run, "all-to-all", out, tag, n, t);
 }
 
 // ---- The modes: each a function of the rank's Run, named by a row of kModes. ----
@@ -580,6 +571,11 @@ void CudaCollectives(Run& run, cudaStream_t stream, const commd::CollectiveOptio
 // NaN on rank 1, counted on the device: the next call retires it into the nan counters.
 void CudaNan(Run& run, cudaStream_t stream, commd::CollectiveOptions o) {
   commd::Group& g = run.g;
+  std::vector<float> host(4, 1.0f);
+  ExpectInvalid(
+      run, "host memory on a CUDA group",
+      g.AllReduce(host.data(), host.data(), 4, DataType::kFloat32, ReduceOp::kSum, run.in),
+      "need a host group");
   uint64_t count = 0;
   o.nonfinite_count = &count;
   if (g.AllReduce(run.in, 1, DataType::kFloat32, ReduceOp::kSum, o).code() !=
@@ -769,6 +765,11 @@ const Mode kModes[] = {
     {"cuda_streams", CudaTwoStreams, OwnGpu},
     {"cuda_abort", CudaAbortMidKernel, OwnGpu},
     {"cuda_bench", CudaBench, OwnGpu, size_t{8} << 20},  // 64 MiB of fp32 per rank and more
+    {"host_matrix", HostMatrix},
+    {"host_large", HostLarge, nullptr, size_t{1} << 20},
+    {"host_overlapping", HostOverlapping},
+    {"host_invalid", HostInvalid},
+    {"host_nan_fail", HostNanFail, CheckOnPolicyFail},
 };
 
 const Mode* FindMode(const std::string& name) {
@@ -818,9 +819,11 @@ int RunMode(const Args& args, const Mode& mode) {
   return 0;
 }
 
-}  // namespace
+}  // namespace collective_rank
 
 int main(int argc, char** argv) {
+  using collective_rank::Args;
+  using collective_rank::Mode;
   if (argc != 5) {
     std::fprintf(stderr, "usage: collective_rank <rank> <world> <seed> <mode>\n");
     return 2;
@@ -832,10 +835,10 @@ int main(int argc, char** argv) {
   const size_t colon = args.mode.find(':');
   args.name = args.mode.substr(0, colon);
   if (colon != std::string::npos) args.argument = args.mode.substr(colon + 1);
-  const Mode* mode = FindMode(args.name);
+  const Mode* mode = collective_rank::FindMode(args.name);
   if (mode == nullptr) {
     std::printf("unknown mode %s\n", args.mode.c_str());
     return 2;
   }
-  return RunMode(args, *mode);
+  return collective_rank::RunMode(args, *mode);
 }

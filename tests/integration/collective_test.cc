@@ -140,6 +140,26 @@ class CollectiveTest : public ::testing::TestWithParam<int> {
 TEST_P(CollectiveTest, MatrixMatchesReference) { Run(GetParam(), "matrix"); }
 INSTANTIATE_TEST_SUITE_P(Worlds, CollectiveTest, ::testing::Values(2, 3, 4, 8));
 
+// The overloads on ordinary host memory (a symmetric buffer as the staging area): the same
+// matrix against the reference, reading and writing the user's memory (all-reduce out of
+// place and in place).
+class HostMemoryTest : public CollectiveTest {};
+TEST_P(HostMemoryTest, MatrixMatchesReference) { Run(GetParam(), "host_matrix"); }
+// All-gather from this rank's block of its output, reduce-scatter into this rank's chunk of its
+// input, all-to-all in place.
+TEST_P(HostMemoryTest, OverlappingInputAndOutputMatchReference) {
+  Run(GetParam(), "host_overlapping");
+}
+INSTANTIATE_TEST_SUITE_P(Worlds, HostMemoryTest, ::testing::Values(2, 3, 4));
+
+TEST_F(HostMemoryTest, LargeSizes) { Run(2, "host_large"); }
+
+// Too large for the staging buffer, null and misaligned pointers, memory overlapping the
+// staging buffer, a staging buffer of another group: INVALID_ARGUMENT naming the value.
+TEST_F(HostMemoryTest, InvalidCallsGiveClearErrors) { Run(2, "host_invalid"); }
+
+TEST_F(HostMemoryTest, NanPolicyFailGivesDataLossOnEveryRank) { Run(2, "host_nan_fail"); }
+
 // 1 MiB all-reduce (fp32, bf16), ~1 MiB reduce-scatter and all-gather: on 2 and 3 ranks only.
 TEST_F(CollectiveTest, LargeSizes) {
   Run(2, "large");

@@ -195,6 +195,38 @@ class COMMD_API Group {
                          const CollectiveOptions& options = {});
   absl::Status AllToAll(SymmetricBuffer& in, SymmetricBuffer& out, size_t count, DataType dtype,
                         const CollectiveOptions& options = {});
+  // The same collectives on ordinary host memory (a host group only): `input` and `output`
+  // are any of this process's memory, e.g. a framework's tensor; `staging` is a symmetric
+  // buffer of this group that the call borrows as the area peers read. The call copies
+  // `input` into this rank's part of `staging` once (the NaN check counts as it copies),
+  // reads its peers' parts and writes the result straight to `output`: one pass in, one pass
+  // out, no copy through the staging buffer on the way back. Sizes and results as for the
+  // symmetric overloads (Broadcast is in place on `buffer`: the root's is read, every other
+  // rank's written). `staging` must hold the call's input (count, or world_size * count for
+  // ReduceScatter and AllToAll); after the call its contents are unspecified.
+  //  - `input` and `output` may overlap or be the same memory (in-place AllReduce,
+  //    AllGather's input inside its output, ...): the input is staged before any output is
+  //    written. Neither may overlap any rank's part of `staging` (for data already in a
+  //    symmetric buffer use the SymmetricBuffer overloads).
+  //  - Pointers must be non-null (unless count is 0) and aligned to the element size.
+  //  - Every rank passes its buffer of the same staging allocation.
+  // Errors as for the symmetric overloads, with INVALID_ARGUMENT (nothing touched, no
+  // flight-recorder entry) for a count whose input does not fit `staging` (naming the count,
+  // the buffer and its capacity), a null or misaligned pointer, memory overlapping `staging`,
+  // a `staging` of another group, and a group on a CUDA device (device memory takes the
+  // SymmetricBuffer overloads). Each records one flight-recorder entry with the same shapes
+  // as the symmetric overloads. Blocks until done; one call at a time per staging buffer.
+  absl::Status AllReduce(const void* input, void* output, size_t count, DataType dtype, ReduceOp op,
+                         SymmetricBuffer& staging, const CollectiveOptions& options = {});
+  absl::Status AllGather(const void* input, void* output, size_t count, DataType dtype,
+                         SymmetricBuffer& staging, const CollectiveOptions& options = {});
+  absl::Status ReduceScatter(const void* input, void* output, size_t count, DataType dtype,
+                             ReduceOp op, SymmetricBuffer& staging,
+                             const CollectiveOptions& options = {});
+  absl::Status Broadcast(void* buffer, size_t count, DataType dtype, int root,
+                         SymmetricBuffer& staging, const CollectiveOptions& options = {});
+  absl::Status AllToAll(const void* input, void* output, size_t count, DataType dtype,
+                        SymmetricBuffer& staging, const CollectiveOptions& options = {});
   // Many tensors of `buf` reduced in place as one collective (one barrier pair, one entry).
   absl::Status AllReduceCoalesced(SymmetricBuffer& buf, const std::vector<CoalescedTensor>& tensors,
                                   ReduceOp op, const CollectiveOptions& options = {});
