@@ -96,7 +96,8 @@ absl::Status JobStoreBytesExhausted(const Namespace& ns, uint64_t would_hold, ui
 }
 
 absl::Status StoreKeyNotFound(const Namespace& ns, const std::string& key) {
-  return StoreKeyNotFound(ns, key);
+  return absl::NotFoundError(
+      absl::StrCat("no store key ", QuoteForError(key), " in job '", ns.second, "'"));
 }
 
 absl::Status StoreWaitTimedOut(const std::set<std::string>& missing) {
