@@ -215,9 +215,9 @@ void Cluster::SetState(bool connected, const absl::Status& why) {
   since_ = absl::Now();
   connected_gauge_->Set(connected ? 1 : 0);
   if (connected) {
-    COMMD_LOG(INFO, "cluster") << "connected to etcd at " << etcd_.endpoint()
-                               << " as node " << options_.node_name << " (" << NodeKey()
-                               << ", lease " << lease_ << ")";
+    COMMD_LOG(INFO, "cluster") << "connected to etcd at " << etcd_.endpoint() << " as node "
+                               << options_.node_name << " (" << NodeKey() << ", lease " << lease_
+                               << ")";
   } else {
     COMMD_LOG(WARNING, "cluster") << "disconnected: " << why.message()
                                   << "; retrying with back-off up to "

@@ -77,6 +77,19 @@ class WatchReactor final : public EtcdWatch,
   std::shared_ptr<WatchReactor> self_;
 };
 
+// Blocks until the asynchronous call `start(done)` makes calls back, and returns its answer.
+template <typename Response, typename Start>
+absl::StatusOr<Response> Await(Start start) {
+  absl::Notification finished;
+  absl::StatusOr<Response> result;
+  start(EtcdClient::Done<Response>([&](absl::StatusOr<Response> r) {
+    result = std::move(r);
+    finished.Notify();
+  }));
+  finished.WaitForNotification();
+  return result;
+}
+
 }  // namespace
 
 std::string PrefixEnd(absl::string_view prefix) {
@@ -195,18 +208,6 @@ void EtcdClient::Unary(absl::string_view call, Start start, Done<Response> done)
         });
 }
 
-template <typename Response, typename Start>
-absl::StatusOr<Response> EtcdClient::UnarySync(absl::string_view call, Start start) {
-  absl::Notification finished;
-  absl::StatusOr<Response> result;
-  Unary<Response>(call, start, [&](absl::StatusOr<Response> r) {
-    result = std::move(r);
-    finished.Notify();
-  });
-  finished.WaitForNotification();
-  return result;
-}
-
 void EtcdClient::Range(const pb::RangeRequest& request, Done<pb::RangeResponse> done) {
   auto owned = std::make_shared<pb::RangeRequest>(request);
   Unary<pb::RangeResponse>(
@@ -254,36 +255,17 @@ void EtcdClient::LeaseRevoke(int64_t id, Done<pb::LeaseRevokeResponse> done) {
 }
 
 absl::StatusOr<pb::TxnResponse> EtcdClient::TxnSync(const pb::TxnRequest& request) {
-  absl::Notification finished;
-  absl::StatusOr<pb::TxnResponse> result;
-  Txn(request, [&](absl::StatusOr<pb::TxnResponse> r) {
-    result = std::move(r);
-    finished.Notify();
-  });
-  finished.WaitForNotification();
-  return result;
+  return Await<pb::TxnResponse>([&](auto done) { Txn(request, std::move(done)); });
 }
 
 absl::StatusOr<pb::LeaseGrantResponse> EtcdClient::LeaseGrantSync(int64_t ttl_seconds) {
-  absl::Notification finished;
-  absl::StatusOr<pb::LeaseGrantResponse> result;
-  LeaseGrant(ttl_seconds, [&](absl::StatusOr<pb::LeaseGrantResponse> r) {
-    result = std::move(r);
-    finished.Notify();
-  });
-  finished.WaitForNotification();
-  return result;
+  return Await<pb::LeaseGrantResponse>(
+      [&](auto done) { LeaseGrant(ttl_seconds, std::move(done)); });
 }
 
 absl::Status EtcdClient::LeaseRevokeSync(int64_t id) {
-  absl::Notification finished;
-  absl::Status result;
-  LeaseRevoke(id, [&](absl::StatusOr<pb::LeaseRevokeResponse> r) {
-    result = r.status();
-    finished.Notify();
-  });
-  finished.WaitForNotification();
-  return result;
+  return Await<pb::LeaseRevokeResponse>([&](auto done) { LeaseRevoke(id, std::move(done)); })
+      .status();
 }
 
 absl::StatusOr<std::vector<int64_t>> EtcdClient::KeepAliveSync(const std::vector<int64_t>& ids) {

@@ -94,8 +94,6 @@ class EtcdClient {
                       const grpc::Status& status);
   template <typename Response, typename Start>
   void Unary(absl::string_view call, Start start, Done<Response> done);
-  template <typename Response, typename Start>
-  absl::StatusOr<Response> UnarySync(absl::string_view call, Start start);
 
   // Counts a call in flight; false once shutting down (the call must not start).
   bool Enter();

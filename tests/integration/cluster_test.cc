@@ -138,6 +138,15 @@ cluster {
     daemons_.push_back(std::move(*d));
     return daemons_.back().get();
   }
+  // etcd, and two nodes connected to it (ASSERT inside: check HasFatalFailure after).
+  void StartTwoNodes(DaemonProcess** a, DaemonProcess** b, const std::string& extra_config = "") {
+    ASSERT_TRUE(etcd_->Start().ok());
+    *a = StartNode("node-a", extra_config);
+    *b = StartNode("node-b", extra_config);
+    ASSERT_NE(*a, nullptr);
+    ASSERT_NE(*b, nullptr);
+    ASSERT_TRUE(Eventually([&] { return Connected(**a) && Connected(**b); }));
+  }
   static bool Connected(const DaemonProcess& d) {
     return MetricValue(d, "commd_cluster_connected") == 1;
   }
@@ -248,12 +257,9 @@ TEST_F(ClusterTest, ASecondDaemonWithTheSameNodeNameIsRefused) {
 }
 
 TEST_F(ClusterTest, OneStoreForTheJobOnEveryNode) {
-  ASSERT_TRUE(etcd_->Start().ok());
-  DaemonProcess* a = StartNode("node-a");
-  DaemonProcess* b = StartNode("node-b");
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  ASSERT_TRUE(Eventually([&] { return Connected(*a) && Connected(*b); }));
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b);
+  if (HasFatalFailure()) return;
   auto on_a = Connect(*a);
   auto on_b = Connect(*b);
   ASSERT_TRUE(on_a->store().Set("addr", std::string("10.0.0.1\0:29500", 15)).ok());
@@ -297,18 +303,15 @@ TEST_F(ClusterTest, OneStoreForTheJobOnEveryNode) {
 }
 
 TEST_F(ClusterTest, StoreLimitsHoldAcrossNodes) {
-  ASSERT_TRUE(etcd_->Start().ok());
   const std::string limits = R"(limits {
   max_store_keys_per_job: 4
   max_store_value_bytes: 64
   max_store_bytes_per_job: 200
   per_uid { store_keys: 6 }
 })";
-  DaemonProcess* a = StartNode("node-a", limits);
-  DaemonProcess* b = StartNode("node-b", limits);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  ASSERT_TRUE(Eventually([&] { return Connected(*a) && Connected(*b); }));
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b, limits);
+  if (HasFatalFailure()) return;
   auto on_a = Connect(*a);
   auto on_b = Connect(*b);
   const absl::Status big = on_a->store().Set("v", std::string(65, 'x'));
@@ -342,13 +345,9 @@ TEST_F(ClusterTest, StoreLimitsHoldAcrossNodes) {
 // The same job id under another uid is another store, on every node.
 TEST_F(ClusterTest, AnotherUidsJobOfTheSameIdSeesNothing) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid (setpriv)";
-  ASSERT_TRUE(etcd_->Start().ok());
-  ::chmod(tmp_.path().c_str(), 0755);
-  DaemonProcess* a = StartNode("node-a");
-  DaemonProcess* b = StartNode("node-b");
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  ASSERT_TRUE(Eventually([&] { return Connected(*a) && Connected(*b); }));
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b);
+  if (HasFatalFailure()) return;
   ASSERT_TRUE(Connect(*a)->store().Set("secret", "mine").ok());
   auto as_nobody = [&](std::vector<std::string> args) {
     args.insert(args.begin(), {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
@@ -365,12 +364,9 @@ TEST_F(ClusterTest, AnotherUidsJobOfTheSameIdSeesNothing) {
 // The job's keys hang on its lease: they stay while any node has a rank of the job, and go
 // once the last rank on every node has left.
 TEST_F(ClusterTest, JobKeysGoWhenTheLastRankOnEveryNodeHasLeft) {
-  ASSERT_TRUE(etcd_->Start().ok());
-  DaemonProcess* a = StartNode("node-a");
-  DaemonProcess* b = StartNode("node-b");
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  ASSERT_TRUE(Eventually([&] { return Connected(*a) && Connected(*b); }));
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b);
+  if (HasFatalFailure()) return;
   const std::string job_keys = absl::StrCat(kPrefix, "/jobs/0/job/store/");
   auto on_a = Connect(*a);
   auto on_b = Connect(*b);
