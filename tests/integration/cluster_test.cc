@@ -209,8 +209,15 @@ TEST_F(ClusterTest, EtcdLostLeavesNodeWorkAloneAndReconnectsWhenBack) {
   auto client = Connect(*node);
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(client->store().Set("before", "1").ok());
+  // A wait under way when etcd goes fails with it (its watch stream breaks), naming etcd.
+  absl::Status waited = absl::UnknownError("not run");
+  std::thread waiter([&] { waited = client->store().Wait({"never"}, absl::Seconds(60)); });
+  absl::SleepFor(absl::Milliseconds(500));
 
   etcd_->Kill();
+  waiter.join();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
+  EXPECT_THAT(waited.message(), HasSubstr(etcd_->endpoint()));
   ASSERT_TRUE(Eventually([&] { return !Connected(*node); })) << node->Log();
   EXPECT_THAT(StatusJson(*node), HasSubstr("disconnected"));
   const absl::Status set = client->store().Set("during", "1");
