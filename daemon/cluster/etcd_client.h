@@ -79,6 +79,7 @@ class EtcdClient {
 
   // Watches [create.key, create.range_end) from create.start_revision. `on_response` runs
   // for every answer (on gRPC threads, one at a time); `on_end` once, with OK after Cancel.
+  // After Shutdown it returns nullptr, having run `on_end` with UNAVAILABLE.
   std::shared_ptr<EtcdWatch> Watch(const pb::WatchCreateRequest& create,
                                    std::function<void(const pb::WatchResponse&)> on_response,
                                    std::function<void(absl::Status)> on_end);
