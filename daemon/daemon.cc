@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/cuda_driver.h"
 #include "common/log.h"
 #include "common/runtime_dir.h"
@@ -130,21 +131,40 @@ absl::Status Daemon::StartMemory() {
   group_dumps_ = std::make_unique<recorder::GroupDumps>(groups_.get(), dumper_.get());
   persistent_ =
       std::make_unique<memory::PersistentBuffers>(table_.get(), timers_.get(), config_.memory());
-  store_ = std::make_unique<store::KvStore>(
-      store::StoreLimits{.max_keys_per_job = config_.limits().max_store_keys_per_job(),
-                         .max_key_bytes = config_.limits().max_store_key_bytes(),
-                         .max_value_bytes = config_.limits().max_store_value_bytes(),
-                         .max_bytes_per_job = config_.limits().max_store_bytes_per_job(),
-                         .max_bytes = config_.limits().max_store_bytes(),
-                         .max_keys_per_uid = per_uid.store_keys(),
-                         .max_bytes_per_uid = per_uid.store_bytes(),
-                         .max_wait = absl::Milliseconds(config_.groups().max_timeout_ms())},
-      timers_.get());
+  const store::StoreLimits store_limits{
+      .max_keys_per_job = config_.limits().max_store_keys_per_job(),
+      .max_key_bytes = config_.limits().max_store_key_bytes(),
+      .max_value_bytes = config_.limits().max_store_value_bytes(),
+      .max_bytes_per_job = config_.limits().max_store_bytes_per_job(),
+      .max_bytes = config_.limits().max_store_bytes(),
+      .max_keys_per_uid = per_uid.store_keys(),
+      .max_bytes_per_uid = per_uid.store_bytes(),
+      .max_wait = absl::Milliseconds(config_.groups().max_timeout_ms())};
+  store_ = std::make_unique<store::KvStore>(store_limits, timers_.get());
+  if (config_.cluster().etcd_endpoints_size() > 0) StartCluster(store_limits);
   sessions_->AddEndListener([this](const server::Session& s, const server::SessionEnd& end) {
     groups_->OnSessionEnd(s, end);
     persistent_->OnSessionEnd(s);
+    if (cluster_store_ != nullptr) cluster_store_->OnSessionEnd(s);
   });
   return absl::OkStatus();
+}
+
+void Daemon::StartCluster(const store::StoreLimits& limits) {
+  cluster::ClusterOptions options =
+      cluster::ClusterOptionsFromConfig(config_.cluster(), Hostname());
+  // "owner" first: Cluster tells a restart of this daemon from another daemon by it.
+  options.node_info = absl::StrCat("{\"owner\":\"", Hostname(), ":", dir_->dir(),
+                                   "\",\"pid\":", ::getpid(), ",\"version\":\"", DaemonVersion(),
+                                   "\",\"metrics\":\"", metrics_->bound_address(), "\"}");
+  COMMD_LOG(INFO, "cluster") << "node " << options.node_name
+                             << " joins the cluster through etcd at "
+                             << absl::StrJoin(options.endpoints, ", ") << " under "
+                             << options.prefix;
+  cluster_ = cluster::Cluster::Start(std::move(options), &metrics_->registry());
+  cluster_store_ = std::make_unique<cluster::ClusterStore>(
+      cluster_.get(), limits, absl::Milliseconds(config_.cluster().job_lease_ttl_ms()),
+      timers_.get());
 }
 
 absl::Status Daemon::StartServers() {
@@ -191,10 +211,18 @@ absl::Status Daemon::StartServers() {
   builder.RegisterService(node_service_.get());
   builder.RegisterService(session_service_.get());
   builder.RegisterService(groups_service_.get());
-  store_service_ =
-      std::make_unique<store::StoreService>(rpc_.get(), store_.get(), &metrics_->registry());
   builder.RegisterService(memory_service_.get());
-  builder.RegisterService(store_service_.get());
+  // One store per job: the node's own, or with a cluster the one in etcd (never both, so a
+  // disconnected cluster fails store calls instead of splitting the job's keys).
+  if (cluster_store_ != nullptr) {
+    cluster_store_service_ =
+        std::make_unique<cluster::ClusterStoreService>(rpc_.get(), cluster_store_.get());
+    builder.RegisterService(cluster_store_service_.get());
+  } else {
+    store_service_ =
+        std::make_unique<store::StoreService>(rpc_.get(), store_.get(), &metrics_->registry());
+    builder.RegisterService(store_service_.get());
+  }
   recorder_service_ = std::make_unique<recorder::RecorderService>(rpc_.get(), group_dumps_.get());
   builder.RegisterService(recorder_service_.get());
   const v1::WatchdogConfig& wd = config_.watchdog();
@@ -261,6 +289,7 @@ void Daemon::FillStatus(v1::NodeStatus* status) const {
   status->set_cuda_driver_version(cuda.driver_version);
   status->set_cuda_driver_floor(cuda.driver_floor);
   status->set_cuda_driver_below_floor(cuda.below_floor);
+  if (cluster_ != nullptr) cluster_->FillStatus(status->mutable_cluster());
 }
 
 void Daemon::Reload(const v1::DaemonConfig& config) {
@@ -288,12 +317,16 @@ void Daemon::Shutdown(absl::Duration grace) {
   // read the groups' control blocks, so they stop first.
   if (watchdog_ != nullptr) watchdog_->Stop();
   if (watchdog_ != nullptr && metrics_ != nullptr) metrics_->Unregister(watchdog_->group_metrics());
+  // The cluster's waits end and its etcd calls drain before the timers and sessions go.
+  if (cluster_store_ != nullptr) cluster_store_->Shutdown();
+  if (cluster_ != nullptr) cluster_->Stop();
   loop_.reset();
   timers_.reset();
   recorder_service_.reset();
   health_service_.reset();
   watchdog_.reset();
   store_service_.reset();
+  cluster_store_service_.reset();
   memory_service_.reset();
   groups_service_.reset();
   session_service_.reset();
@@ -302,6 +335,8 @@ void Daemon::Shutdown(absl::Duration grace) {
   groups_.reset();
   persistent_.reset();
   store_.reset();
+  cluster_store_.reset();
+  cluster_.reset();
   dumper_.reset();
   table_.reset();
   channel_.reset();

@@ -17,6 +17,9 @@
 #include "commd/v1/config.pb.h"
 #include "commd/v1/topology.pb.h"
 #include "common/log.h"
+#include "daemon/cluster/cluster.h"
+#include "daemon/cluster/cluster_store.h"
+#include "daemon/cluster/cluster_store_service.h"
 #include "daemon/groups/group_registry.h"
 #include "daemon/groups/groups_service.h"
 #include "daemon/memory/allocation_table.h"
@@ -68,6 +71,8 @@ class Daemon {
   Daemon() = default;
   absl::Status StartMemory();
   absl::Status StartServers();
+  // With cluster.etcd_endpoints: the etcd connection and the job store it serves.
+  void StartCluster(const store::StoreLimits& limits);
   // Bounds on what gRPC connections may cost: memory quota, streams, ping policy, idleness.
   void ConfigureGrpcTransport(grpc::ServerBuilder* builder);
   void FillStatus(v1::NodeStatus* status) const;
@@ -84,6 +89,8 @@ class Daemon {
   std::unique_ptr<groups::GroupRegistry> groups_;
   std::unique_ptr<memory::PersistentBuffers> persistent_;
   std::unique_ptr<store::KvStore> store_;
+  std::unique_ptr<cluster::Cluster> cluster_;             // null: single node
+  std::unique_ptr<cluster::ClusterStore> cluster_store_;  // the job store when clustered
   std::unique_ptr<recorder::Dumper> dumper_;
   std::unique_ptr<recorder::GroupDumps> group_dumps_;  // every dump of groups goes through it
   std::unique_ptr<server::RpcContext> rpc_;
@@ -92,6 +99,7 @@ class Daemon {
   std::unique_ptr<groups::GroupsService> groups_service_;
   std::unique_ptr<memory::MemoryService> memory_service_;
   std::unique_ptr<store::StoreService> store_service_;
+  std::unique_ptr<cluster::ClusterStoreService> cluster_store_service_;
   std::unique_ptr<recorder::RecorderService> recorder_service_;
   std::unique_ptr<watchdog::Watchdog> watchdog_;
   std::unique_ptr<watchdog::HealthService> health_service_;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "commd/v1/options.pb.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -56,8 +57,9 @@ std::string FieldPath(const std::string& prefix, const pb::FieldDescriptor* fiel
 }
 
 std::string Where(absl::string_view source, const pb::TextFormat::ParseInfoTree* tree,
-                  const pb::FieldDescriptor* field) {
-  const auto loc = tree == nullptr ? pb::TextFormat::ParseLocation() : tree->GetLocation(field, -1);
+                  const pb::FieldDescriptor* field, int index = -1) {
+  const auto loc =
+      tree == nullptr ? pb::TextFormat::ParseLocation() : tree->GetLocation(field, index);
   if (loc.line < 0) return std::string(source);
   return absl::StrCat(source, ":", loc.line + 1);
 }
@@ -107,6 +109,20 @@ absl::Status CheckScalar(const pb::Message& msg, const pb::FieldDescriptor* fiel
           absl::StrCat(where, ": ", path, " = ", v, " is not a power of two"));
     }
   }
+  if (path == "cluster.prefix") {
+    const std::string v = r->GetString(msg, field);
+    if (v.size() < 2 || v.front() != '/' || v.back() == '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": ", path, " = '", v, "' must start with '/' and not end with one (\"/commd\")"));
+    }
+  }
+  if (path == "cluster.node_name" && !r->GetString(msg, field).empty()) {
+    if (absl::Status s = ValidateJobId(r->GetString(msg, field)); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ", path, " = '", r->GetString(msg, field),
+                       "' must be 1 to 128 of letters, digits and . _ - :"));
+    }
+  }
   if (path == "metrics_address") {
     auto hp = ParseHostPort(r->GetString(msg, field));
     if (!hp.ok())
@@ -123,8 +139,18 @@ absl::Status Validate(const pb::Message& msg, absl::string_view source,
   const pb::Reflection* r = msg.GetReflection();
   for (int i = 0; i < d->field_count(); ++i) {
     const pb::FieldDescriptor* field = d->field(i);
-    if (field->is_repeated() || !r->HasField(msg, field)) continue;
     const std::string path = FieldPath(prefix, field);
+    if (path == "cluster.etcd_endpoints") {
+      for (int j = 0; j < r->FieldSize(msg, field); ++j) {
+        auto hp = ParseHostPort(r->GetRepeatedString(msg, field, j));
+        if (!hp.ok() || hp->port == 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              Where(source, tree, field, j), ": ", path, ": '", r->GetRepeatedString(msg, field, j),
+              "' is not HOST:PORT with a port from 1 to 65535"));
+        }
+      }
+    }
+    if (field->is_repeated() || !r->HasField(msg, field)) continue;
     if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
       const auto* nested = tree == nullptr ? nullptr : tree->GetTreeForNested(field, -1);
       RETURN_IF_ERROR(Validate(r->GetMessage(msg, field), source, nested, path));

@@ -119,9 +119,31 @@ INSTANTIATE_TEST_SUITE_P(
                   {"collectives.nan_check must be one of NAN_CHECK_OFF, NAN_CHECK_ON, "
                    "NAN_CHECK_SAMPLED"}},
         BadConfig{"collectives { nan_policy: FAIL }\n", {"c.textproto:1", "FAIL"}},
-        BadConfig{"collectives { one_shot_max_read_bytes: 2000000000000 }\n",
-                  {"collectives.one_shot_max_read_bytes = 2000000000000",
-                   "allowed 0 to 1099511627776"}}));
+        BadConfig{
+            "collectives { one_shot_max_read_bytes: 2000000000000 }\n",
+            {"collectives.one_shot_max_read_bytes = 2000000000000", "allowed 0 to 1099511627776"}},
+        // The cluster section: a TTL etcd cannot keep, endpoints and names it cannot use.
+        BadConfig{"cluster {\n  lease_ttl_ms: 500\n}\n",
+                  {"c.textproto:2", "cluster.lease_ttl_ms = 500", "allowed 2000 to 3600000"}},
+        BadConfig{"cluster {\n  etcd_endpoints: \"10.0.0.1:2379\"\n  etcd_endpoints: \"etcd\"\n}\n",
+                  {"c.textproto:3", "cluster.etcd_endpoints: 'etcd' is not HOST:PORT"}},
+        BadConfig{"cluster { prefix: \"commd/\" }\n",
+                  {"c.textproto:1", "cluster.prefix = 'commd/' must start with '/'"}},
+        BadConfig{"cluster { node_name: \"a/b\" }\n",
+                  {"c.textproto:1", "cluster.node_name = 'a/b' must be 1 to 128 of letters"}}));
+
+// No cluster unless endpoints are named; the rest of the section has its defaults.
+TEST(ConfigTest, ClusterDefaultsToASingleNode) {
+  const v1::ClusterConfig c = DefaultConfig().cluster();
+  EXPECT_EQ(c.etcd_endpoints_size(), 0);
+  EXPECT_EQ(c.prefix(), "/commd");
+  EXPECT_EQ(c.lease_ttl_ms(), 10000u);
+  auto parsed = ParseConfig("cluster { etcd_endpoints: \"127.0.0.1:2379\" node_name: \"n-1\" }",
+                            "c.textproto");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->cluster().etcd_endpoints(0), "127.0.0.1:2379");
+  EXPECT_EQ(parsed->cluster().job_lease_ttl_ms(), 60000u);
+}
 
 TEST(ConfigTest, MissingFileNamesThePath) {
   auto parsed = LoadConfigFile("/nonexistent/commd.textproto");

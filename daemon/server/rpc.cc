@@ -17,11 +17,12 @@ class PendingReactor final : public grpc::ServerUnaryReactor {
       : metrics_(metrics), method_(std::move(method)), start_(absl::Now()) {}
 
   // Finishing and cancellation race from different threads; the mutex orders them.
-  void Complete(const absl::Status& status) {
+  void Complete(const absl::Status& status, const std::function<void()>& fill = nullptr) {
     {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
       finished_ = true;
+      if (fill) fill();
     }
     if (!status.ok()) COMMD_LOG(DEBUG, "rpc") << method_ << ": " << status;
     metrics_->RecordRpc(method_, static_cast<int>(status.code()), absl::Now() - start_);
@@ -63,6 +64,9 @@ class PendingCallImpl final : public PendingCall {
   explicit PendingCallImpl(std::shared_ptr<PendingReactor> reactor)
       : reactor_(std::move(reactor)) {}
   void Finish(const absl::Status& status) override { reactor_->Complete(status); }
+  void FinishOk(const std::function<void()>& fill) override {
+    reactor_->Complete(absl::OkStatus(), fill);
+  }
   void OnCancel(std::function<void()> callback) override {
     reactor_->SetCancelCallback(std::move(callback));
   }

@@ -29,6 +29,13 @@ class PendingCall {
   virtual ~PendingCall() = default;
   // Sends `status` (the response message must be filled before an OK finish).
   virtual void Finish(const absl::Status& status) = 0;
+  // Runs `fill` (which writes the response) and sends OK, unless the call already finished
+  // (a cancellation racing the answer): the response is never written after gRPC owns it.
+  // (This default, for calls no cancellation can race, fills and finishes.)
+  virtual void FinishOk(const std::function<void()>& fill) {
+    fill();
+    Finish(absl::OkStatus());
+  }
   // Runs `callback` once if the client goes away (cancels, disconnects, its deadline passes)
   // before Finish. Set it before anything else can finish the call.
   virtual void OnCancel(std::function<void()> callback) = 0;

@@ -34,24 +34,83 @@ std::string MissingKeys(const std::set<std::string>& keys) {
 
 }  // namespace
 
-KvStore::KvStore(StoreLimits limits, server::TimerQueue* timers)
-    : limits_(limits), timers_(timers) {}
-
-absl::Status KvStore::CheckKey(const std::string& key) const {
+absl::Status CheckStoreKey(const StoreLimits& limits, const std::string& key) {
   if (key.empty()) return absl::InvalidArgumentError("store key is empty");
-  if (key.size() > limits_.max_key_bytes) {
+  if (key.size() > limits.max_key_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("store key of ", key.size(),
                                                      " bytes exceeds limits.max_store_key_bytes ",
-                                                     limits_.max_key_bytes));
+                                                     limits.max_key_bytes));
   }
   return absl::OkStatus();
 }
 
+absl::Status CheckStoreValue(const StoreLimits& limits, const std::string& value) {
+  if (value.size() > limits.max_value_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("store value of ", value.size(),
+                                                     " bytes exceeds limits.max_store_value_bytes ",
+                                                     limits.max_value_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStoreWait(const StoreLimits& limits, const std::vector<std::string>& keys,
+                            absl::Duration timeout) {
+  if (keys.empty() || keys.size() > kMaxWaitKeys) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("wait for ", keys.size(), " keys; allowed 1 to ", kMaxWaitKeys));
+  }
+  for (const std::string& key : keys) RETURN_IF_ERROR(CheckStoreKey(limits, key));
+  if (timeout < absl::ZeroDuration() || timeout > limits.max_wait) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("wait timeout ", absl::FormatDuration(timeout), "; allowed 0 to ",
+                     absl::FormatDuration(limits.max_wait), " (groups.max_timeout_ms)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> AddToStoreValue(const std::string& key, const std::string* current,
+                                        int64_t delta) {
+  int64_t value = 0;
+  if (current != nullptr && !absl::SimpleAtoi(*current, &value)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "store key ", QuoteForError(key), " holds a value that is not a decimal integer"));
+  }
+  int64_t sum = 0;
+  if (__builtin_add_overflow(value, delta, &sum)) {
+    return absl::OutOfRangeError(absl::StrCat("adding ", delta, " to ", value, " under ",
+                                              QuoteForError(key), " overflows int64"));
+  }
+  return sum;
+}
+
+absl::Status JobStoreKeysExhausted(const Namespace& ns, uint64_t held, uint64_t limit) {
+  return absl::ResourceExhaustedError(absl::StrCat("job '", ns.second, "' holds ", held,
+                                                   " store keys, at limits.max_store_keys_per_job ",
+                                                   limit));
+}
+
+absl::Status JobStoreBytesExhausted(const Namespace& ns, uint64_t would_hold, uint64_t limit) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("store of job '", ns.second, "' would hold ", would_hold,
+                   " bytes, over limits.max_store_bytes_per_job ", limit));
+}
+
+absl::Status StoreKeyNotFound(const Namespace& ns, const std::string& key) {
+  return absl::NotFoundError(
+      absl::StrCat("no store key ", QuoteForError(key), " in job '", ns.second, "'"));
+}
+
+absl::Status StoreWaitTimedOut(const std::set<std::string>& missing) {
+  return absl::DeadlineExceededError(
+      absl::StrCat("store keys still missing: ", MissingKeys(missing)));
+}
+
+KvStore::KvStore(StoreLimits limits, server::TimerQueue* timers)
+    : limits_(limits), timers_(timers) {}
+
 absl::Status KvStore::Charge(const Namespace& ns, Job& job, uint64_t bytes) {
   if (job.bytes + bytes > limits_.max_bytes_per_job) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("store of job '", ns.second, "' would hold ", job.bytes + bytes,
-                     " bytes, over limits.max_store_bytes_per_job ", limits_.max_bytes_per_job));
+    return JobStoreBytesExhausted(ns, job.bytes + bytes, limits_.max_bytes_per_job);
   }
   if (const uint64_t held = uid_bytes_.of(ns.first); held + bytes > limits_.max_bytes_per_uid) {
     return UidShareExhausted(ns.first, absl::StrCat(held), absl::StrCat(limits_.max_bytes_per_uid),
@@ -79,11 +138,7 @@ void KvStore::Release(const Namespace& ns, uint64_t bytes) {
 
 absl::Status KvStore::Put(const Namespace& ns, const std::string& key, std::string value,
                           std::vector<std::function<void()>>* completed) {
-  if (value.size() > limits_.max_value_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("store value of ", value.size(),
-                                                     " bytes exceeds limits.max_store_value_bytes ",
-                                                     limits_.max_value_bytes));
-  }
+  RETURN_IF_ERROR(CheckStoreValue(limits_, value));
   Job& job = jobs_[ns];
   auto it = job.keys.find(key);
   if (it != job.keys.end()) {
@@ -97,9 +152,7 @@ absl::Status KvStore::Put(const Namespace& ns, const std::string& key, std::stri
   }
   absl::Status admitted;
   if (job.keys.size() >= limits_.max_keys_per_job) {
-    admitted = absl::ResourceExhaustedError(
-        absl::StrCat("job '", ns.second, "' holds ", job.keys.size(),
-                     " store keys, at limits.max_store_keys_per_job ", limits_.max_keys_per_job));
+    admitted = JobStoreKeysExhausted(ns, job.keys.size(), limits_.max_keys_per_job);
   } else if (uid_keys_.of(ns.first) >= limits_.max_keys_per_uid) {
     admitted = UidShareExhausted(ns.first, uid_keys_.of(ns.first), limits_.max_keys_per_uid,
                                  "store keys", "store_keys");
@@ -128,7 +181,7 @@ absl::Status KvStore::Put(const Namespace& ns, const std::string& key, std::stri
 }
 
 absl::Status KvStore::Set(const Namespace& ns, const std::string& key, std::string value) {
-  RETURN_IF_ERROR(CheckKey(key));
+  RETURN_IF_ERROR(CheckStoreKey(limits_, key));
   std::vector<std::function<void()>> completed;
   absl::Status status;
   {
@@ -140,36 +193,27 @@ absl::Status KvStore::Set(const Namespace& ns, const std::string& key, std::stri
 }
 
 absl::StatusOr<std::string> KvStore::Get(const Namespace& ns, const std::string& key) const {
-  RETURN_IF_ERROR(CheckKey(key));
+  RETURN_IF_ERROR(CheckStoreKey(limits_, key));
   absl::MutexLock lock(&mu_);
   auto job = jobs_.find(ns);
   if (job != jobs_.end()) {
     if (auto it = job->second.keys.find(key); it != job->second.keys.end()) return it->second;
   }
-  return absl::NotFoundError(
-      absl::StrCat("no store key ", QuoteForError(key), " in job '", ns.second, "'"));
+  return StoreKeyNotFound(ns, key);
 }
 
 absl::StatusOr<int64_t> KvStore::Add(const Namespace& ns, const std::string& key, int64_t delta) {
-  RETURN_IF_ERROR(CheckKey(key));
+  RETURN_IF_ERROR(CheckStoreKey(limits_, key));
   std::vector<std::function<void()>> completed;
   int64_t sum = 0;
   {
     absl::MutexLock lock(&mu_);
     auto job = jobs_.find(ns);
-    int64_t current = 0;
+    const std::string* current = nullptr;
     if (job != jobs_.end()) {
-      if (auto it = job->second.keys.find(key); it != job->second.keys.end()) {
-        if (!absl::SimpleAtoi(it->second, &current)) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "store key ", QuoteForError(key), " holds a value that is not a decimal integer"));
-        }
-      }
+      if (auto it = job->second.keys.find(key); it != job->second.keys.end()) current = &it->second;
     }
-    if (__builtin_add_overflow(current, delta, &sum)) {
-      return absl::OutOfRangeError(absl::StrCat("adding ", delta, " to ", current, " under ",
-                                                QuoteForError(key), " overflows int64"));
-    }
+    ASSIGN_OR_RETURN(sum, AddToStoreValue(key, current, delta));
     RETURN_IF_ERROR(Put(ns, key, absl::StrCat(sum), &completed));
   }
   for (auto& f : completed) f();
@@ -178,7 +222,7 @@ absl::StatusOr<int64_t> KvStore::Add(const Namespace& ns, const std::string& key
 
 absl::StatusOr<std::string> KvStore::CompareSet(const Namespace& ns, const std::string& key,
                                                 const std::string& expected, std::string desired) {
-  RETURN_IF_ERROR(CheckKey(key));
+  RETURN_IF_ERROR(CheckStoreKey(limits_, key));
   std::vector<std::function<void()>> completed;
   std::string now;
   {
@@ -199,7 +243,7 @@ absl::StatusOr<std::string> KvStore::CompareSet(const Namespace& ns, const std::
 }
 
 absl::StatusOr<bool> KvStore::Delete(const Namespace& ns, const std::string& key) {
-  RETURN_IF_ERROR(CheckKey(key));
+  RETURN_IF_ERROR(CheckStoreKey(limits_, key));
   absl::MutexLock lock(&mu_);
   auto job = jobs_.find(ns);
   if (job == jobs_.end()) return false;
@@ -220,7 +264,7 @@ absl::StatusOr<WaitId> KvStore::Wait(const Namespace& ns, const std::vector<std:
     return absl::InvalidArgumentError(
         absl::StrCat("wait for ", keys.size(), " keys; allowed 1 to ", kMaxWaitKeys));
   }
-  for (const std::string& key : keys) RETURN_IF_ERROR(CheckKey(key));
+  for (const std::string& key : keys) RETURN_IF_ERROR(CheckStoreKey(limits_, key));
   if (timeout < absl::ZeroDuration() || timeout > limits_.max_wait) {
     return absl::InvalidArgumentError(
         absl::StrCat("wait timeout ", absl::FormatDuration(timeout), "; allowed 0 to ",
@@ -269,8 +313,7 @@ void KvStore::OnTimeout(WaitId id) {
     waiter = TakeWaiter(id);
   }
   if (!waiter.has_value()) return;
-  waiter->done(absl::DeadlineExceededError(
-      absl::StrCat("store keys still missing: ", MissingKeys(waiter->missing))));
+  waiter->done(StoreWaitTimedOut(waiter->missing));
 }
 
 void KvStore::CancelWait(WaitId id) {

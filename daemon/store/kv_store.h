@@ -43,6 +43,20 @@ struct StoreLimits {
 using Namespace = std::pair<uid_t, std::string>;  // (uid, job id)
 using WaitId = uint64_t;
 
+// The store's rules and their wording, shared by the node's store (KvStore) and the
+// cluster's (daemon/cluster/cluster_store.h), so a client hears the same either way.
+absl::Status CheckStoreKey(const StoreLimits& limits, const std::string& key);
+absl::Status CheckStoreValue(const StoreLimits& limits, const std::string& value);
+absl::Status CheckStoreWait(const StoreLimits& limits, const std::vector<std::string>& keys,
+                            absl::Duration timeout);
+// `current` (absent: 0) plus `delta`, as Add stores it.
+absl::StatusOr<int64_t> AddToStoreValue(const std::string& key, const std::string* current,
+                                        int64_t delta);
+absl::Status JobStoreKeysExhausted(const Namespace& ns, uint64_t held, uint64_t limit);
+absl::Status JobStoreBytesExhausted(const Namespace& ns, uint64_t would_hold, uint64_t limit);
+absl::Status StoreKeyNotFound(const Namespace& ns, const std::string& key);
+absl::Status StoreWaitTimedOut(const std::set<std::string>& missing);
+
 class KvStore {
  public:
   // `timers` must outlive the store and be stopped before it is destroyed.
@@ -81,7 +95,6 @@ class KvStore {
     std::function<void(absl::Status)> done;
     server::TimerId timer = 0;
   };
-  absl::Status CheckKey(const std::string& key) const;
   // Counts `bytes` more against the job's and the node's budgets, or fails naming the limit.
   absl::Status Charge(const Namespace& ns, Job& job, uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

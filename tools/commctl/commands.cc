@@ -298,7 +298,7 @@ std::string FormatDuration(int64_t ms) {
 }
 
 std::string FormatStatus(const v1::NodeStatus& s) {
-  return absl::StrFormat(
+  std::string out = absl::StrFormat(
       "commd %s on %s (pid %d)\n"
       "  uptime       %s\n"
       "  runtime dir  %s\n"
@@ -309,6 +309,13 @@ std::string FormatStatus(const v1::NodeStatus& s) {
       "  cuda         %s\n",
       s.version(), s.hostname(), s.pid(), FormatDuration(s.uptime_ms()), s.runtime_dir(),
       s.metrics_address(), s.sessions(), s.groups(), s.memory_allocated_bytes(), s.cuda_status());
+  if (s.has_cluster()) {
+    const v1::ClusterStatus& c = s.cluster();
+    absl::StrAppendFormat(&out, "  cluster      %s as node %s (etcd %s)%s\n", c.state(),
+                          c.node_name(), c.endpoint(),
+                          c.last_error().empty() ? "" : ": " + c.last_error());
+  }
+  return out;
 }
 
 }  // namespace commd::ctl

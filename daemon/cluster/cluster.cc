@@ -1,0 +1,228 @@
+#include "daemon/cluster/cluster.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/names.h"
+#include "common/status_macros.h"
+
+namespace commd::cluster {
+namespace {
+
+// The part of the node's value that names the daemon holding it: one daemon per runtime dir
+// on a host (the runtime dir lock), so the same owner is a restart of the same daemon.
+std::string OwnerOf(const std::string& node_info) {
+  const size_t end = node_info.find("\",");
+  return end == std::string::npos ? node_info : node_info.substr(0, end);
+}
+
+}  // namespace
+
+int64_t LeaseSeconds(absl::Duration ttl) {
+  return std::max<int64_t>(1, absl::ToInt64Milliseconds(ttl + absl::Milliseconds(999)) / 1000);
+}
+
+ClusterOptions ClusterOptionsFromConfig(const v1::ClusterConfig& config,
+                                        const std::string& hostname) {
+  ClusterOptions o;
+  o.endpoints.assign(config.etcd_endpoints().begin(), config.etcd_endpoints().end());
+  o.node_name = config.node_name().empty() ? hostname : config.node_name();
+  o.prefix = config.prefix();
+  o.lease_ttl = absl::Milliseconds(config.lease_ttl_ms());
+  o.call_timeout = absl::Milliseconds(config.call_timeout_ms());
+  o.retry_initial = absl::Milliseconds(config.retry_initial_ms());
+  o.retry_max = std::max(o.retry_initial, absl::Milliseconds(config.retry_max_ms()));
+  return o;
+}
+
+Cluster::Cluster(ClusterOptions options, prometheus::Registry* registry)
+    : options_(std::move(options)),
+      etcd_(EtcdOptions{.endpoints = options_.endpoints,
+                        .call_timeout = options_.call_timeout,
+                        .reconnect_initial = options_.retry_initial,
+                        .reconnect_max = options_.retry_max}) {
+  connected_gauge_ = &prometheus::BuildGauge()
+                          .Name("commd_cluster_connected")
+                          .Help("1 while the daemon holds its lease in the cluster's etcd")
+                          .Register(*registry)
+                          .Add({});
+  since_ = absl::Now();
+}
+
+std::unique_ptr<Cluster> Cluster::Start(ClusterOptions options, prometheus::Registry* registry) {
+  std::unique_ptr<Cluster> c(new Cluster(std::move(options), registry));
+  c->thread_ = std::thread([c = c.get()] { c->Run(); });
+  return c;
+}
+
+Cluster::~Cluster() { Stop(); }
+
+void Cluster::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  int64_t lease;
+  {
+    absl::MutexLock lock(&mu_);
+    lease = std::exchange(lease_, 0);
+  }
+  // A clean stop takes the node out at once instead of after the lease's TTL.
+  if (lease != 0) (void)etcd_.LeaseRevokeSync(lease);
+  etcd_.Shutdown();
+}
+
+bool Cluster::connected() const {
+  absl::MutexLock lock(&mu_);
+  return connected_;
+}
+
+absl::Status Cluster::Unavailable() const {
+  absl::MutexLock lock(&mu_);
+  return absl::UnavailableError(
+      absl::StrCat("the cluster is disconnected (etcd at ", etcd_.endpoint(),
+                   "): ", last_error_.empty() ? "not connected yet" : last_error_));
+}
+
+void Cluster::FillStatus(v1::ClusterStatus* status) const {
+  absl::MutexLock lock(&mu_);
+  status->set_state(connected_ ? "connected" : "disconnected");
+  status->set_node_name(options_.node_name);
+  status->set_endpoint(etcd_.endpoint());
+  status->set_lease_id(connected_ ? lease_ : 0);
+  status->set_last_error(connected_ ? "" : last_error_);
+  status->set_state_since_unix_ms(absl::ToUnixMillis(since_));
+}
+
+std::string Cluster::NodeKey() const {
+  return absl::StrCat(options_.prefix, "/nodes/", options_.node_name);
+}
+
+void Cluster::AddLeaseSource(LeaseSource source) {
+  absl::MutexLock lock(&mu_);
+  sources_.push_back(std::move(source));
+}
+
+bool Cluster::Sleep(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stopping_), d);
+  return !stopping_;
+}
+
+void Cluster::Run() {
+  absl::Duration backoff = options_.retry_initial;
+  // Three refreshes per TTL: one lost beat does not lose the lease.
+  const absl::Duration beat = std::max(absl::Milliseconds(100), options_.lease_ttl / 3);
+  while (true) {
+    bool registered;
+    {
+      absl::MutexLock lock(&mu_);
+      registered = lease_ != 0;
+    }
+    const absl::Status s = registered ? Refresh() : Register();
+    SetState(s.ok(), s);
+    if (s.ok()) {
+      backoff = options_.retry_initial;
+      if (!Sleep(beat)) return;
+      continue;
+    }
+    if (!Sleep(backoff)) return;
+    backoff = std::min(backoff * 2, options_.retry_max);
+  }
+}
+
+absl::Status Cluster::Register() {
+  ASSIGN_OR_RETURN(pb::LeaseGrantResponse granted,
+                   etcd_.LeaseGrantSync(LeaseSeconds(options_.lease_ttl)));
+  if (!granted.error().empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("etcd at ", etcd_.endpoint(), " refused a lease: ", granted.error()));
+  }
+  const std::string key = NodeKey();
+  // Write the node key unless another daemon holds it; a restart of this same daemon (same
+  // owner) takes it over from its old lease.
+  pb::TxnRequest txn;
+  pb::Compare* absent = txn.add_compare();
+  absent->set_key(key);
+  absent->set_target(pb::Compare::VERSION);
+  absent->set_result(pb::Compare::EQUAL);
+  absent->set_version(0);
+  pb::PutRequest* put = txn.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(options_.node_info);
+  put->set_lease(granted.id());
+  txn.add_failure()->mutable_request_range()->set_key(key);
+  absl::StatusOr<pb::TxnResponse> r = etcd_.TxnSync(txn);
+  if (r.ok() && !r->succeeded()) {
+    const auto& kvs = r->responses(0).response_range().kvs();
+    if (!kvs.empty() && OwnerOf(kvs[0].value()) != OwnerOf(options_.node_info)) {
+      (void)etcd_.LeaseRevokeSync(granted.id());
+      return absl::AlreadyExistsError(
+          absl::StrCat("node name ", QuoteForError(options_.node_name), " is held in etcd at ",
+                       etcd_.endpoint(), " by another daemon (", QuoteForError(kvs[0].value()),
+                       "); give each node its own cluster.node_name"));
+    }
+    pb::TxnRequest takeover;
+    *takeover.add_success() = txn.success(0);
+    r = etcd_.TxnSync(takeover);
+  }
+  if (!r.ok()) {
+    (void)etcd_.LeaseRevokeSync(granted.id());
+    return r.status();
+  }
+  absl::MutexLock lock(&mu_);
+  lease_ = granted.id();
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::Refresh() {
+  std::vector<int64_t> ids;
+  std::vector<LeaseSource> sources;
+  {
+    absl::MutexLock lock(&mu_);
+    ids.push_back(lease_);
+    sources = sources_;
+  }
+  for (const LeaseSource& source : sources) {
+    for (int64_t id : source.ids()) ids.push_back(id);
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> ttls, etcd_.KeepAliveSync(ids));
+  for (size_t i = 1; i < ids.size(); ++i) {
+    for (const LeaseSource& source : sources) source.refreshed(ids[i], ttls[i]);
+  }
+  if (ttls[0] > 0) return absl::OkStatus();
+  // The lease expired while etcd was out of reach (or etcd lost its data): register anew.
+  {
+    absl::MutexLock lock(&mu_);
+    lease_ = 0;
+  }
+  COMMD_LOG(INFO, "cluster") << "the node's lease expired in etcd at " << etcd_.endpoint()
+                             << "; registering " << NodeKey() << " again";
+  return Register();
+}
+
+void Cluster::SetState(bool connected, const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (!connected) last_error_ = std::string(why.message());
+  if (reported_ && connected == connected_) return;
+  reported_ = true;
+  connected_ = connected;
+  since_ = absl::Now();
+  connected_gauge_->Set(connected ? 1 : 0);
+  if (connected) {
+    COMMD_LOG(INFO, "cluster") << "connected to etcd at " << etcd_.endpoint() << " as node "
+                               << options_.node_name << " (" << NodeKey() << ", lease " << lease_
+                               << ")";
+  } else {
+    COMMD_LOG(WARNING, "cluster") << "disconnected: " << why.message()
+                                  << "; retrying with back-off up to "
+                                  << absl::FormatDuration(options_.retry_max);
+  }
+}
+
+}  // namespace commd::cluster

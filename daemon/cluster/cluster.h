@@ -1,0 +1,112 @@
+// This daemon's membership in the cluster (docs/cluster.md): a lease in etcd that is its
+// liveness, kept alive from one thread, and the node's key <prefix>/nodes/<node_name>
+// attached to it. The state is connected or disconnected; each change is logged once and
+// shown in GetStatus and commd_cluster_connected.
+//
+//   ASSIGN_OR_RETURN(auto cluster, Cluster::Start(options, &registry));
+//   if (!cluster->connected()) return cluster->Unavailable();
+//   cluster->etcd().Range(...);
+//
+// While etcd is unreachable the thread retries with exponential back-off (retry_initial up
+// to retry_max); when etcd answers again the node registers again, on a new lease if the old
+// one expired meanwhile. Other components refresh their own leases on this thread's beat
+// (AddLeaseSource), so the daemon keeps one stream of keep-alives. Thread-safe.
+#ifndef COMMD_DAEMON_CLUSTER_CLUSTER_H_
+#define COMMD_DAEMON_CLUSTER_CLUSTER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "commd/v1/config.pb.h"
+#include "commd/v1/node.pb.h"
+#include "daemon/cluster/etcd_client.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+
+namespace commd::cluster {
+
+struct ClusterOptions {
+  std::vector<std::string> endpoints;
+  std::string node_name;
+  std::string prefix = "/commd";
+  absl::Duration lease_ttl = absl::Seconds(10);
+  absl::Duration call_timeout = absl::Seconds(5);
+  absl::Duration retry_initial = absl::Milliseconds(200);
+  absl::Duration retry_max = absl::Seconds(10);
+  std::string node_info;  // the value of the node's key (JSON: host, pid, version, metrics)
+};
+
+// Options from the config's cluster section; `hostname` names the node when node_name is
+// empty.
+ClusterOptions ClusterOptionsFromConfig(const v1::ClusterConfig& config,
+                                        const std::string& hostname);
+
+// etcd counts lease TTLs in whole seconds: `ttl` rounded up, at least 1.
+int64_t LeaseSeconds(absl::Duration ttl);
+
+// Leases another component keeps alive on the cluster's beat: `ids` lists them, `refreshed`
+// hears each one's remaining TTL (0: etcd no longer has it).
+struct LeaseSource {
+  std::function<std::vector<int64_t>()> ids;
+  std::function<void(int64_t id, int64_t ttl_seconds)> refreshed;
+};
+
+class Cluster {
+ public:
+  // Starts the connection thread; returns at once, connected or not.
+  static std::unique_ptr<Cluster> Start(ClusterOptions options, prometheus::Registry* registry);
+  ~Cluster();  // Stop()
+
+  // Ends the thread and revokes the node's lease, so its key goes at once. Idempotent.
+  void Stop();
+
+  bool connected() const;
+  // UNAVAILABLE naming the endpoint and why the cluster is unreachable.
+  absl::Status Unavailable() const;
+  void FillStatus(v1::ClusterStatus* status) const;
+
+  EtcdClient& etcd() { return etcd_; }
+  const ClusterOptions& options() const { return options_; }
+  // "<prefix>/nodes/<node_name>"
+  std::string NodeKey() const;
+
+  // Register before anything needs refreshing; not removable.
+  void AddLeaseSource(LeaseSource source);
+
+ private:
+  Cluster(ClusterOptions options, prometheus::Registry* registry);
+  void Run();
+  // Grants a lease and writes the node key with it; fails if another live daemon holds the
+  // node name.
+  absl::Status Register();
+  // One keep-alive round over the node's lease and the sources' leases.
+  absl::Status Refresh();
+  void SetState(bool connected, const absl::Status& why);
+  // Sleeps up to `d`; false when stopping.
+  bool Sleep(absl::Duration d);
+
+  const ClusterOptions options_;
+  EtcdClient etcd_;
+  prometheus::Gauge* connected_gauge_;
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  bool reported_ ABSL_GUARDED_BY(mu_) = false;  // the first state has been logged
+  int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  absl::Time since_ ABSL_GUARDED_BY(mu_);
+  std::vector<LeaseSource> sources_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace commd::cluster
+
+#endif  // COMMD_DAEMON_CLUSTER_CLUSTER_H_

@@ -1,0 +1,393 @@
+// The cluster against a real etcd (Debian's etcd-server) on loopback: real daemons acting as
+// nodes (their own runtime dirs and node names, one etcd), real clients. Covers the node's
+// lease and key through etcd's absence, loss and return, and the job store shared by nodes.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "commd/commd.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/daemon_process.h"
+
+namespace commd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kEtcd[] = "/usr/bin/etcd";
+constexpr char kEtcdctl[] = "/usr/bin/etcdctl";
+constexpr char kPrefix[] = "/commd-test";
+
+// A loopback port nobody listens on now (the kernel's pick; it is not reused at once).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// One etcd member on loopback with its data in `dir`; Start again after Kill keeps the data.
+class Etcd {
+ public:
+  explicit Etcd(std::string dir)
+      : dir_(std::move(dir)), client_port_(FreePort()), peer_port_(FreePort()) {}
+  std::string endpoint() const { return absl::StrCat("127.0.0.1:", client_port_); }
+
+  absl::Status Start() {
+    const std::string client = "http://" + endpoint();
+    const std::string peer = absl::StrCat("http://127.0.0.1:", peer_port_);
+    ASSIGN_OR_RETURN(
+        process_, ChildProcess::Start(
+                      {kEtcd, "--name", "t", "--data-dir", dir_, "--listen-client-urls", client,
+                       "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                       "--initial-advertise-peer-urls", peer, "--initial-cluster", "t=" + peer}));
+    if (!process_->WaitForLog("ready to serve client requests", absl::Seconds(60))) {
+      return absl::UnavailableError("etcd did not start: " + process_->Log());
+    }
+    return absl::OkStatus();
+  }
+  void Kill() {
+    if (process_ != nullptr) (void)process_->Stop(SIGKILL);
+    process_.reset();
+  }
+  // The keys under `prefix`, as etcdctl lists them.
+  std::vector<std::string> Keys(const std::string& prefix) const {
+    ProcessResult r =
+        RunProcess({kEtcdctl, "--endpoints", endpoint(), "get", "--prefix", "--keys-only", prefix},
+                   absl::Seconds(30), {"ETCDCTL_API=3"});
+    std::vector<std::string> keys;
+    for (absl::string_view line : absl::StrSplit(r.output, '\n', absl::SkipEmpty())) {
+      keys.emplace_back(line);
+    }
+    return keys;
+  }
+
+ private:
+  std::string dir_;
+  int client_port_;
+  int peer_port_;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+// Polls `done` every 50 ms for up to `limit` (generous: the machine is shared).
+template <typename F>
+bool Eventually(F done, absl::Duration limit = absl::Seconds(30)) {
+  for (absl::Time end = absl::Now() + limit; absl::Now() < end;) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return done();
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::access(kEtcd, X_OK) != 0) {
+      GTEST_SKIP() << kEtcd << " is missing: install Debian's etcd-server (scripts/install-deps)";
+    }
+    etcd_ = std::make_unique<Etcd>(tmp_.Join("etcd"));
+  }
+  void TearDown() override {
+    if (HasFailure()) {
+      for (const auto& d : daemons_)
+        std::cerr << "--- daemon " << d->runtime_dir() << ":\n" << d->Log();
+    }
+    daemons_.clear();
+    if (etcd_ != nullptr) etcd_->Kill();
+  }
+
+  // A daemon named `node` on its own runtime dir, pointed at the test's etcd.
+  DaemonProcess* StartNode(const std::string& node, const std::string& extra_config = "") {
+    auto dir = std::make_unique<TempDir>("commd-node");
+    ::chmod(dir->path().c_str(), 0755);  // another uid's client may reach the sockets
+    const std::string config = absl::StrCat(R"(socket_group: "nogroup"
+cluster {
+  etcd_endpoints: ")",
+                                            etcd_->endpoint(), R"("
+  node_name: ")",
+                                            node, R"("
+  prefix: ")",
+                                            kPrefix, R"("
+  lease_ttl_ms: 2000
+  job_lease_ttl_ms: 2000
+  call_timeout_ms: 2000
+  retry_initial_ms: 50
+  retry_max_ms: 400
+}
+)",
+                                            extra_config);
+    auto d = StartDaemonWithConfig(*dir, config);
+    EXPECT_TRUE(d.ok()) << d.status();
+    if (!d.ok()) return nullptr;
+    dirs_.push_back(std::move(dir));
+    daemons_.push_back(std::move(*d));
+    return daemons_.back().get();
+  }
+  // etcd, and two nodes connected to it (ASSERT inside: check HasFatalFailure after).
+  void StartTwoNodes(DaemonProcess** a, DaemonProcess** b, const std::string& extra_config = "") {
+    ASSERT_TRUE(etcd_->Start().ok());
+    *a = StartNode("node-a", extra_config);
+    *b = StartNode("node-b", extra_config);
+    ASSERT_NE(*a, nullptr);
+    ASSERT_NE(*b, nullptr);
+    ASSERT_TRUE(Eventually([&] { return Connected(**a) && Connected(**b); }));
+  }
+  static bool Connected(const DaemonProcess& d) {
+    return MetricValue(d, "commd_cluster_connected") == 1;
+  }
+  static std::unique_ptr<Client> Connect(const DaemonProcess& d, const std::string& job = "job") {
+    auto c = Client::Connect({.runtime_dir = d.runtime_dir(), .job_id = job});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+  static std::string StatusJson(const DaemonProcess& d) {
+    return RunProcess({COMMCTL_BINARY, "--runtime-dir", d.runtime_dir(), "--json", "status"})
+        .output;
+  }
+  // Node-local work: a group of one rank forms and passes a barrier.
+  // (A new group name each time: a group's name is taken until its members' sessions end.)
+  static absl::Status LocalGroupWorks(Client& client, const std::string& name) {
+    ASSIGN_OR_RETURN(auto group, client.JoinGroup({.name = name, .rank = 0, .world_size = 1}));
+    return group->Barrier();
+  }
+  std::string NodeKey(const std::string& node) const {
+    return absl::StrCat(kPrefix, "/nodes/", node);
+  }
+
+  TempDir tmp_{"commd-cluster"};
+  std::unique_ptr<Etcd> etcd_;
+  std::vector<std::unique_ptr<TempDir>> dirs_;
+  std::vector<std::unique_ptr<DaemonProcess>> daemons_;
+};
+
+TEST_F(ClusterTest, StartsWithoutEtcdServesItsNodeAndConnectsWhenEtcdComes) {
+  DaemonProcess* node = StartNode("node-a");
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(MetricValue(*node, "commd_cluster_connected"), 0);
+  EXPECT_THAT(StatusJson(*node), HasSubstr("disconnected"));
+  auto client = Connect(*node);
+  ASSERT_NE(client, nullptr);
+  EXPECT_TRUE(LocalGroupWorks(*client, "local-1").ok());
+  // Store calls fail naming the endpoint; the node's own store does not stand in.
+  const absl::Status set = client->store().Set("k", "v");
+  EXPECT_EQ(set.code(), absl::StatusCode::kUnavailable) << set;
+  EXPECT_THAT(set.message(), HasSubstr(etcd_->endpoint()));
+  // Several retries (50 ms doubling to 400 ms) later, still one line for the one state.
+  absl::SleepFor(absl::Seconds(2));
+  const std::string log = node->Log();
+  const std::vector<std::string> pieces = absl::StrSplit(log, "cluster: disconnected");
+  EXPECT_EQ(pieces.size(), 2u) << log;
+
+  ASSERT_TRUE(etcd_->Start().ok());
+  ASSERT_TRUE(Eventually([&] { return Connected(*node); })) << node->Log();
+  EXPECT_THAT(StatusJson(*node), HasSubstr("\"connected\""));
+  EXPECT_THAT(etcd_->Keys(NodeKey("node-a")), ::testing::ElementsAre(NodeKey("node-a")));
+  EXPECT_TRUE(client->store().Set("k", "v").ok());
+  EXPECT_THAT(node->Log(), HasSubstr("cluster: connected to etcd at " + etcd_->endpoint()));
+}
+
+TEST_F(ClusterTest, EtcdLostLeavesNodeWorkAloneAndReconnectsWhenBack) {
+  ASSERT_TRUE(etcd_->Start().ok());
+  DaemonProcess* node = StartNode("node-a");
+  ASSERT_NE(node, nullptr);
+  ASSERT_TRUE(Eventually([&] { return Connected(*node); })) << node->Log();
+  auto client = Connect(*node);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->store().Set("before", "1").ok());
+  // A wait under way when etcd goes fails with it (its watch stream breaks), naming etcd.
+  absl::Status waited = absl::UnknownError("not run");
+  std::thread waiter([&] { waited = client->store().Wait({"never"}, absl::Seconds(60)); });
+  absl::SleepFor(absl::Milliseconds(500));
+
+  etcd_->Kill();
+  waiter.join();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
+  EXPECT_THAT(waited.message(), HasSubstr(etcd_->endpoint()));
+  ASSERT_TRUE(Eventually([&] { return !Connected(*node); })) << node->Log();
+  EXPECT_THAT(StatusJson(*node), HasSubstr("disconnected"));
+  const absl::Status set = client->store().Set("during", "1");
+  EXPECT_EQ(set.code(), absl::StatusCode::kUnavailable) << set;
+  EXPECT_THAT(set.message(), HasSubstr(etcd_->endpoint()));
+  EXPECT_EQ(client->store().Get("before").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(LocalGroupWorks(*client, "local-2").ok());
+
+  ASSERT_TRUE(etcd_->Start().ok());  // same data dir, same port
+  ASSERT_TRUE(Eventually([&] { return Connected(*node); })) << node->Log();
+  EXPECT_THAT(etcd_->Keys(NodeKey("node-a")), ::testing::ElementsAre(NodeKey("node-a")));
+  EXPECT_TRUE(client->store().Set("after", "2").ok());
+  EXPECT_EQ(*client->store().Get("after"), "2");
+  EXPECT_TRUE(LocalGroupWorks(*client, "local-3").ok());
+}
+
+TEST_F(ClusterTest, NodeKeyGoesWithItsDaemon) {
+  ASSERT_TRUE(etcd_->Start().ok());
+  DaemonProcess* killed = StartNode("node-killed");
+  DaemonProcess* stopped = StartNode("node-stopped");
+  ASSERT_NE(killed, nullptr);
+  ASSERT_NE(stopped, nullptr);
+  ASSERT_TRUE(Eventually([&] { return Connected(*killed) && Connected(*stopped); }));
+  EXPECT_EQ(etcd_->Keys(absl::StrCat(kPrefix, "/nodes/")).size(), 2u);
+  // Killed: nothing refreshes its lease, so etcd drops the key after lease_ttl_ms.
+  ASSERT_TRUE(killed->Stop(SIGKILL).ok());
+  EXPECT_TRUE(Eventually([&] { return etcd_->Keys(NodeKey("node-killed")).empty(); }));
+  // Stopped cleanly: the daemon revokes its lease on the way out.
+  ASSERT_TRUE(stopped->Stop(SIGTERM).ok());
+  EXPECT_TRUE(etcd_->Keys(NodeKey("node-stopped")).empty());
+}
+
+TEST_F(ClusterTest, ASecondDaemonWithTheSameNodeNameIsRefused) {
+  ASSERT_TRUE(etcd_->Start().ok());
+  DaemonProcess* first = StartNode("twin");
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(Eventually([&] { return Connected(*first); }));
+  DaemonProcess* second = StartNode("twin");
+  ASSERT_NE(second, nullptr);
+  EXPECT_TRUE(second->WaitForLog("is held in etcd at", absl::Seconds(30))) << second->Log();
+  EXPECT_THAT(second->Log(), HasSubstr("give each node its own cluster.node_name"));
+  EXPECT_EQ(MetricValue(*second, "commd_cluster_connected"), 0);
+  EXPECT_TRUE(Connected(*first));
+}
+
+TEST_F(ClusterTest, OneStoreForTheJobOnEveryNode) {
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b);
+  if (HasFatalFailure()) return;
+  auto on_a = Connect(*a);
+  auto on_b = Connect(*b);
+  ASSERT_TRUE(on_a->store().Set("addr", std::string("10.0.0.1\0:29500", 15)).ok());
+  EXPECT_EQ(*on_b->store().Get("addr"), std::string("10.0.0.1\0:29500", 15));
+  EXPECT_EQ(on_b->store().Get("absent").status().code(), absl::StatusCode::kNotFound);
+
+  // A wait on B completes when A writes (an etcd watch), and names what is still missing.
+  absl::Status waited = absl::UnknownError("not run");
+  std::thread waiter([&] { waited = on_b->store().Wait({"late", "addr"}, absl::Seconds(60)); });
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(on_a->store().Set("late", "x").ok());
+  waiter.join();
+  EXPECT_TRUE(waited.ok()) << waited;
+  const absl::Status timed_out = on_b->store().Wait({"never"}, absl::Milliseconds(300));
+  EXPECT_EQ(timed_out.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(timed_out.message(), HasSubstr("store keys still missing: \"never\""));
+
+  // Adds from both nodes at once are all counted.
+  std::vector<std::thread> adders;
+  for (Client* c : {on_a.get(), on_b.get(), on_a.get(), on_b.get()}) {
+    adders.emplace_back([c] {
+      for (int i = 0; i < 10; ++i) EXPECT_TRUE(c->store().Add("n", 1).ok());
+    });
+  }
+  for (auto& t : adders) t.join();
+  EXPECT_EQ(*on_a->store().Get("n"), "40");
+  EXPECT_EQ(*on_b->store().Add("n", 2), 42);
+
+  // Compare-set: the first writer wins, the second hears the winner's value.
+  EXPECT_EQ(*on_a->store().CompareSet("leader", "", "a"), "a");
+  EXPECT_EQ(*on_b->store().CompareSet("leader", "", "b"), "a");
+  EXPECT_EQ(*on_b->store().CompareSet("leader", "a", "b"), "b");
+  EXPECT_TRUE(*on_b->store().Delete("leader"));
+  EXPECT_FALSE(*on_a->store().Delete("leader"));
+  EXPECT_EQ(on_a->store().Get("leader").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(on_a->store().Set("t", "text").ok());
+  EXPECT_EQ(on_b->store().Add("t", 1).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // Another job's store, on either node, is another store.
+  EXPECT_EQ(Connect(*b, "other")->store().Get("addr").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClusterTest, StoreLimitsHoldAcrossNodes) {
+  const std::string limits = R"(limits {
+  max_store_keys_per_job: 4
+  max_store_value_bytes: 64
+  max_store_bytes_per_job: 200
+  per_uid { store_keys: 6 }
+})";
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b, limits);
+  if (HasFatalFailure()) return;
+  auto on_a = Connect(*a);
+  auto on_b = Connect(*b);
+  const absl::Status big = on_a->store().Set("v", std::string(65, 'x'));
+  EXPECT_EQ(big.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(big.message(), "store value of 65 bytes exceeds limits.max_store_value_bytes 64");
+  // 2 + 60 bytes each: three fill 186 of the job's 200 bytes, wherever they were written.
+  const std::string sixty(60, 'x');
+  ASSERT_TRUE(on_a->store().Set("k1", sixty).ok());
+  ASSERT_TRUE(on_b->store().Set("k2", sixty).ok());
+  ASSERT_TRUE(on_a->store().Set("k3", sixty).ok());
+  const absl::Status bytes = on_b->store().Set("k4", sixty);
+  EXPECT_EQ(bytes.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(bytes.message(),
+            "store of job 'job' would hold 248 bytes, over limits.max_store_bytes_per_job 200");
+  ASSERT_TRUE(on_b->store().Set("k4", "").ok());
+  const absl::Status keys = on_a->store().Set("k5", "");
+  EXPECT_EQ(keys.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(keys.message(), "job 'job' holds 4 store keys, at limits.max_store_keys_per_job 4");
+  // The uid's second job has 2 of the uid's 6 keys left.
+  auto other = Connect(*b, "other");
+  ASSERT_TRUE(other->store().Set("o1", "").ok());
+  ASSERT_TRUE(other->store().Set("o2", "").ok());
+  const absl::Status uid = other->store().Set("o3", "");
+  EXPECT_EQ(uid.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(uid.message(), "uid 0 holds 6 of its 6 store keys (limits.per_uid.store_keys)");
+  // Deleting on one node gives the room back on the other.
+  EXPECT_TRUE(*on_a->store().Delete("k1"));
+  EXPECT_TRUE(other->store().Set("o3", "").ok());
+}
+
+// The same job id under another uid is another store, on every node.
+TEST_F(ClusterTest, AnotherUidsJobOfTheSameIdSeesNothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid (setpriv)";
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b);
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(Connect(*a)->store().Set("secret", "mine").ok());
+  auto as_nobody = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                               "--clear-groups", COMMD_TEST_CLIENT});
+    return RunProcess(args, absl::Seconds(30),
+                      {"COMMD_RUNTIME_DIR=" + b->runtime_dir(), "COMMD_JOB_ID=job"});
+  };
+  EXPECT_THAT(as_nobody({"store-get", "secret"}).output, HasSubstr("got NOT_FOUND"));
+  EXPECT_THAT(as_nobody({"store-set", "secret", "theirs"}).output, HasSubstr("set"));
+  EXPECT_THAT(as_nobody({"store-get", "secret"}).output, HasSubstr("got OK theirs"));
+  EXPECT_EQ(*Connect(*b)->store().Get("secret"), "mine");
+}
+
+// The job's keys hang on its lease: they stay while any node has a rank of the job, and go
+// once the last rank on every node has left.
+TEST_F(ClusterTest, JobKeysGoWhenTheLastRankOnEveryNodeHasLeft) {
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b);
+  if (HasFatalFailure()) return;
+  const std::string job_keys = absl::StrCat(kPrefix, "/jobs/0/job/store/");
+  auto on_a = Connect(*a);
+  auto on_b = Connect(*b);
+  ASSERT_TRUE(on_a->store().Set("k", "v").ok());
+  ASSERT_EQ(*on_b->store().Get("k"), "v");
+  on_a.reset();  // node A's last rank of the job leaves
+  // Node B still refreshes the job's lease: three of its TTLs later the key is there.
+  absl::SleepFor(absl::Seconds(6));
+  EXPECT_THAT(etcd_->Keys(job_keys), ::testing::ElementsAre(job_keys + "k"));
+  EXPECT_EQ(*on_b->store().Get("k"), "v");
+  on_b.reset();
+  EXPECT_TRUE(Eventually([&] { return etcd_->Keys(absl::StrCat(kPrefix, "/jobs/")).empty(); }));
+  EXPECT_TRUE(etcd_->Keys(absl::StrCat(kPrefix, "/usage/")).empty());
+}
+
+}  // namespace
+}  // namespace commd::testing
