@@ -187,7 +187,8 @@ py::object HostInPlaceCall(const GroupObject& g, const char* name, const py::obj
 
 py::object AllReduce(const GroupObject& g, const py::object& buf, const py::object& count,
                      const py::object& dtype, const py::object& op, const py::object& timeout,
-                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream, const py::object& staging) {
+                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream,
+                     const py::object& staging) {
   const ReduceOp reduce = ParseReduceOp(op);
   CallOptions c;
   ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
@@ -253,7 +254,8 @@ py::object HostPairCall(const GroupObject& g, const char* name, const py::object
 
 py::object AllGather(const GroupObject& g, const py::object& in, const py::object& out,
                      const py::object& count, const py::object& dtype, const py::object& timeout,
-                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream, const py::object& staging) {
+                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream,
+                     const py::object& staging) {
   CallOptions c;
   ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
   if (!staging.is_none()) {
@@ -292,7 +294,8 @@ py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::o
 
 py::object Broadcast(const GroupObject& g, const py::object& buf, int root, const py::object& count,
                      const py::object& dtype, const py::object& timeout,
-                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream, const py::object& staging) {
+                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream,
+                     const py::object& staging) {
   CallOptions c;
   ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
   if (!staging.is_none()) {
@@ -315,7 +318,8 @@ py::object Broadcast(const GroupObject& g, const py::object& buf, int root, cons
 // Equal splits: input and output each hold world_size * count elements.
 py::object AllToAll(const GroupObject& g, const py::object& in, const py::object& out,
                     const py::object& count, const py::object& dtype, const py::object& timeout,
-                    const py::object& nan_check, uint32_t period, uintptr_t cuda_stream, const py::object& staging) {
+                    const py::object& nan_check, uint32_t period, uintptr_t cuda_stream,
+                    const py::object& staging) {
   if (!staging.is_none()) {
     CallOptions c;
     ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
@@ -638,18 +642,18 @@ void BindGroup(py::module_& m) {
       .def("all_reduce", &AllReduce, py::arg("buf"), py::arg("count") = py::none(),
            py::arg("dtype") = py::none(), py::arg("op") = "sum", py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, py::arg("staging") = py::none(),
-           all_reduce_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0,
+           py::arg("staging") = py::none(), all_reduce_doc.c_str())
       .def("all_gather", &AllGather, py::arg("input"), py::arg("output"),
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, py::arg("staging") = py::none(),
-           all_gather_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0,
+           py::arg("staging") = py::none(), all_gather_doc.c_str())
       .def("reduce_scatter", &ReduceScatter, py::arg("input"), py::arg("output"),
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::arg("op") = "sum",
            py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, py::arg("staging") = py::none(),
-           reduce_scatter_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0,
+           py::arg("staging") = py::none(), reduce_scatter_doc.c_str())
       .def("all_reduce_coalesced", &AllReduceCoalesced, py::arg("tensors"), py::arg("op") = "sum",
            py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
            py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, coalesced_doc.c_str())
@@ -660,8 +664,8 @@ void BindGroup(py::module_& m) {
       .def("all_to_all", &AllToAll, py::arg("input"), py::arg("output"),
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, py::arg("staging") = py::none(),
-           all_to_all_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0,
+           py::arg("staging") = py::none(), all_to_all_doc.c_str())
       .def(
           "close",
           [](GroupObject& g) {
