@@ -116,7 +116,7 @@ class CollectiveEntry {
   const CollectiveCall& call_;
   RecordId id_;
   kernels::NanCheck nan_ = kernels::NanCheck::kOff;
-  std::array<int64_t, 2 * kRecordMaxTensors> dims_{};
+  std::array<int64_t, 2 * kRecordMaxTensors> dims_;  // only the first n_in_ + n_out_ are read
   std::array<TensorDesc, kRecordMaxTensors> in_{}, out_{};
   size_t n_in_ = 0, n_out_ = 0;
 };

@@ -73,7 +73,7 @@ std::string Name(const Side& s) { return absl::StrCat(s.words, *s.side ? " " : "
 // collective pending past the group's timeout; the SDK's own limit is a backstop for when the
 // daemon cannot act, so by default it comes later.
 absl::Duration WaitLimit(absl::Duration group_timeout, const CollectiveOptions& options) {
-  return options.timeout > absl::ZeroDuration() ? options.timeout : 2 * group_timeout;
+  return options.timeout > absl::ZeroDuration() ? options.timeout : group_timeout + group_timeout;
 }
 
 absl::Status CheckOptions(const CollectiveOptions& o) {

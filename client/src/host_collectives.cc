@@ -6,7 +6,6 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "client/src/collective_call.h"
 #include "common/control_block.h"
 #include "kernels/host/collectives.h"
@@ -26,7 +25,7 @@ class HostBackend : public CollectiveBackend {
     kernels::HostCommView view = c.views.host;
     view.abort_word = abort_word_;
     view.heartbeat_ns = heartbeat_ns_;
-    view.deadline = absl::Now() + c.wait;
+    view.wait_limit = c.wait;
     entry.BeginStarted();
     kernels::CollectiveResult result;
     return entry.Finish(Launch(view, c, entry.nan(), &result), result);

@@ -30,8 +30,11 @@ struct HostCommView {
   // Nonzero asks every wait to give up with ABORTED (the control block's abort word, read
   // with acquire loads). May be null: no abort.
   const uint32_t* abort_word = nullptr;
-  // Every wait gives up with DEADLINE_EXCEEDED after this time.
+  // Every wait gives up with DEADLINE_EXCEEDED after this time,
   absl::Time deadline = absl::InfiniteFuture();
+  // or once it has waited this long. The SDK sets this rather than a deadline: a wait that
+  // ends within its first spins then reads no clock, where a deadline costs one per call.
+  absl::Duration wait_limit = absl::InfiniteDuration();
   // A wait that sleeps stores the time (CLOCK_REALTIME ns, relaxed atomic store) here at
   // least every kHeartbeatPeriod, so that the daemon's watchdog tells a rank waiting for a
   // late peer from one that stopped (the control block's heartbeat word). May be null.

@@ -213,6 +213,33 @@ TEST(DeadlineTest, MissingPeerIsNamed) {
   std::printf("rank 0: %s\n", outcomes[0].report.c_str());
 }
 
+// The SDK's way: no deadline, a limit per wait. Rank 1 never arrives; rank 0's wait ends
+// about wait_limit after it began (the first spins read no clock), naming rank 1.
+TEST(DeadlineTest, WaitLimitEndsAWaitWithoutADeadline) {
+  auto mem = SymmetricHostMemory::Create(2, 4096);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  const auto outcomes = RunRanks(2, [&](int rank) -> absl::StatusOr<std::string> {
+    if (rank == 1) return std::string();
+    ASSIGN_OR_RETURN(auto mv, MappedView::Map(*mem, rank, nullptr, absl::InfiniteFuture()));
+    mv->view().wait_limit = absl::Milliseconds(300);
+    const absl::Time start = absl::Now();
+    float buf[4] = {1, 2, 3, 4};
+    const absl::Status s = AllReduce(mv->view(), buf, buf, 4, DataType::kFloat32, ReduceOp::kSum,
+                                     Algorithm::kOneShot, NanCheck::kOff, nullptr);
+    const absl::Duration took = absl::Now() - start;
+    if (!absl::IsDeadlineExceeded(s) || !absl::StrContains(s.message(), "ranks not arrived: [1]")) {
+      return absl::InternalError("expected DEADLINE_EXCEEDED naming rank 1, got " + s.ToString());
+    }
+    if (took < absl::Milliseconds(300)) {
+      return absl::InternalError(absl::StrCat("gave up after ", absl::FormatDuration(took),
+                                              ", before the 300ms wait limit"));
+    }
+    if (took > absl::Seconds(30)) return absl::InternalError("the wait limit was ignored");
+    return std::string();
+  });
+  testing::ExpectAllOk(outcomes);
+}
+
 // A rank waiting for a late peer keeps the heartbeat word fresh, so the daemon's watchdog
 // does not take the waiter for a rank that stopped.
 TEST(HeartbeatTest, SleepingWaitStoresTheHeartbeat) {
