@@ -27,6 +27,8 @@ _LIBRARIES = {
     "mpi": ["mpi"],
     "libsystemd": ["libsystemd"],
     "nlohmann_json": ["nlohmann_json"],
+    # cblas_sgemm for the fused matmuls (kernels/host/fused_matmul.cc).
+    "openblas": ["openblas"],
     "prometheus-cpp-core": ["prometheus-cpp-core"],
     "prometheus-cpp-pull": ["prometheus-cpp-pull"],
     "protobuf": ["protobuf"],

@@ -42,6 +42,7 @@ LABEL_TO_CMAKE = {
     "@system//:mpi": "MPI::MPI_CXX",
     "@system//:libsystemd": "PkgConfig::SYSTEMD",
     "@system//:nlohmann_json": "nlohmann_json::nlohmann_json",
+    "@system//:openblas": "PkgConfig::OPENBLAS",
     "@system//:prometheus-cpp-core": "prometheus-cpp::core",
     "@system//:prometheus-cpp-pull": "prometheus-cpp::pull",
     "@system//:protobuf": "protobuf::libprotobuf",

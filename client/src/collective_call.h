@@ -42,6 +42,16 @@ namespace commd {
 
 struct PeerProcesses;
 
+// The fused matmuls' operands (collective_op.h kAllGatherMatmul, kMatmulReduceScatter).
+struct MatmulCall {
+  size_t rows = 0;
+  size_t k = 0;
+  std::span<const MatmulB> bs;  // all-gather + matmul: 1..8; matmul + reduce-scatter: 1
+  const float* row_scale = nullptr;
+  void* gathered = nullptr;  // all-gather + matmul
+  const void* a = nullptr;   // matmul + reduce-scatter
+};
+
 // One collective call as the public API describes it.
 struct CollectiveCall {
   CollectiveOp kind = CollectiveOp::kBarrier;
@@ -58,6 +68,7 @@ struct CollectiveCall {
   const void* input = nullptr;
   void* output = nullptr;
   const CollectiveOptions* options = nullptr;  // never null
+  const MatmulCall* matmul = nullptr;          // the fused matmuls only
 };
 
 // The pointers a view borrows, for one buffer: built once when the buffer is mapped, so that

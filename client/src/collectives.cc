@@ -16,6 +16,7 @@
 #include "common/control_block.h"
 #include "common/status_macros.h"
 #include "kernels/algorithm.h"
+#include "kernels/host/fused_matmul.h"
 #include "kernels/types.h"
 
 namespace commd {
@@ -57,6 +58,14 @@ constexpr Shape ShapeOf(CollectiveOp kind) {
               .in_place = false,
               .wide_in = true,
               .wide_out = true};
+    // One buffer: A's shard (all-gather + matmul) or the workspace (matmul + reduce-scatter);
+    // CheckMatmul sizes them.
+    case CollectiveOp::kAllGatherMatmul:
+      return {.words = "all-gather-matmul", .recorded = CollectiveOp::kAllGather};
+    case CollectiveOp::kMatmulReduceScatter:
+      return {.words = "matmul-reduce-scatter",
+              .recorded = CollectiveOp::kReduceScatter,
+              .reduces = true};
     default:
       return {};
   }
@@ -199,6 +208,70 @@ absl::Status CheckHostMemory(const CollectiveCall& c, const Shape& shape, size_t
                           world_size);
 }
 
+// The fused matmuls' operands and the room they take in the call's symmetric buffer (the
+// kernels check the same again; these messages name the public call).
+absl::Status CheckMatmul(const CollectiveCall& c, const Shape& shape, int world_size) {
+  const MatmulCall& m = *c.matmul;
+  const bool gather = c.kind == CollectiveOp::kAllGatherMatmul;
+  constexpr size_t kMaxDim = INT32_MAX;  // sgemm's int dimensions
+  if (!kernels::IsFloatingPoint(ToKernel(c.dtype))) {
+    return absl::InvalidArgumentError(absl::StrCat(shape.words, ": data type ",
+                                                   kernels::DataTypeName(ToKernel(c.dtype)),
+                                                   " is not one of float32, float16, bfloat16"));
+  }
+  if (m.rows == 0 || m.k == 0 || m.rows > kMaxDim || m.k > kMaxDim) {
+    return absl::InvalidArgumentError(absl::StrCat(shape.words, ": rows ", m.rows, " and k ", m.k,
+                                                   " must be in [1, ", kMaxDim, "]"));
+  }
+  const size_t max_bs = gather ? kernels::kMaxMatmulBs : 1;
+  if (m.bs.empty() || m.bs.size() > max_bs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(shape.words, ": ", m.bs.size(), " Bs (allowed: 1 to ", max_bs, ")"));
+  }
+  for (size_t i = 0; i < m.bs.size(); ++i) {
+    const MatmulB& b = m.bs[i];
+    if (b.data == nullptr || b.out == nullptr || b.n == 0 || b.n > kMaxDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(shape.words, ": B ", i, " needs non-null data and out and n in [1, ",
+                       kMaxDim, "]; got n ", b.n, b.data == nullptr ? ", null data" : "",
+                       b.out == nullptr ? ", null out" : ""));
+    }
+  }
+  const size_t es = ElementSize(c.dtype), size = c.in->size();
+  const auto w = static_cast<size_t>(world_size);
+  if (gather) {
+    const bool fits = m.k <= size / es / m.rows;
+    const size_t shard = fits ? m.rows * m.k * es : SIZE_MAX;
+    const size_t need =
+        m.row_scale == nullptr || !fits ? shard : (shard + 63) / 64 * 64 + m.rows * sizeof(float);
+    if (!fits || need > size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(shape.words, ": a shard of ", m.rows, " x ", m.k, " ",
+                       kernels::DataTypeName(ToKernel(c.dtype)),
+                       m.row_scale != nullptr ? " and its row scales" : "", " does not fit buffer ",
+                       c.in->id(), " of ", size, " bytes per rank"));
+    }
+    return absl::OkStatus();
+  }
+  if (m.a == nullptr) return absl::InvalidArgumentError(absl::StrCat(shape.words, ": A is null"));
+  if (m.rows % w != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(shape.words, ": A's ", m.rows,
+                                                   " rows are not divisible by the world size ", w,
+                                                   " (allowed: a multiple of ", w, ")"));
+  }
+  if (c.op != ReduceOp::kSum && c.op != ReduceOp::kAvg) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        shape.words, ": reduce op ", static_cast<int>(c.op), " is not one of sum (0), avg (1)"));
+  }
+  if (m.bs[0].n > size / sizeof(float) / m.rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(shape.words, ": the float32 partial products of ", m.rows, " x ", m.bs[0].n,
+                     " do not fit workspace ", c.in->id(), " of ", size,
+                     " bytes per rank (allowed: n at most ", size / sizeof(float) / m.rows, ")"));
+  }
+  return absl::OkStatus();
+}
+
 // The call's buffers and sizes (its options, types and op checked already).
 absl::Status CheckBuffers(const CollectiveCall& c, const Shape& shape, bool owns_in, bool owns_out,
                           int world_size) {
@@ -212,6 +285,7 @@ absl::Status CheckBuffers(const CollectiveCall& c, const Shape& shape, bool owns
           absl::StrCat(shape.words, ": input and output are the same buffer"));
     }
   }
+  if (c.matmul != nullptr) return CheckMatmul(c, shape, world_size);
   if (c.kind == CollectiveOp::kAllReduceCoalesced) {
     for (size_t i = 0; i < c.tensors.size(); ++i) {
       const CoalescedTensor& t = c.tensors[i];
@@ -306,6 +380,16 @@ CollectiveEntry::CollectiveEntry(const GroupParts& g, const CollectiveCall& call
       dims_[i] = static_cast<int64_t>(call.tensors[i].count);
       in_[i] = out_[i] = TensorDesc{&dims_[i], 1, call.tensors[i].dtype};
     }
+  } else if (call.matmul != nullptr) {
+    // A's [rows, k] into the (first) output's [rows, n].
+    const MatmulCall& m = *call.matmul;
+    const auto rows = static_cast<int64_t>(m.rows);
+    const bool gather = call.kind == CollectiveOp::kAllGatherMatmul;
+    dims_ = {rows, static_cast<int64_t>(m.k), gather ? rows * n : rows / n,
+             static_cast<int64_t>(m.bs[0].n)};
+    in_[0] = TensorDesc{&dims_[0], 2, call.dtype};
+    out_[0] = TensorDesc{&dims_[2], 2, call.dtype};
+    n_in_ = n_out_ = 1;
   } else if (shape.typed) {
     dims_[0] = shape.wide_in ? count * n : count;
     dims_[1] = shape.wide_out ? count * n : count;
@@ -475,6 +559,33 @@ absl::Status Group::AllToAll(SymmetricBuffer& in, SymmetricBuffer& out, size_t c
               .count = count,
               .dtype = dtype,
               .options = &options});
+}
+
+absl::Status Group::AllGatherMatmul(SymmetricBuffer& a, size_t rows, size_t k, DataType dtype,
+                                    const std::vector<MatmulB>& bs, const float* row_scale,
+                                    void* gathered, const CollectiveOptions& options) {
+  const MatmulCall m{.rows = rows, .k = k, .bs = bs, .row_scale = row_scale, .gathered = gathered};
+  return Run({.kind = CollectiveOp::kAllGatherMatmul,
+              .in = &a,
+              .out = &a,
+              .count = rows * k,
+              .dtype = dtype,
+              .options = &options,
+              .matmul = &m});
+}
+
+absl::Status Group::MatmulReduceScatter(const void* a, size_t rows, size_t k, DataType dtype,
+                                        const MatmulB& b, ReduceOp op, SymmetricBuffer& workspace,
+                                        const float* row_scale, const CollectiveOptions& options) {
+  const MatmulCall m{.rows = rows, .k = k, .bs = {&b, 1}, .row_scale = row_scale, .a = a};
+  return Run({.kind = CollectiveOp::kMatmulReduceScatter,
+              .in = &workspace,
+              .out = &workspace,
+              .count = rows * b.n,
+              .dtype = dtype,
+              .op = op,
+              .options = &options,
+              .matmul = &m});
 }
 
 // The host-memory overloads: the same funnel, with the staging buffer as the call's buffer.

@@ -1,5 +1,6 @@
 // The host backend of Group's collectives: kernels/host over the buffers' cached views, run
 // on this thread between the entry's transitions (the kernels run the cross-rank call check).
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "client/src/collective_call.h"
 #include "common/control_block.h"
 #include "kernels/host/collectives.h"
+#include "kernels/host/fused_matmul.h"
 
 namespace commd {
 namespace {
@@ -64,11 +66,43 @@ class HostBackend : public CollectiveBackend {
         return kernels::Broadcast(v, out, call.count, dtype, call.root, nan, r);
       case CollectiveOp::kAllToAll:
         return kernels::AllToAll(v, in, out, call.count, dtype, nan, r);
+      case CollectiveOp::kAllGatherMatmul:
+      case CollectiveOp::kMatmulReduceScatter:
+        return LaunchMatmul(v, call, nan, r);
       default:
         return absl::UnimplementedError(
             absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)),
                          " has no host kernel in this SDK"));
     }
+  }
+
+  static absl::Status LaunchMatmul(const kernels::HostCommView& v, const CollectiveCall& call,
+                                   kernels::NanCheck nan, kernels::CollectiveResult* r) {
+    const MatmulCall& m = *call.matmul;
+    std::array<kernels::MatmulB, kernels::kMaxMatmulBs> bs;
+    for (size_t i = 0; i < m.bs.size(); ++i) {
+      bs[i] = {m.bs[i].data, m.bs[i].n, m.bs[i].out, m.bs[i].col_scale};
+    }
+    const auto dtype = static_cast<kernels::DataType>(call.dtype);
+    if (call.kind == CollectiveOp::kAllGatherMatmul) {
+      return kernels::AllGatherMatmul(v,
+                                      {.rows = m.rows,
+                                       .k = m.k,
+                                       .dtype = dtype,
+                                       .bs = absl::MakeConstSpan(bs.data(), m.bs.size()),
+                                       .row_scale = m.row_scale,
+                                       .gathered = m.gathered},
+                                      nan, r);
+    }
+    return kernels::MatmulReduceScatter(v,
+                                        {.a = m.a,
+                                         .rows = m.rows,
+                                         .k = m.k,
+                                         .dtype = dtype,
+                                         .op = static_cast<kernels::ReduceOp>(call.op),
+                                         .b = bs[0],
+                                         .row_scale = m.row_scale},
+                                        nan, r);
   }
 
   const uint32_t* abort_word_;

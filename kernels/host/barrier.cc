@@ -59,44 +59,25 @@ uint32_t AbortValue(const HostCommView& view) {
   return __atomic_load_n(view.abort_word, __ATOMIC_ACQUIRE);
 }
 
-class BarrierWait {
- public:
-  BarrierWait(const HostCommView& view, absl::string_view collective, uint32_t target)
-      : view_(view), collective_(collective), target_(target) {}
-  ~BarrierWait() {
-    if (sleeping_) SleepFlag().store(0, std::memory_order_relaxed);
-  }
-
-  absl::Status WaitFor(int peer);
-
- private:
-  std::atomic_ref<uint32_t> Slot(int peer) const {
-    return std::atomic_ref<uint32_t>(
-        view_.pads[view_.rank][PadSlot(kHostBarrierChannel, peer, view_.world_size)]);
-  }
-  std::atomic_ref<uint32_t> SleepFlag() const {
-    return std::atomic_ref<uint32_t>(
-        view_.pads[view_.rank][PadSlot(kHostSleepChannel, view_.rank, view_.world_size)]);
-  }
-  absl::Status Failure(int peer, bool aborted) const;
-
-  const HostCommView& view_;
-  absl::string_view collective_;
-  uint32_t target_;
-  bool sleeping_ = false;
-  absl::Time last_beat_ = absl::InfinitePast();
-  // The barrier's deadline: the view's, or wait_limit after the first wait that needed the
-  // clock (InfinitePast until then).
-  absl::Time deadline_ = absl::InfinitePast();
-};
-
 // Online CPUs, read once: spinning only pays while every rank can run at the same time.
 int OnlineCpus() {
   static const int cpus = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   return cpus;
 }
 
-absl::Status BarrierWait::WaitFor(int peer) {
+}  // namespace
+
+std::atomic_ref<uint32_t> HostBarrierRound::Slot(int peer) const {
+  return std::atomic_ref<uint32_t>(
+      view_.pads[view_.rank][PadSlot(kHostBarrierChannel, peer, view_.world_size)]);
+}
+
+std::atomic_ref<uint32_t> HostBarrierRound::SleepFlag() const {
+  return std::atomic_ref<uint32_t>(
+      view_.pads[view_.rank][PadSlot(kHostSleepChannel, view_.rank, view_.world_size)]);
+}
+
+absl::Status HostBarrierRound::WaitFor(int peer) {
   std::atomic_ref<uint32_t> slot = Slot(peer);
   const bool spin = view_.world_size <= OnlineCpus();
   // A peer that is a few hundred nanoseconds behind arrives within these spins: no clock.
@@ -146,7 +127,7 @@ absl::Status BarrierWait::WaitFor(int peer) {
   }
 }
 
-absl::Status BarrierWait::Failure(int peer, bool aborted) const {
+absl::Status HostBarrierRound::Failure(int peer, bool aborted) const {
   std::vector<int> missing;
   for (int p = 0; p < view_.world_size; ++p) {
     if (p != view_.rank && !Reached(Slot(p).load(std::memory_order_acquire), target_)) {
@@ -161,6 +142,8 @@ absl::Status BarrierWait::Failure(int peer, bool aborted) const {
   if (aborted) return absl::AbortedError(absl::StrCat(where, ": the daemon aborted the group"));
   return absl::DeadlineExceededError(absl::StrCat(where, ": deadline exceeded"));
 }
+
+namespace {
 
 // Publishes this rank's arrival at barrier `seq` to every peer and wakes sleeping ones.
 void Arrive(const HostCommView& view, uint32_t seq) {
@@ -189,20 +172,30 @@ absl::Status CheckNotAborted(const HostCommView& view, absl::string_view collect
   return absl::OkStatus();
 }
 
-absl::Status HostBarrier(const HostCommView& view, absl::string_view collective) {
-  if (view.world_size == 1) return CheckNotAborted(view, collective);
-  std::atomic_ref<uint32_t> own(
-      view.pads[view.rank][PadSlot(kHostBarrierChannel, view.rank, view.world_size)]);
-  const uint32_t seq = own.load(std::memory_order_relaxed) + 1;
-  own.store(seq, std::memory_order_relaxed);
-  Arrive(view, seq);
-  BarrierWait wait(view, collective, seq);
+HostBarrierRound::HostBarrierRound(const HostCommView& view, absl::string_view collective)
+    : view_(view), collective_(collective) {
+  std::atomic_ref<uint32_t> own(Slot(view.rank));
+  target_ = own.load(std::memory_order_relaxed) + 1;
+  own.store(target_, std::memory_order_relaxed);
+  Arrive(view, target_);
+}
+
+HostBarrierRound::~HostBarrierRound() {
+  if (sleeping_) SleepFlag().store(0, std::memory_order_relaxed);
+}
+
+absl::Status HostBarrierRound::WaitForAll() {
   // Starting after our own rank spreads the first waits of different ranks over different
   // slots; the order does not matter for correctness.
-  for (int i = 1; i < view.world_size; ++i) {
-    RETURN_IF_ERROR(wait.WaitFor((view.rank + i) % view.world_size));
+  for (int i = 1; i < view_.world_size; ++i) {
+    RETURN_IF_ERROR(WaitFor((view_.rank + i) % view_.world_size));
   }
   return absl::OkStatus();
+}
+
+absl::Status HostBarrier(const HostCommView& view, absl::string_view collective) {
+  if (view.world_size == 1) return CheckNotAborted(view, collective);
+  return HostBarrierRound(view, collective).WaitForAll();
 }
 
 }  // namespace commd::kernels

@@ -770,6 +770,10 @@ const Mode kModes[] = {
     {"host_overlapping", HostOverlapping},
     {"host_invalid", HostInvalid},
     {"host_nan_fail", HostNanFail, CheckOnPolicyFail},
+    {"matmul", FusedMatmul, nullptr, size_t{1} << 16},
+    {"matmul_invalid", FusedMatmulInvalid},
+    {"matmul_nan_fail", FusedMatmulNanFail, CheckOnPolicyFail},
+    {"matmul_missing_rank", FusedMatmulMissingRank},
 };
 
 const Mode* FindMode(const std::string& name) {

@@ -76,6 +76,11 @@ void ExpectInvalid(Run& run, const char* what, const absl::Status& s, const char
 // Modes (collective_rank.cc).
 void Matrix(Run& run);
 void Large(Run& run);
+// Fused-matmul modes (collective_rank_matmul.cc).
+void FusedMatmul(Run& run);
+void FusedMatmulInvalid(Run& run);
+void FusedMatmulNanFail(Run& run);
+void FusedMatmulMissingRank(Run& run);
 // Host-memory modes (collective_rank_host.cc).
 void HostMatrix(Run& run);
 void HostLarge(Run& run);

@@ -140,6 +140,20 @@ class CollectiveTest : public ::testing::TestWithParam<int> {
 TEST_P(CollectiveTest, MatrixMatchesReference) { Run(GetParam(), "matrix"); }
 INSTANTIATE_TEST_SUITE_P(Worlds, CollectiveTest, ::testing::Values(2, 3, 4, 8));
 
+// The fused matmuls (async tensor parallelism) against the unfused float64 reference: every
+// type, odd shapes, several Bs, 3-D A with row scales, the gathered A on request, sum and avg.
+class FusedMatmulTest : public CollectiveTest {};
+TEST_P(FusedMatmulTest, MatchesTheUnfusedReference) { Run(GetParam(), "matmul"); }
+INSTANTIATE_TEST_SUITE_P(Worlds, FusedMatmulTest, ::testing::Values(2, 3, 4));
+// Bad calls get INVALID_ARGUMENT naming the value and the range; the group stays usable.
+TEST_F(FusedMatmulTest, InvalidCallsGiveClearErrors) { Run(3, "matmul_invalid"); }
+TEST_F(FusedMatmulTest, NanInAShardUnderPolicyFailGivesDataLossOnEveryRank) {
+  Run(2, "matmul_nan_fail");
+}
+TEST_F(FusedMatmulTest, ARankThatNeverArrivesIsNamedAtTheDeadline) {
+  Run(3, "matmul_missing_rank");
+}
+
 // The overloads on ordinary host memory (a symmetric buffer as the staging area): the same
 // matrix against the reference, reading and writing the user's memory (all-reduce out of
 // place and in place).

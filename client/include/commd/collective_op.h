@@ -29,6 +29,10 @@ enum class CollectiveOp {
   kAllReduceCoalesced,
   kAllGatherCoalesced,
   kReduceScatterCoalesced,
+  // The fused matmuls (Group::AllGatherMatmul, MatmulReduceScatter): SDK calls only, recorded
+  // as kAllGather and kReduceScatter, never ring op codes.
+  kAllGatherMatmul,
+  kMatmulReduceScatter,
 };
 
 }  // namespace commd

@@ -101,6 +101,15 @@ struct CoalescedTensor {
   DataType dtype = DataType::kFloat32;
 };
 
+// One right-hand matrix of a fused matmul (Group::AllGatherMatmul, MatmulReduceScatter) and
+// its output: this process's memory, row-major, in the call's type.
+struct MatmulB {
+  const void* data = nullptr;        // k x n
+  size_t n = 0;                      // columns, 1 to 2^31 - 1
+  void* out = nullptr;               // the call's output (its shape: see the call)
+  const float* col_scale = nullptr;  // n scales: out[i][j] *= col_scale[j]; null: none
+};
+
 // One symmetric allocation: a buffer per rank, each laid out [signal pad | data], every rank
 // mapping every other's. Unmapped on destruction (the daemon frees the memory once every rank
 // released it).
@@ -230,6 +239,40 @@ class COMMD_API Group {
   // Many tensors of `buf` reduced in place as one collective (one barrier pair, one entry).
   absl::Status AllReduceCoalesced(SymmetricBuffer& buf, const std::vector<CoalescedTensor>& tensors,
                                   ReduceOp op, const CollectiveOptions& options = {});
+
+  // Fused compute and communication over symmetric memory (async tensor parallelism), host
+  // groups; float32, float16 and bfloat16, accumulated in float32 by OpenBLAS's sgemm.
+  //
+  // AllGatherMatmul: A's rows are sharded across the ranks; this rank's shard, `rows` x `k`
+  // (leading dimensions flattened), is at the start of `a`. For every B (1 to 8 of them),
+  // B.out = allgather(A) @ B.data, (world_size * rows) x B.n, shard p's rows at p * rows.
+  // Each rank multiplies every shard where it lies in its owner's buffer: its own first,
+  // before waiting for anyone, then its peers' in ring order (rank + 1, rank + 2, ...) as
+  // soon as each has entered the call. Nothing is gathered unless `gathered` is given
+  // ((world_size * rows) x k, filled as a side product). `row_scale` (this shard's `rows`
+  // floats, or null) and each B's col_scale scale the output: out[i][j] = (A @ B)[i][j] *
+  // row_scale[i] * col_scale[j], the row scales following A's (flattened) rows. With row
+  // scales, `a` also holds them after the shard (at its byte size rounded up to 64).
+  //
+  // MatmulReduceScatter: A is this process's `rows` x `k` (rows a multiple of world_size);
+  // b.out receives this rank's rows / world_size rows of the sum (kSum) or mean (kAvg) over
+  // ranks of A @ B (scaled as above, row_scale having `rows` floats). Each rank multiplies
+  // each destination's rows, its own last, and sgemm writes the fp32 partial product straight
+  // into that destination's part of `workspace` (at least rows x n x 4 bytes per rank), which
+  // the destination reduces in rank order.
+  //
+  // Errors as for the other collectives (INVALID_ARGUMENT naming the value and the allowed
+  // range before anything is touched; the call check across ranks, which compares the shapes
+  // and whether scales are used; NaN policy over A; ABORTED; DEADLINE_EXCEEDED naming the
+  // ranks that never came). Each records one flight-recorder entry, an all_gather or a
+  // reduce_scatter of A's [rows, k] into the output's [rows, n]. CUDA groups: UNIMPLEMENTED.
+  absl::Status AllGatherMatmul(SymmetricBuffer& a, size_t rows, size_t k, DataType dtype,
+                               const std::vector<MatmulB>& bs, const float* row_scale = nullptr,
+                               void* gathered = nullptr, const CollectiveOptions& options = {});
+  absl::Status MatmulReduceScatter(const void* a, size_t rows, size_t k, DataType dtype,
+                                   const MatmulB& b, ReduceOp op, SymmetricBuffer& workspace,
+                                   const float* row_scale = nullptr,
+                                   const CollectiveOptions& options = {});
 
   // Records collectives that run elsewhere (e.g. NCCL) into this rank's flight recorder.
   Recorder& recorder();
