@@ -1,5 +1,6 @@
 // Groups, symmetric buffers and persistent buffers: the SDK side of daemon-owned memory.
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -106,6 +107,12 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   }
   ASSIGN_OR_RETURN(auto maps, impl_->MapBuffers({&state->joined.control_block()}, -1));
   state->control_block = std::move(maps[0]);
+  // Fault the block's pages in now, writable: otherwise the ring's first pass takes a page
+  // fault every few entries, which doubled the SDK's per-call cost over a group's first
+  // ~10,000 collectives (docs/PERFORMANCE.md "Issue #17"). Best effort (Linux 5.14+); the
+  // memory is the block the daemon already allocated and counted.
+  ::madvise(state->control_block->data(), state->joined.control_block().mapped_bytes(),
+            MADV_POPULATE_WRITE);
   auto recorder = std::make_unique<Recorder::Impl>();
   state->recorder_impl = recorder.get();
   ASSIGN_OR_RETURN(
