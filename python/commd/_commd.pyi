@@ -137,6 +137,18 @@ class Group:
                    dtype: _DType | None = None, *, timeout: float | None = None,
                    nan_check: str | None = None, nan_sample_period: int = 100, cuda_stream: int = 0,
                    staging: SymmetricBuffer | None = None) -> NanFinding: ...
+    def all_gather_matmul(self, shard: SymmetricBuffer | TensorView, rows: int, k: int,
+                          bs: Sequence[Any], outs: Sequence[Any], dtype: _DType | None = None, *,
+                          row_scale: Any = None, col_scales: Sequence[Any | None] | None = None,
+                          gathered: Any = None, timeout: float | None = None,
+                          nan_check: str | None = None,
+                          nan_sample_period: int = 100) -> NanFinding: ...
+    def matmul_reduce_scatter(self, a: Any, rows: int, k: int, b: Any, out: Any,
+                              workspace: SymmetricBuffer, op: str = "sum",
+                              dtype: _DType | None = None, *, row_scale: Any = None,
+                              col_scale: Any = None, timeout: float | None = None,
+                              nan_check: str | None = None,
+                              nan_sample_period: int = 100) -> NanFinding: ...
     def record(self, op: str, inputs: Iterable[Any] = ..., outputs: Iterable[Any] = ..., *,
                peer: int = -1, timeout_ms: int = 0) -> Any: ...
     def close(self) -> None: ...

@@ -283,6 +283,7 @@ class ProcessGroupCommd(_C10dBackend):
         self._group = group if device == "host" else _OnCurrentStream(group)
         self._staging = _Staging(self._group, opts.chunk_bytes)
         self._symmetric: list[tuple[int, int, SymmetricBuffer]] = []  # (start, end, buffer)
+        self._fused: dict[int, SymmetricBuffer] = {}  # the fused matmuls' buffers, by role
 
     def _on_device(self, op: str, tensors: Sequence[Any]) -> "ProcessGroupCommd":
         """The backend that runs `op` on these tensors: this one for CPU tensors, the CUDA
@@ -312,6 +313,16 @@ class ProcessGroupCommd(_C10dBackend):
     def commd_group(self) -> Group:
         """The commd group behind this process group."""
         return self._group
+
+    def _fused_buffer(self, role: int, nbytes: int) -> SymmetricBuffer:
+        """The fused matmuls' symmetric buffer `role` (0: A's shard, 1: the workspace), grown
+        to `nbytes` when smaller. Collective like the calls that use it: every rank asks for
+        the same sizes in the same order, so every rank grows it at the same call."""
+        buf = self._fused.get(role)
+        if buf is None or buf.size < nbytes:
+            self._fused.pop(role, None)
+            buf = self._fused[role] = self._group.allocate_symmetric(nbytes)
+        return buf
 
     # -- symmetric tensors (zero copy) -------------------------------------------------
 
@@ -796,3 +807,5 @@ def empty(shape: Sequence[int] | int, *, dtype: torch.dtype = torch.float32,
 
 
 dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+
+from commd._fused import fused_all_gather_matmul, fused_matmul_reduce_scatter  # noqa: E402,F401

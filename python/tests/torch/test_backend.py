@@ -119,3 +119,12 @@ except RuntimeError as e:
         text=True, timeout=120)
     assert code.returncode == 0, code.stderr
     assert "WORLD_SIZE=4" in code.stdout and "LOCAL_WORLD_SIZE=2" in code.stdout, code.stdout
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_fused_matmul_against_the_unfused_reference(daemon, tmp_path, world):
+    code, results = torchrun(daemon, tmp_path, "fused_matmul", world)
+    assert code == 0
+    for r in results:
+        assert r["checked"] == 25, r  # 3 dtypes x 2 dims x 4 checks, and the MLP
+        assert "not a multiple of the world size" in r["refused"], r

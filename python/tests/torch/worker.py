@@ -304,8 +304,65 @@ def bad_arguments(out_dir: str) -> None:
     write(out_dir, {"local": seen, "mismatch": seen_mismatch})
 
 
+def _operand(rank: int, tag: int, shape) -> torch.Tensor:
+    """Quarters in [-1, 1]: exact in every floating type, products exact in float32."""
+    n = 1
+    for s in shape:
+        n *= s
+    return (inputs(rank * 31 + tag, n, -4, 4) / 4).reshape(shape)
+
+
+def fused_matmul(out_dir: str) -> None:
+    """commd.torch.fused_all_gather_matmul / fused_matmul_reduce_scatter against the unfused
+    float64 reference, every dtype, gather/scatter along dim 0 and 1 of a 3-D A, row-wise
+    (reshaped with A) and column-wise scales; then a tensor-parallel nn.Linear pair."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    checked = 0
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for dim in (0, 1):
+            shards = [_operand(r, 1, (2, 3, 16)) for r in range(world)]
+            bs = [_operand(rank, 2, (16, 5)), _operand(rank, 3, (16, 7))]
+            a_scale = 1 + (torch.arange(6, dtype=torch.float64) % 3).reshape(2, 3, 1) / 2
+            b_scale = torch.tensor([0.5, 1.0] * 2 + [2.0], dtype=torch.float64)
+            a_all, outs = ct.fused_all_gather_matmul(
+                shards[rank].to(dtype), [b.to(dtype) for b in bs], dim,
+                A_scale=a_scale.to(dtype), B_scales=[b_scale, None])
+            gathered = torch.cat(shards, dim)
+            scales = torch.cat([a_scale] * world, dim)
+            check(a_all, gathered, dtype, f"gathered A dim {dim}")
+            check(outs[0], (gathered @ bs[0]) * scales * b_scale, dtype, f"A@B0 dim {dim}")
+            check(outs[1], (gathered @ bs[1]) * scales, dtype, f"A@B1 dim {dim}")
+            # matmul + reduce-scatter: A's size along `dim` a multiple of the world size.
+            shape = (2 * world, 3, 16) if dim == 0 else (2, 3 * world, 16)
+            a_of = [_operand(r, 4, shape) for r in range(world)]
+            b_of = [_operand(r, 5, (16, 6)) for r in range(world)]
+            got = ct.fused_matmul_reduce_scatter(a_of[rank].to(dtype), b_of[rank].to(dtype),
+                                                 "avg", dim)
+            total = sum(a @ b for a, b in zip(a_of, b_of)) / world
+            check(got, total.chunk(world, dim)[rank], dtype, f"reduce-scatter dim {dim}")
+            checked += 4
+    # Tensor parallel MLP: column-parallel up (gather the token shards), row-parallel down
+    # (reduce-scatter back to token shards), against the dense layer pair.
+    torch.manual_seed(0)
+    up, down = torch.nn.Linear(16, 8 * world, bias=False), torch.nn.Linear(8 * world, 16, bias=False)
+    x = torch.randn(4 * world, 16)
+    w_up = up.weight.detach().chunk(world, 0)[rank]      # (8, 16): this rank's columns of up
+    w_down = down.weight.detach().chunk(world, 1)[rank]  # (16, 8): this rank's rows of down
+    _, (h,) = ct.fused_all_gather_matmul(x.chunk(world, 0)[rank], [w_up.t()], 0, return_A=False)
+    y = ct.fused_matmul_reduce_scatter(torch.relu(h), w_down.t(), "sum", 0)
+    with torch.no_grad():
+        dense = down(torch.relu(up(x)))
+    torch.testing.assert_close(y, dense.chunk(world, 0)[rank], rtol=1e-5, atol=1e-5)
+    try:
+        ct.fused_matmul_reduce_scatter(torch.ones(world + 1, 4), torch.ones(4, 2), "sum", 0)
+        refused = ""
+    except ValueError as e:
+        refused = str(e)
+    write(out_dir, {"checked": checked + 1, "refused": refused})
+
+
 SCENARIOS = {f.__name__: f for f in (ops_matrix, coalesced, ddp, fsdp, hang, nan, death,
-                                     bad_arguments)}
+                                     bad_arguments, fused_matmul)}
 
 
 def main() -> None:
