@@ -321,6 +321,7 @@ std::vector<v1::GroupHealth> Watchdog::Health(const groups::GroupSelector& filte
     h.set_job_id(t.info.job_id);
     h.set_uid(t.info.uid);
     h.set_group(t.info.name);
+    h.set_description(t.info.description);
     h.set_state(t.state);
     h.set_policy(PolicyOf(t.info));
     if (t.last) *h.mutable_last_diagnosis() = *t.last;

@@ -260,6 +260,16 @@ TEST_F(GroupsTest, HostileAndDisagreeingDescriptionsAreRefused) {
   ASSERT_TRUE(groups.ok()) << groups.status();
   ASSERT_EQ(groups->groups_size(), 1);
   EXPECT_EQ(groups->groups(0).description(), "default_pg");
+  // And the watchdog's view: `commctl health` says which group torch meant.
+  auto health = (*c)->GetHealth("g");
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(health->groups_size(), 1);
+  EXPECT_EQ(health->groups(0).description(), "default_pg");
+  ProcessResult shown = RunProcess(
+      {COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job", "job", "health"});
+  EXPECT_EQ(shown.exit_code, 0) << shown.output;
+  EXPECT_THAT(shown.output, HasSubstr("DESCRIPTION"));
+  EXPECT_THAT(shown.output, ::testing::ContainsRegex("job +g +default_pg +ok"));
 }
 
 TEST_F(GroupsTest, SymmetricSizeMismatchFailsEveryRank) {

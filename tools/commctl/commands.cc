@@ -84,8 +84,8 @@ absl::Status Groups(const GlobalOptions& options, std::ostream& out) {
 
 std::string FormatHealth(const v1::GetHealthResponse& health) {
   if (health.groups().empty()) return "no groups\n";
-  std::string out = absl::StrFormat("%-24s %-16s %-8s %-10s %s\n", "JOB", "GROUP", "STATE",
-                                    "POLICY", "DIAGNOSIS");
+  std::string out = absl::StrFormat("%-24s %-16s %-16s %-8s %-10s %s\n", "JOB", "GROUP",
+                                    "DESCRIPTION", "STATE", "POLICY", "DIAGNOSIS");
   for (const v1::GroupHealth& g : health.groups()) {
     std::string state = v1::GroupHealthState_Name(g.state());
     absl::AsciiStrToLower(&state);
@@ -106,8 +106,8 @@ std::string FormatHealth(const v1::GetHealthResponse& health) {
                       reason < kAbortReasonCount ? AbortReasonWords(reason) : g.abort_reason(),
                       "]");
     }
-    absl::StrAppendFormat(&out, "%-24s %-16s %-8s %-10s %s\n", g.job_id(), g.group(), state, policy,
-                          diagnosis);
+    absl::StrAppendFormat(&out, "%-24s %-16s %-16s %-8s %-10s %s\n", g.job_id(), g.group(),
+                          g.description(), state, policy, diagnosis);
   }
   return out;
 }
