@@ -48,6 +48,20 @@ def run(fn: Callable[..., Any], world: int, runtime_dir: str, job: str, *args: A
 
 
 
+def refusals(messages: list[str]) -> Callable[[str, Callable[[], Any]], None]:
+    """expect(needle, fn): fn() must raise commd.InvalidArgumentError whose message contains
+    `needle`; the message is appended to `messages`."""
+    def expect(needle: str, fn: Callable[[], Any]) -> None:
+        import commd
+        import pytest
+
+        with pytest.raises(commd.InvalidArgumentError) as e:
+            fn()
+        assert needle in str(e.value), str(e.value)
+        messages.append(str(e.value))
+    return expect
+
+
 def views(buf, dtype: str, shape, offset: int = 0, rank=None):
     """(typed view for the collectives, view numpy can hold): bfloat16 is held as its uint16
     bits, numpy having no bfloat16."""
