@@ -240,10 +240,6 @@ absl::Status Launch(const kernels::CudaCommView& v, const CheckedCall& c, kernel
     case CollectiveOp::kAllToAll:
       st = kernels::LaunchAllToAll(v, in, call.out->data(), call.count, dtype, nan, stream);
       break;
-    case CollectiveOp::kAllGatherMatmul:
-    case CollectiveOp::kMatmulReduceScatter:
-      return absl::UnimplementedError(
-          "the fused matmuls run on host groups only in this SDK (no cuBLAS path yet)");
     default:
       return absl::UnimplementedError(absl::StrCat(
           RecordOpTorchName(static_cast<uint32_t>(call.kind)), " has no CUDA kernel in this SDK"));
@@ -378,6 +374,11 @@ class CudaBackend : public CollectiveBackend {
   // earlier call.
   absl::Status Run(const CheckedCall& c, CollectiveEntry& entry) override {
     const CollectiveOptions& options = *c.call.options;
+    if (c.call.matmul != nullptr) {  // before anything is made or enqueued
+      return absl::UnimplementedError(absl::StrCat(
+          "group ", entry.group().name(),
+          ": the fused matmuls run on host groups only in this SDK (no cuBLAS path yet)"));
+    }
     RETURN_IF_ERROR(CheckSupported(entry, options));
     if (state_ == nullptr) {
       ASSIGN_OR_RETURN(state_, CreateCudaGroupState(device_, &entry.recorder_impl()));
