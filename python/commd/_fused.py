@@ -56,6 +56,20 @@ def _col_scale(op: str, scale: torch.Tensor | None, n: int):
     return _host(scale.to(torch.float32).contiguous().reshape(-1))
 
 
+def _shard_buffer(backend, a: torch.Tensor, rows: int, scaled: bool):
+    """The symmetric buffer the shard is multiplied from: the one `a` already starts (a tensor
+    of commd.torch.empty, moved to dim 0 without a copy), when it has room for the row scales
+    after the shard; else the backend's own, with `a` copied in."""
+    nbytes = a.numel() * a.element_size()
+    need = (nbytes + 63) // 64 * 64 + rows * 4 if scaled else nbytes
+    for lo, hi, buf in backend._symmetric:
+        if a.data_ptr() == lo and need <= hi - lo:
+            return buf
+    shard = backend._fused_buffer(0, need)
+    torch.from_dlpack(shard)[:nbytes].copy_(a.reshape(-1).view(torch.uint8))
+    return shard
+
+
 def fused_all_gather_matmul(A_shard: torch.Tensor, Bs: Sequence[torch.Tensor],  # noqa: N803
                             gather_dim: int = 0, group: dist.ProcessGroup | None = None, *,
                             return_A: bool = True,  # noqa: N803
@@ -65,7 +79,8 @@ def fused_all_gather_matmul(A_shard: torch.Tensor, Bs: Sequence[torch.Tensor],  
     """(all_gather(A_shard, gather_dim) if return_A else None, [all_gather(A_shard) @ B for B
     in Bs]), with no gathered copy of A unless return_A: each rank multiplies every shard
     where it lies in the commd group's symmetric memory, its own first. A_shard (..., k) is
-    copied once into a symmetric buffer of the group; each B is (k, n). Scaled form:
+    used in place when it is a tensor of commd.torch.empty (and gather_dim is its first
+    dimension), else copied once into a symmetric buffer of the group; each B is (k, n). Scaled form:
     A_scale row-wise (A_shard's leading shape), B_scales[i] column-wise (n) or None:
     out = (A @ B) * A_scale * B_scale. Collective: every rank calls it with the same shapes."""
     op = "fused_all_gather_matmul"
@@ -80,8 +95,7 @@ def fused_all_gather_matmul(A_shard: torch.Tensor, Bs: Sequence[torch.Tensor],  
             raise ValueError(f"commd {op}: Bs[{i}] has shape {tuple(b.shape)}; ({k}, n) needed")
     if B_scales is not None and len(B_scales) != len(Bs):
         raise ValueError(f"commd {op}: {len(B_scales)} B_scales for {len(Bs)} Bs")
-    shard = backend._fused_buffer(0, rows * k * a.element_size() + 64 + rows * 4)
-    torch.from_dlpack(shard)[:a.numel() * a.element_size()].copy_(a.reshape(-1).view(torch.uint8))
+    shard = _shard_buffer(backend, a, rows, A_scale is not None)
     outs = [torch.empty((world * rows, b.shape[1]), dtype=a.dtype) for b in Bs]
     gathered = torch.empty((world * rows, k), dtype=a.dtype) if return_A else None
     backend.commd_group.all_gather_matmul(

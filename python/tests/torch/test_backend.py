@@ -126,5 +126,5 @@ def test_fused_matmul_against_the_unfused_reference(daemon, tmp_path, world):
     code, results = torchrun(daemon, tmp_path, "fused_matmul", world)
     assert code == 0
     for r in results:
-        assert r["checked"] == 25, r  # 3 dtypes x 2 dims x 4 checks, and the MLP
+        assert r["checked"] == 26, r  # 3 dtypes x 2 dims x 4 checks, in place, the MLP
         assert "not a multiple of the world size" in r["refused"], r

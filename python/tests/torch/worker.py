@@ -318,6 +318,15 @@ def fused_matmul(out_dir: str) -> None:
     (reshaped with A) and column-wise scales; then a tensor-parallel nn.Linear pair."""
     rank, world = dist.get_rank(), dist.get_world_size()
     checked = 0
+    # A shard already in commd memory (commd.torch.empty) is multiplied in place: no copy.
+    sym = ct.empty((2, 3, 16))
+    sym.copy_(_operand(rank, 6, (2, 3, 16)))
+    b0 = _operand(rank, 7, (16, 4))
+    _, (got,) = ct.fused_all_gather_matmul(sym, [b0.float()], 0, return_A=False)
+    check(got, torch.cat([_operand(r, 6, (2, 3, 16)) for r in range(world)]) @ b0,
+          torch.float32, "in-place shard")
+    assert 0 not in ct.backend_of()._fused, "the shard was copied into the backend's buffer"
+    checked += 1
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for dim in (0, 1):
             shards = [_operand(r, 1, (2, 3, 16)) for r in range(world)]
