@@ -86,8 +86,9 @@ absl::Status HostBarrierRound::WaitFor(int peer) {
     CpuRelax();
   }
   const absl::Time start = absl::Now();
-  if (deadline_ == absl::InfinitePast())
+  if (deadline_ == absl::InfinitePast()) {
     deadline_ = std::min(view_.deadline, start + view_.wait_limit);
+  }
   if (spin) {
     const absl::Time spin_until = std::min(start + kSpinTime, deadline_);
     for (int i = 1;; ++i) {

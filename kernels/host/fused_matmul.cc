@@ -218,7 +218,7 @@ absl::Status AllGatherMatmul(const HostCommView& view, const AllGatherMatmulArgs
 
   if (view.world_size == 1) {
     multiply(0);
-    return absl::OkStatus();
+    return CheckCalls(view, CollectiveOp::kAllGather, result);  // the NaN finding
   }
   HostBarrierRound ready(view, name);  // this shard and its scales are ready
   multiply(view.rank);                 // overlaps the peers' arrival
@@ -296,6 +296,7 @@ absl::Status MatmulReduceScatter(const HostCommView& view, const MatmulReduceSca
     RETURN_IF_ERROR(HostBarrier(view, name));  // every partial product is in place
   } else {
     multiply_for(0);
+    RETURN_IF_ERROR(CheckCalls(view, CollectiveOp::kReduceScatter, result));  // the NaN finding
   }
   // Reduce this rank's slots in rank order. No closing barrier: a peer writes into this
   // region again only after this rank arrives in the next call.

@@ -144,7 +144,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, CollectiveTest, ::testing::Values(2, 3, 4, 8));
 // type, odd shapes, several Bs, 3-D A with row scales, the gathered A on request, sum and avg.
 class FusedMatmulTest : public CollectiveTest {};
 TEST_P(FusedMatmulTest, MatchesTheUnfusedReference) { Run(GetParam(), "matmul"); }
-INSTANTIATE_TEST_SUITE_P(Worlds, FusedMatmulTest, ::testing::Values(2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(Worlds, FusedMatmulTest, ::testing::Values(1, 2, 3, 4));
 // Bad calls get INVALID_ARGUMENT naming the value and the range; the group stays usable.
 TEST_F(FusedMatmulTest, InvalidCallsGiveClearErrors) { Run(3, "matmul_invalid"); }
 TEST_F(FusedMatmulTest, NanInAShardUnderPolicyFailGivesDataLossOnEveryRank) {
