@@ -14,8 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "commd/commd.h"
+#include "commd/v1/store.grpc.pb.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_process.h"
 
@@ -307,6 +310,29 @@ TEST_F(ClusterTest, OneStoreForTheJobOnEveryNode) {
 
   // Another job's store, on either node, is another store.
   EXPECT_EQ(Connect(*b, "other")->store().Get("addr").status().code(), absl::StatusCode::kNotFound);
+}
+
+// The cluster store takes no call without a session: a raw gRPC caller with no token, or a
+// made-up one, is UNAUTHENTICATED and writes nothing into etcd.
+TEST_F(ClusterTest, StoreCallsWithoutASessionAreUnauthenticated) {
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b);
+  if (HasFatalFailure()) return;
+  auto channel = grpc::CreateChannel(absl::StrCat("unix:", a->runtime_dir(), "/commd.sock"),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Store::NewStub(channel);
+  for (const std::string token : {"", "0123456789abcdef0123456789abcdef"}) {
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("commd-session", token);
+    v1::SetRequest set;
+    set.set_key("stolen");
+    set.set_value("x");
+    v1::SetResponse out;
+    const grpc::Status s = stub->Set(&ctx, set, &out);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
+    EXPECT_THAT(s.error_message(), HasSubstr(token.empty() ? "no session token" : "unknown"));
+  }
+  EXPECT_EQ(Connect(*b)->store().Get("stolen").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(ClusterTest, StoreLimitsHoldAcrossNodes) {
