@@ -6,7 +6,7 @@
 set -euo pipefail
 out=$(BUILD_DIR=$1 TRAINER=${2:-$1/examples/trainer} "$(dirname "$0")/demo.sh" 2>&1) || { echo "$out"; echo "FAIL: demo.sh failed"; exit 1; }
 fail() { echo "$out"; echo "FAIL: $*"; exit 1; }
-grep -Eq '^demo +dp +hung +report +lagging: group dp: rank\(s\) \[2\] never entered' <<<"$out" ||
+grep -Eq '^demo +dp +undefined +hung +report +lagging: group dp: rank\(s\) \[2\] never entered' <<<"$out" ||
   fail "commctl health does not show dp hung with rank 2 behind"
 grep -q 'ranks behind: \[2\]' <<<"$out" || fail "the dump's diagnosis does not name rank 2"
 grep -q 'dp/rank2.json: .* nccl:all_reduce completed' <<<"$out" || fail "no dump of rank 2"
