@@ -268,7 +268,7 @@ TEST_F(GroupsTest, HostileAndDisagreeingDescriptionsAreRefused) {
   ProcessResult shown = RunProcess(
       {COMMCTL_BINARY, "--runtime-dir", daemon_->runtime_dir(), "--job", "job", "health"});
   EXPECT_EQ(shown.exit_code, 0) << shown.output;
-  EXPECT_THAT(shown.output, HasSubstr("DESCRIPTION"));
+  EXPECT_THAT(shown.output, HasSubstr("DESC"));
   EXPECT_THAT(shown.output, ::testing::ContainsRegex("job +g +default_pg +ok"));
 }
 

@@ -84,8 +84,8 @@ absl::Status Groups(const GlobalOptions& options, std::ostream& out) {
 
 std::string FormatHealth(const v1::GetHealthResponse& health) {
   if (health.groups().empty()) return "no groups\n";
-  std::string out = absl::StrFormat("%-24s %-16s %-16s %-8s %-10s %s\n", "JOB", "GROUP",
-                                    "DESCRIPTION", "STATE", "POLICY", "DIAGNOSIS");
+  std::string out = absl::StrFormat("%-24s %-16s %-16s %-8s %-10s %s\n", "JOB", "GROUP", "DESC",
+                                    "STATE", "POLICY", "DIAGNOSIS");
   for (const v1::GroupHealth& g : health.groups()) {
     std::string state = v1::GroupHealthState_Name(g.state());
     absl::AsciiStrToLower(&state);
