@@ -260,8 +260,13 @@ TEST_F(GroupsTest, HostileAndDisagreeingDescriptionsAreRefused) {
   ASSERT_TRUE(groups.ok()) << groups.status();
   ASSERT_EQ(groups->groups_size(), 1);
   EXPECT_EQ(groups->groups(0).description(), "default_pg");
-  // And the watchdog's view: `commctl health` says which group torch meant.
+  // And the watchdog's view: `commctl health` says which group torch meant (the watchdog
+  // picks a new group up on its next poll).
   auto health = (*c)->GetHealth("g");
+  for (int i = 0; i < 200 && absl::IsNotFound(health.status()); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    health = (*c)->GetHealth("g");
+  }
   ASSERT_TRUE(health.ok()) << health.status();
   ASSERT_EQ(health->groups_size(), 1);
   EXPECT_EQ(health->groups(0).description(), "default_pg");
