@@ -18,6 +18,7 @@
 
 #include "absl/time/clock.h"
 #include "bench/floor.h"
+#include "bench/rank_processes.h"
 #include "commd/commd.h"
 #include "tests/integration/daemon_process.h"
 
@@ -63,19 +64,8 @@ void MeasureWorld(const std::string& dir, int world, int iterations) {
   auto* stamps =
       static_cast<Stamp*>(::mmap(nullptr, sizeof(Stamp) * world * iterations,
                                  PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) RunRank(dir, r, world, iterations, stamps);
-    pids.push_back(pid);
-  }
-  bool ok = true;
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  }
-  if (!ok) {
+  if (!commd::bench::RunRankProcesses(world,
+                                      [&](int r) { RunRank(dir, r, world, iterations, stamps); })) {
     std::printf("%d ranks: a rank failed\n", world);
     return;
   }

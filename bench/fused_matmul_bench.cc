@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "bench/rank_processes.h"
 #include "commd/commd.h"
 #include "tests/integration/daemon_process.h"
 
@@ -156,19 +157,8 @@ int main(int argc, char** argv) {
   auto* times =
       static_cast<double*>(::mmap(nullptr, sizeof(double) * s.rounds * kVariants,
                                   PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  std::vector<pid_t> pids;
-  for (int r = 0; r < s.ranks; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) RunRank((*daemon)->runtime_dir(), r, s, times);
-    pids.push_back(pid);
-  }
-  bool ok = true;
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  }
-  if (!ok) {
+  const std::string dir = (*daemon)->runtime_dir();
+  if (!commd::bench::RunRankProcesses(s.ranks, [&](int r) { RunRank(dir, r, s, times); })) {
     std::fprintf(stderr, "fused_matmul_bench: a rank failed\n");
     return 1;
   }
