@@ -11,15 +11,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "commd/commd.h"
+#include "commd/v1/health.grpc.pb.h"
 #include "commd/v1/node.grpc.pb.h"
 #include "common/grpc_status.h"
 #include "common/unix_socket.h"
 #include "gmock/gmock.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/daemon_process.h"
+#include "tests/integration/raw_grpc.h"
 
 namespace commd::testing {
 namespace {
@@ -126,18 +126,21 @@ TEST_F(DaemonClientTest, LongNamesAreInvalidArgumentWithACutEcho) {
 }
 
 TEST_F(DaemonClientTest, CallsWithoutAValidTokenAreUnauthenticated) {
-  auto channel = grpc::CreateChannel(absl::StrCat("unix:", daemon_->runtime_dir(), "/commd.sock"),
-                                     grpc::InsecureChannelCredentials());
-  auto stub = v1::Node::NewStub(channel);
-  for (const std::string token : {"", "0123456789abcdef0123456789abcdef"}) {
-    grpc::ClientContext ctx;
-    if (!token.empty()) ctx.AddMetadata("commd-session", token);
-    v1::NodeStatus out;
-    const grpc::Status s = stub->GetStatus(&ctx, {}, &out);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << token;
-    EXPECT_THAT(s.error_message(), HasSubstr(token.empty() ? "no session token" : "unknown"));
-  }
+  auto channel = RawChannel(daemon_->runtime_dir());
+  auto node = v1::Node::NewStub(channel);
+  EXPECT_EQ(UnauthenticatedProblems([&](grpc::ClientContext& ctx) {
+              v1::NodeStatus out;
+              return node->GetStatus(&ctx, {}, &out);
+            }),
+            "");
   EXPECT_EQ(Metric(R"(commd_rpc_errors_total{code="UNAUTHENTICATED",method="GetStatus"})"), 2);
+  // The health of groups (their descriptions included) is no more open.
+  auto health = v1::Health::NewStub(channel);
+  EXPECT_EQ(UnauthenticatedProblems([&](grpc::ClientContext& ctx) {
+              v1::GetHealthResponse out;
+              return health->GetHealth(&ctx, {}, &out);
+            }),
+            "");
 }
 
 TEST_F(DaemonClientTest, NoDaemonIsUnavailableNamingTheSocket) {

@@ -277,6 +277,43 @@ TEST_F(GroupsTest, HostileAndDisagreeingDescriptionsAreRefused) {
   EXPECT_THAT(shown.output, ::testing::ContainsRegex("job +g +default_pg +ok"));
 }
 
+// Another uid's client of the same job id sees none of the group's health, description
+// included (groups belong to their (uid, job)).
+TEST(GroupHealthIsolationTest, AnotherUidSeesNoHealthOfTheGroup) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid (setpriv)";
+  TempDir tmp;
+  // uid 65534 must reach the sockets: the test's dir is searchable and the daemon gives its
+  // runtime dir and sockets to group nogroup, uid 65534's group.
+  ASSERT_EQ(::chmod(tmp.path().c_str(), 0755), 0);
+  auto daemon = StartDaemonWithConfig(tmp, "socket_group: \"nogroup\"");
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  auto client = Client::Connect({.runtime_dir = (*daemon)->runtime_dir(), .job_id = "job"});
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto group =
+      (*client)->JoinGroup({.name = "g", .rank = 0, .world_size = 1, .description = "secret_pg"});
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto health = (*client)->GetHealth("g");
+  for (int i = 0; i < 200 && absl::IsNotFound(health.status()); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    health = (*client)->GetHealth("g");
+  }
+  ASSERT_TRUE(health.ok()) << health.status();  // the owner sees it
+  auto as_nobody = [&](std::vector<std::string> args) {
+    args.insert(args.begin(),
+                {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                 COMMCTL_BINARY, "--runtime-dir", (*daemon)->runtime_dir(), "--job", "job"});
+    return RunProcess(args, absl::Seconds(30));
+  };
+  ProcessResult all = as_nobody({"health"});
+  EXPECT_EQ(all.exit_code, 0) << all.output;
+  EXPECT_THAT(all.output, HasSubstr("no groups"));
+  EXPECT_THAT(all.output, ::testing::Not(HasSubstr("secret_pg")));
+  ProcessResult one = as_nobody({"health", "--group", "g"});
+  EXPECT_NE(one.exit_code, 0);
+  EXPECT_THAT(one.output, HasSubstr("NOT_FOUND"));
+  EXPECT_THAT(one.output, ::testing::Not(HasSubstr("secret_pg")));
+}
+
 TEST_F(GroupsTest, SymmetricSizeMismatchFailsEveryRank) {
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < 2; ++i) clients.push_back(*Connect());
