@@ -165,6 +165,24 @@ void Daemon::StartCluster(const store::StoreLimits& limits) {
   cluster_store_ = std::make_unique<cluster::ClusterStore>(
       cluster_.get(), limits, absl::Milliseconds(config_.cluster().job_lease_ttl_ms()),
       timers_.get());
+  // One dump for a job across its nodes: this node's dumps of one job are announced, and the
+  // other nodes' announcements dump this node's ranks of the job (queued, charged to the uid).
+  job_dumps_ = std::make_unique<cluster::JobDumps>(
+      cluster_.get(), cluster::JobDumpsOptions{},
+      [this](const cluster::RemoteDump& d) {
+        auto r = group_dumps_->DumpGroups(
+            groups::GroupSelector{.job = std::make_pair(d.uid, d.job_id), .group = d.group},
+            d.trigger, d.diagnosis, {.dump_id = d.dump_id});
+        if (r.ok()) {
+          COMMD_LOG(INFO, "recorder") << "dumping job " << d.job_id << " under " << d.dump_id
+                                      << " (" << d.trigger << " on node " << d.node << ")";
+        } else if (!absl::IsNotFound(r.status())) {  // no ranks of that job here: nothing to do
+          COMMD_LOG(WARNING, "recorder") << "dump " << d.dump_id << " of job " << d.job_id
+                                         << " from node " << d.node << ": " << r.status();
+        }
+      },
+      &metrics_->registry());
+  group_dumps_->set_publisher(job_dumps_.get());
 }
 
 absl::Status Daemon::StartServers() {
@@ -318,6 +336,10 @@ void Daemon::Shutdown(absl::Duration grace) {
   if (watchdog_ != nullptr) watchdog_->Stop();
   if (watchdog_ != nullptr && metrics_ != nullptr) metrics_->Unregister(watchdog_->group_metrics());
   // The cluster's waits end and its etcd calls drain before the timers and sessions go.
+  if (job_dumps_ != nullptr) {
+    group_dumps_->set_publisher(nullptr);
+    job_dumps_->Stop();
+  }
   if (cluster_store_ != nullptr) cluster_store_->Shutdown();
   if (cluster_ != nullptr) cluster_->Stop();
   loop_.reset();
@@ -336,6 +358,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   persistent_.reset();
   store_.reset();
   cluster_store_.reset();
+  job_dumps_.reset();
   cluster_.reset();
   dumper_.reset();
   table_.reset();

@@ -232,6 +232,10 @@ absl::StatusOr<v1::DumpResponse> Client::Dump(const std::string& group, const st
   request.set_group(group);
   request.set_job_id(job);
   request.set_all_jobs(all_jobs);
+  return Dump(request);
+}
+
+absl::StatusOr<v1::DumpResponse> Client::Dump(const v1::DumpRequest& request) {
   v1::DumpResponse response;
   RETURN_IF_ERROR(
       FromGrpcStatus(impl_->recorder->Dump(impl_->Context().get(), request, &response)));

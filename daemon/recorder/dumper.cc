@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
@@ -45,6 +47,20 @@ absl::Status WriteAtomically(const std::string& dir, const std::string& name,
 std::string FileSafe(const std::string& name) { return absl::StrReplaceAll(name, {{"/", "_"}}); }
 
 }  // namespace
+
+std::string NewDumpId(const std::string& trigger, const std::string& node) {
+  std::string id = absl::StrCat(
+      absl::FormatTime("%Y%m%dT%H%M%E3SZ", absl::Now(), absl::UTCTimeZone()), "-", trigger);
+  if (!node.empty()) absl::StrAppend(&id, "-", node);
+  // A job id's alphabet, so that an id read back from etcd can be checked with ValidateJobId.
+  for (char& c : id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-' &&
+        c != ':') {
+      c = '_';
+    }
+  }
+  return id.substr(0, kMaxDumpIdBytes);
+}
 
 std::string DefaultDumpDir() {
   if (const char* state = std::getenv("STATE_DIRECTORY"); state != nullptr && *state != '\0') {
@@ -115,12 +131,14 @@ Dumper::~Dumper() {
   worker_.join();
 }
 
-void Dumper::DumpLater(std::string trigger, std::vector<DumpSource> sources,
-                       std::optional<nlohmann::json> diagnosis) {
+absl::Status Dumper::DumpLater(std::string trigger, std::vector<DumpSource> sources,
+                               std::optional<nlohmann::json> diagnosis, std::string dump_id) {
   // Sources come from one group, hence one uid; refusing here also bounds the queue.
-  if (!sources.empty() && !Admit(sources.front().uid, trigger).ok()) return;
+  if (!sources.empty()) RETURN_IF_ERROR(Admit(sources.front().uid, trigger));
   absl::MutexLock lock(&queue_mu_);
-  queue_.push_back({std::move(trigger), std::move(sources), std::move(diagnosis)});
+  queue_.push_back(
+      {std::move(trigger), std::move(sources), std::move(diagnosis), std::move(dump_id)});
+  return absl::OkStatus();
 }
 
 void Dumper::RunQueue() {
@@ -136,22 +154,28 @@ void Dumper::RunQueue() {
       next = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (auto r = Dump(next.trigger, next.sources, next.diagnosis); !r.ok()) {
+    if (auto r = Dump(next.trigger, next.sources, next.diagnosis, next.dump_id); !r.ok()) {
       COMMD_LOG(WARNING, "recorder") << next.trigger << " dump failed: " << r.status();
     }
   }
 }
 
 absl::StatusOr<std::string> Dumper::NewDumpDirectory(const std::string& job,
-                                                     const std::string& trigger) {
-  const std::string base = absl::StrCat(
-      options_.dump_dir, "/", job, "/",
-      absl::FormatTime("%Y%m%dT%H%M%E3SZ", absl::Now(), absl::UTCTimeZone()), "-", trigger);
+                                                     const std::string& trigger,
+                                                     const std::string& dump_id) {
+  const std::string base = absl::StrCat(options_.dump_dir, "/", job, "/",
+                                        dump_id.empty() ? NewDumpId(trigger, "") : dump_id);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(base).parent_path(), ec);
   if (ec) {
     return absl::PermissionDeniedError(
         absl::StrCat("cannot create dump directory under ", options_.dump_dir, ": ", ec.message()));
+  }
+  if (!dump_id.empty()) {
+    // One dump of a job across nodes: the other nodes' files may be there already (a shared
+    // dump_dir); rank files are named by global rank, so they never collide.
+    if (::mkdir(base.c_str(), 0750) == 0 || errno == EEXIST) return base;
+    return ErrnoStatus(errno, absl::StrCat("mkdir ", base));
   }
   // Never overwrite: a second dump in the same millisecond gets a suffix.
   for (int n = 0; n < 1000; ++n) {
@@ -163,19 +187,19 @@ absl::StatusOr<std::string> Dumper::NewDumpDirectory(const std::string& job,
 }
 
 absl::StatusOr<std::string> Dumper::JobDirectory(const DumpSource& src, const std::string& trigger,
-                                                 JobDirs* dirs) {
+                                                 const std::string& dump_id, JobDirs* dirs) {
   absl::MutexLock lock(&dirs->mu);
   std::string& dir = dirs->by_job[{src.uid, src.job_id}];
   if (dir.empty()) {
-    ASSIGN_OR_RETURN(dir, NewDumpDirectory(src.job_id, trigger));
+    ASSIGN_OR_RETURN(dir, NewDumpDirectory(src.job_id, trigger, dump_id));
   }
   return dir;
 }
 
-void Dumper::KeepWithinShare(uid_t uid, const std::string& job, const std::string& dir,
-                             uint64_t bytes) {
+void Dumper::KeepWithinShare(uid_t uid, Kept dump) {
   std::deque<Kept>& kept = kept_[uid];
-  kept.push_back({job, dir, bytes});
+  const std::string job = dump.job;
+  kept.push_back(std::move(dump));
   uint64_t total = 0;
   for (const Kept& k : kept) total += k.bytes;
   while (total > options_.dump_bytes_per_uid && kept.size() > 1) {
@@ -183,8 +207,18 @@ void Dumper::KeepWithinShare(uid_t uid, const std::string& job, const std::strin
     auto victim =
         std::find_if(kept.begin(), kept.end() - 1, [&](const Kept& k) { return k.job == job; });
     if (victim == kept.end() - 1) victim = kept.begin();
+    // Only the files this daemon wrote: on a dump_dir that nodes share, the directory of a dump
+    // that spans nodes holds the other nodes' files too. Directories go once empty.
     std::error_code ec;
-    std::filesystem::remove_all(victim->dir, ec);
+    std::set<std::filesystem::path> dirs;
+    for (const std::string& f : victim->files) {
+      std::error_code file_ec;
+      std::filesystem::remove(f, file_ec);
+      if (file_ec && !ec) ec = file_ec;
+      dirs.insert(std::filesystem::path(f).parent_path());
+    }
+    for (const auto& d : dirs) ::rmdir(d.c_str());
+    ::rmdir(victim->dir.c_str());
     if (ec) {
       COMMD_LOG(WARNING, "recorder")
           << "cannot delete old dump " << victim->dir << ": " << ec.message();
@@ -202,9 +236,9 @@ void Dumper::KeepWithinShare(uid_t uid, const std::string& job, const std::strin
   }
 }
 
-absl::Status Dumper::DumpRank(const std::string& trigger, const DumpSource& src,
-                              const std::optional<nlohmann::json>& diagnosis, JobDirs* dirs,
-                              RankOutcome* out) {
+absl::Status Dumper::DumpRank(const std::string& trigger, const std::string& dump_id,
+                              const DumpSource& src, const std::optional<nlohmann::json>& diagnosis,
+                              JobDirs* dirs, RankOutcome* out) {
   // From record 0: only the slots a rank wrote are read, so a dump does not fault the rest
   // of a fresh ring into the daemon's memory.
   absl::StatusOr<RingSnapshot> snapshot =
@@ -214,7 +248,7 @@ absl::Status Dumper::DumpRank(const std::string& trigger, const DumpSource& src,
                                    << src.group << ": " << snapshot.status();
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(const std::string dir, JobDirectory(src, trigger, dirs));
+  ASSIGN_OR_RETURN(const std::string dir, JobDirectory(src, trigger, dump_id, dirs));
   const std::string group_dir = absl::StrCat(dir, "/", FileSafe(src.group));
   if (::mkdir(group_dir.c_str(), 0750) != 0 && errno != EEXIST) {
     return ErrnoStatus(errno, absl::StrCat("mkdir ", group_dir));
@@ -248,7 +282,8 @@ absl::Status Dumper::DumpRank(const std::string& trigger, const DumpSource& src,
 
 absl::StatusOr<DumpResult> Dumper::Dump(const std::string& trigger,
                                         const std::vector<DumpSource>& sources,
-                                        const std::optional<nlohmann::json>& diagnosis) {
+                                        const std::optional<nlohmann::json>& diagnosis,
+                                        const std::string& dump_id) {
   absl::MutexLock lock(&mu_);
   // Ranks are independent (shared memory in, one file each out), so each worker reads,
   // encodes and writes whole ranks: at most one rank's text per worker is held at a time.
@@ -261,7 +296,7 @@ absl::StatusOr<DumpResult> Dumper::Dump(const std::string& trigger,
     std::atomic<size_t> next{0};
     auto work = [&] {
       for (size_t i = next++; i < sources.size(); i = next++) {
-        statuses[i] = DumpRank(trigger, sources[i], diagnosis, &dirs, &outcomes[i]);
+        statuses[i] = DumpRank(trigger, dump_id, sources[i], diagnosis, &dirs, &outcomes[i]);
       }
     };
     std::vector<std::thread> threads;
@@ -283,9 +318,10 @@ absl::StatusOr<DumpResult> Dumper::Dump(const std::string& trigger,
       std::error_code ec;
       const auto size = std::filesystem::file_size(f, ec);
       if (!ec) k.bytes += size;
+      k.files.push_back(f);
     }
   }
-  for (const auto& [dir, k] : written) KeepWithinShare(owner[dir], k.job, k.dir, k.bytes);
+  for (auto& [dir, k] : written) KeepWithinShare(owner[dir], std::move(k));
   DumpResult result;
   for (size_t i = 0; i < sources.size(); ++i) {
     RETURN_IF_ERROR(statuses[i]);

@@ -1,6 +1,8 @@
 // Writes flight-recorder dumps: one JSON file per rank (PyTorch's flight-recorder schema,
 // version 2.10, plus a `commd` object), optionally a pickle beside each that torchfrtrace
-// reads, in dump_dir/<job>/<UTC time>-<trigger>/<group>/.
+// reads, in dump_dir/<job>/<dump id>/<group>/. The dump id is <UTC time>-<trigger> unless the
+// caller names one: a dump of a job that spans nodes carries the id its first node minted, so
+// that every node's files of it sit in directories of the same name (docs/cluster.md).
 //
 //   ASSIGN_OR_RETURN(DumpResult r, dumper.Dump("request", sources, std::nullopt));
 //
@@ -48,6 +50,8 @@ struct DumpSource {
 };
 
 struct DumpResult {
+  std::string dump_id;                   // when the caller named it, or the dump was announced
+  bool announced = false;                // announced to the job's other nodes (GroupDumps)
   std::vector<std::string> directories;  // one per job dumped
   std::vector<std::string> files;
   uint64_t entries = 0;
@@ -65,6 +69,13 @@ struct DumperOptions {
   uint64_t dump_bytes_per_uid = uint64_t{2} << 30;
 };
 
+// A dump's id, which names its directory: <UTC time to the ms>-<trigger>, then -<node> when
+// the dump spans nodes; at most kMaxDumpIdBytes of a job id's alphabet (common/names.h). Two
+// dumps in the same millisecond get the same id: callers that need distinct ones tell them
+// apart. Not pure (reads the clock).
+inline constexpr size_t kMaxDumpIdBytes = 128;
+std::string NewDumpId(const std::string& trigger, const std::string& node);
+
 // dump_dir when the config names none: $STATE_DIRECTORY/dumps under systemd, else
 // /var/lib/commd/dumps as root, else $XDG_STATE_HOME (or ~/.local/state)/commd/dumps.
 std::string DefaultDumpDir();
@@ -75,9 +86,12 @@ class Dumper {
 
   ~Dumper();  // finishes the queued dumps
 
+  // `dump_id` empty: the dumper names the directory. A named directory that exists already
+  // (the same dump on a dump_dir that nodes share) is written into.
   absl::StatusOr<DumpResult> Dump(const std::string& trigger,
                                   const std::vector<DumpSource>& sources,
-                                  const std::optional<nlohmann::json>& diagnosis);
+                                  const std::optional<nlohmann::json>& diagnosis,
+                                  const std::string& dump_id = "");
 
   // Takes one dump from `uid`'s rate (limits.per_uid.dumps_per_minute, dump_burst), or
   // returns RESOURCE_EXHAUSTED saying when the next is allowed; a refusal is logged and
@@ -87,14 +101,16 @@ class Dumper {
 
   // Queues a dump for the dumper's own thread, so whoever noticed (a rank's death on the event
   // loop, the watchdog) never waits on encoding or disks. It is charged to the uid of the
-  // sources' group (Admit); a refused or failed dump is logged.
-  void DumpLater(std::string trigger, std::vector<DumpSource> sources,
-                 std::optional<nlohmann::json> diagnosis = std::nullopt);
+  // sources' group (Admit): a refusal is returned (and logged), a failed dump is logged.
+  absl::Status DumpLater(std::string trigger, std::vector<DumpSource> sources,
+                         std::optional<nlohmann::json> diagnosis = std::nullopt,
+                         std::string dump_id = "");
 
   const std::string& dump_dir() const { return options_.dump_dir; }
 
  private:
-  absl::StatusOr<std::string> NewDumpDirectory(const std::string& job, const std::string& trigger);
+  absl::StatusOr<std::string> NewDumpDirectory(const std::string& job, const std::string& trigger,
+                                               const std::string& dump_id);
 
   // The directory of each job in one dump, made by the first rank of the job that needs it.
   struct JobDirs {
@@ -109,15 +125,20 @@ class Dumper {
     uint64_t invalid_entries = 0;
   };
   absl::StatusOr<std::string> JobDirectory(const DumpSource& src, const std::string& trigger,
-                                           JobDirs* dirs);
+                                           const std::string& dump_id, JobDirs* dirs);
   // Records a dump directory written for (uid, job), then deletes the uid's oldest dumps (the
   // same job's first) while its dumps exceed dump_bytes_per_uid. The newest is always kept.
-  void KeepWithinShare(uid_t uid, const std::string& job, const std::string& dir, uint64_t bytes)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct Kept {
+    std::string job;
+    std::string dir;
+    uint64_t bytes = 0;
+    std::vector<std::string> files;  // what this daemon wrote there
+  };
+  void KeepWithinShare(uid_t uid, Kept dump) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads, encodes and writes one rank. A block that does not read is logged and skipped.
-  absl::Status DumpRank(const std::string& trigger, const DumpSource& src,
-                        const std::optional<nlohmann::json>& diagnosis, JobDirs* dirs,
-                        RankOutcome* out);
+  absl::Status DumpRank(const std::string& trigger, const std::string& dump_id,
+                        const DumpSource& src, const std::optional<nlohmann::json>& diagnosis,
+                        JobDirs* dirs, RankOutcome* out);
 
   const DumperOptions options_;
   prometheus::Family<prometheus::Counter>* dumps_;
@@ -125,11 +146,6 @@ class Dumper {
   prometheus::Family<prometheus::Counter>* refused_;
   prometheus::Counter* evicted_;
   absl::Mutex mu_;  // one dump at a time: they share directories and counters
-  struct Kept {
-    std::string job;
-    std::string dir;
-    uint64_t bytes = 0;
-  };
   // The dumps this daemon wrote and still keeps, oldest first, by uid.
   std::map<uid_t, std::deque<Kept>> kept_ ABSL_GUARDED_BY(mu_);
 
@@ -144,6 +160,7 @@ class Dumper {
     std::string trigger;
     std::vector<DumpSource> sources;
     std::optional<nlohmann::json> diagnosis;
+    std::string dump_id;
   };
   void RunQueue();
   absl::Mutex queue_mu_;

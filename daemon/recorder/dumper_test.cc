@@ -117,7 +117,8 @@ TEST_F(DumperTest, RateIsPerUidAndNamesItsFields) {
             std::string::npos);
   EXPECT_TRUE(dumper->Admit(1002, "request").ok());
   // An automatic dump over the rate is dropped, not queued.
-  dumper->DumpLater("rank_death", {Source(1001, "a")});
+  EXPECT_EQ(dumper->DumpLater("rank_death", {Source(1001, "a")}).code(),
+            absl::StatusCode::kResourceExhausted);
   dumper.reset();  // finishes what was queued
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/a"));
 }

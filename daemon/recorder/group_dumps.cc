@@ -1,8 +1,10 @@
 #include "daemon/recorder/group_dumps.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/names.h"
 #include "common/status_macros.h"
 
@@ -49,6 +51,17 @@ absl::StatusOr<DumpResult> GroupDumps::DumpGroups(const groups::GroupSnapshot& g
   return DumpSources(DumpSourcesOf(group), group.name, trigger, std::move(diagnosis), how);
 }
 
+std::string GroupDumps::MintDumpId(const std::string& trigger) {
+  std::string id = NewDumpId(trigger, publisher_->node_name());
+  absl::MutexLock lock(&mint_mu_);
+  if (id != last_minted_) {
+    last_minted_ = id;
+    repeats_ = 0;
+    return id;
+  }
+  return absl::StrCat(id, "-", ++repeats_ + 1);
+}
+
 absl::StatusOr<DumpResult> GroupDumps::DumpSources(std::vector<DumpSource> sources,
                                                    const std::string& group,
                                                    const std::string& trigger,
@@ -58,12 +71,41 @@ absl::StatusOr<DumpResult> GroupDumps::DumpSources(std::vector<DumpSource> sourc
     return absl::NotFoundError(absl::StrCat(
         "no formed group", group.empty() ? "" : " " + QuoteForError(group), " to dump"));
   }
-  if (!how.now) {
-    dumper_->DumpLater(trigger, std::move(sources), std::move(diagnosis));
-    return DumpResult{};
+  const bool one_job = std::all_of(sources.begin(), sources.end(), [&](const DumpSource& s) {
+    return s.uid == sources.front().uid && s.job_id == sources.front().job_id;
+  });
+  const bool announce = publisher_ != nullptr && how.dump_id.empty() && !how.local_only && one_job;
+  if (announce) how.dump_id = MintDumpId(trigger);
+  DumpResult result;
+  // Charged before it is announced: a refused dump is not announced either, so a uid's dump
+  // rate bounds what it can make the other nodes write. A dump written now is announced once
+  // its files are written, so a failed one announces nothing.
+  if (how.now) {
+    if (how.charge) RETURN_IF_ERROR(dumper_->Admit(*how.charge, trigger));
+    absl::StatusOr<DumpResult> written = dumper_->Dump(trigger, sources, diagnosis, how.dump_id);
+    if (!written.ok()) return written.status();
+    result = std::move(*written);
+  } else {
+    RETURN_IF_ERROR(dumper_->DumpLater(trigger, sources, diagnosis, how.dump_id));
   }
-  if (how.charge) RETURN_IF_ERROR(dumper_->Admit(*how.charge, trigger));
-  return dumper_->Dump(trigger, sources, diagnosis);
+  result.dump_id = how.dump_id;
+  result.announced = announce;
+  if (announce) {
+    auto done = how.announced ? std::move(how.announced) : [id = how.dump_id](absl::Status s) {
+      if (!s.ok()) {
+        COMMD_LOG(WARNING, "recorder")
+            << "dump " << id << " not announced to the job's other nodes: " << s;
+      }
+    };
+    publisher_->Publish({.uid = sources.front().uid,
+                         .job_id = sources.front().job_id,
+                         .group = group,
+                         .trigger = trigger,
+                         .dump_id = how.dump_id,
+                         .diagnosis = std::move(diagnosis)},
+                        std::move(done));
+  }
+  return result;
 }
 
 }  // namespace commd::recorder

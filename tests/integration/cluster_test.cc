@@ -7,6 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -18,6 +21,7 @@
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/daemon_process.h"
 #include "tests/integration/raw_grpc.h"
 
@@ -133,7 +137,7 @@ cluster {
 }
 )",
                                             extra_config);
-    auto d = StartDaemonWithConfig(*dir, config);
+    auto d = StartDaemonWithConfig(*dir, config, {"--dump-dir", dir->Join("dumps")});
     EXPECT_TRUE(d.ok()) << d.status();
     if (!d.ok()) return nullptr;
     dirs_.push_back(std::move(dir));
@@ -147,7 +151,12 @@ cluster {
     *b = StartNode("node-b", extra_config);
     ASSERT_NE(*a, nullptr);
     ASSERT_NE(*b, nullptr);
-    ASSERT_TRUE(Eventually([&] { return Connected(**a) && Connected(**b); }));
+    // Connected, and watching for the job dumps the other node announces.
+    ASSERT_TRUE(Eventually([&] {
+      return Connected(**a) && Connected(**b) &&
+             MetricValue(**a, "commd_cluster_job_dumps_watching") == 1 &&
+             MetricValue(**b, "commd_cluster_job_dumps_watching") == 1;
+    }));
   }
   static bool Connected(const DaemonProcess& d) {
     return MetricValue(d, "commd_cluster_connected") == 1;
@@ -169,6 +178,41 @@ cluster {
   }
   std::string NodeKey(const std::string& node) const {
     return absl::StrCat(kPrefix, "/nodes/", node);
+  }
+  // The node's dump_dir (StartNode puts it beside the runtime dir).
+  static std::string DumpDir(const DaemonProcess& d) {
+    return std::filesystem::path(d.runtime_dir()).parent_path() / "dumps";
+  }
+  // The files of dump `id` of job "job" on node `d`, as group/file names, once there are
+  // `count` (or a minute has passed).
+  static std::vector<std::string> DumpFiles(const DaemonProcess& d, const std::string& id,
+                                            size_t count) {
+    std::vector<std::string> files;
+    Eventually(
+        [&] {
+          files.clear();
+          std::error_code ec;
+          const std::filesystem::path dir = std::filesystem::path(DumpDir(d)) / "job" / id;
+          for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+               !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+            if (it->is_regular_file()) {
+              files.push_back(std::filesystem::relative(it->path(), dir).string());
+            }
+          }
+          std::sort(files.begin(), files.end());
+          return files.size() >= count;
+        },
+        absl::Seconds(60));
+    return files;
+  }
+  // A group of one rank on `d` with global rank `global_rank`, after one barrier.
+  static std::unique_ptr<Group> OneRankGroup(Client& client, int global_rank) {
+    auto g =
+        client.JoinGroup({.name = "g", .rank = 0, .world_size = 1, .global_rank = global_rank});
+    EXPECT_TRUE(g.ok()) << g.status();
+    if (!g.ok()) return nullptr;
+    EXPECT_TRUE((*g)->Barrier().ok());
+    return std::move(*g);
   }
 
   TempDir tmp_{"commd-cluster"};
@@ -407,6 +451,175 @@ TEST_F(ClusterTest, JobKeysGoWhenTheLastRankOnEveryNodeHasLeft) {
   on_b.reset();
   EXPECT_TRUE(Eventually([&] { return etcd_->Keys(absl::StrCat(kPrefix, "/jobs/")).empty(); }));
   EXPECT_TRUE(etcd_->Keys(absl::StrCat(kPrefix, "/usage/")).empty());
+}
+
+// One dump for the job: a dump of the job asked on node A is announced in etcd, and node B
+// dumps its ranks of the job under the same id; `commctl fr collect` puts both nodes' files
+// into one folder per group, which `commctl fr export` converts for torchfrtrace.
+TEST_F(ClusterTest, AJobDumpAskedOnOneNodeIsDumpedOnEveryNodeUnderOneId) {
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b);
+  if (HasFatalFailure()) return;
+  auto on_a = Connect(*a);
+  auto on_b = Connect(*b);
+  auto other_job = Connect(*b, "other");
+  auto g0 = OneRankGroup(*on_a, 0);
+  auto g1 = OneRankGroup(*on_b, 1);
+  auto other = OneRankGroup(*other_job, 7);
+  ASSERT_TRUE(g0 && g1 && other);
+
+  const ProcessResult dump = RunProcess(
+      {COMMCTL_BINARY, "--runtime-dir", a->runtime_dir(), "--json", "dump", "--job", "job"});
+  ASSERT_EQ(dump.exit_code, 0) << dump.output;
+  const nlohmann::json response = nlohmann::json::parse(dump.output, nullptr, false);
+  ASSERT_TRUE(response.is_object()) << dump.output;
+  EXPECT_EQ(response["announced"], true) << dump.output;
+  EXPECT_EQ(response["announce_error"], "") << dump.output;
+  const std::string id = response["dump_id"];
+  EXPECT_THAT(id, ::testing::MatchesRegex("[0-9]{8}T[0-9.]+Z-request-node-a"));
+  EXPECT_THAT(etcd_->Keys(absl::StrCat(kPrefix, "/dumps/")),
+              ::testing::ElementsAre(absl::StrCat(kPrefix, "/dumps/0/job/", id)));
+  EXPECT_THAT(DumpFiles(*a, id, 1), ::testing::ElementsAre("g/rank0.json"));
+  EXPECT_THAT(DumpFiles(*b, id, 1), ::testing::ElementsAre("g/rank1.json"));
+  // Node B's other job was not dumped.
+  EXPECT_FALSE(std::filesystem::exists(DumpDir(*b) + "/other")) << b->Log();
+  EXPECT_GE(MetricValue(*a, "commd_cluster_job_dumps_total{event=\"published\"}"), 1);
+  EXPECT_GE(MetricValue(*b, "commd_cluster_job_dumps_total{event=\"received\"}"), 1);
+
+  // Collected from both nodes' dump dirs (as copied from each node), then exported.
+  const std::string out = tmp_.Join("collected");
+  const ProcessResult collect = RunProcess(
+      {COMMCTL_BINARY, "fr", "collect", "--dump-id", id, "--out", out, DumpDir(*a), DumpDir(*b)});
+  ASSERT_EQ(collect.exit_code, 0) << collect.output;
+  EXPECT_THAT(collect.output, HasSubstr("from 2 directories"));
+  EXPECT_THAT(collect.output, HasSubstr("group g: global ranks 0-1 (2 of 2)"));
+  const ProcessResult exported =
+      RunProcess({COMMCTL_BINARY, "fr", "export", "--in", out + "/g", "--out", tmp_.Join("torch")});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_TRUE(std::filesystem::exists(tmp_.Join("torch/nccl_trace_rank_0")));
+  EXPECT_TRUE(std::filesystem::exists(tmp_.Join("torch/nccl_trace_rank_1")));
+
+  // --local: this node only, nothing announced.
+  const ProcessResult local = RunProcess(
+      {COMMCTL_BINARY, "--runtime-dir", a->runtime_dir(), "dump", "--job", "job", "--local"});
+  ASSERT_EQ(local.exit_code, 0) << local.output;
+  EXPECT_THAT(local.output, ::testing::Not(HasSubstr("dump id")));
+  EXPECT_EQ(etcd_->Keys(absl::StrCat(kPrefix, "/dumps/")).size(), 1u);
+}
+
+// A watchdog finding on node A (rank 1 of its group never enters a collective) is a dump of
+// the job on every node, under one id that names the finding and the node.
+TEST_F(ClusterTest, AHangFoundOnOneNodeIsDumpedOnEveryNodeUnderOneId) {
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b, "watchdog { poll_interval_ms: 20 }\n");
+  if (HasFatalFailure()) return;
+  auto on_b = Connect(*b);
+  auto g2 = OneRankGroup(*on_b, 2);
+  ASSERT_NE(g2, nullptr);
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    auto c = ChildProcess::Start(
+        {WATCHDOG_RANK, "g", std::to_string(r), "2", "notify", "1000", "lag", "3", "1", "0"},
+        {"COMMD_RUNTIME_DIR=" + a->runtime_dir(), "COMMD_JOB_ID=job"});
+    ASSERT_TRUE(c.ok()) << c.status();
+    ranks.push_back(std::move(*c));
+  }
+  ASSERT_TRUE(ranks[0]->WaitForLog("CALLBACK ABORTED", absl::Seconds(60))) << ranks[0]->Log();
+  // The dump's id, from node B's dump dir: the only one it has.
+  std::string id;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator(DumpDir(*b) + "/job", ec)) {
+          id = e.path().filename().string();
+        }
+        return !id.empty();
+      },
+      absl::Seconds(60)))
+      << b->Log();
+  EXPECT_THAT(id, ::testing::MatchesRegex("[0-9]{8}T[0-9.]+Z-hang-lagging-node-a"));
+  EXPECT_THAT(DumpFiles(*a, id, 2), ::testing::ElementsAre("g/rank0.json", "g/rank1.json"));
+  EXPECT_THAT(DumpFiles(*b, id, 1), ::testing::ElementsAre("g/rank2.json"));
+  // Node B's file carries node A's diagnosis.
+  std::ifstream in(DumpDir(*b) + "/job/" + id + "/g/rank2.json");
+  const nlohmann::json rank2 = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(rank2.is_object());
+  EXPECT_EQ(rank2["commd"]["diagnosis"]["kind"], "LAGGING") << rank2["commd"].dump();
+  EXPECT_EQ(rank2["commd"]["diagnosis"]["ranks_behind"], nlohmann::json::array({1}));
+  const ProcessResult collect = RunProcess({COMMCTL_BINARY, "fr", "collect", "--dump-id", id,
+                                            "--out", tmp_.Join("all"), DumpDir(*a), DumpDir(*b)});
+  ASSERT_EQ(collect.exit_code, 0) << collect.output;
+  EXPECT_THAT(collect.output, HasSubstr("group g: global ranks 0-2 (3 of 3)"));
+}
+
+// With etcd gone, a job dump is still written on the node, and commctl says the other nodes
+// were not asked, naming etcd's endpoint.
+TEST_F(ClusterTest, AJobDumpWithEtcdGoneIsWrittenHereAndSaysTheOthersWereNotAsked) {
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b);
+  if (HasFatalFailure()) return;
+  auto on_a = Connect(*a);
+  auto g0 = OneRankGroup(*on_a, 0);
+  ASSERT_NE(g0, nullptr);
+  etcd_->Kill();
+  ASSERT_TRUE(Eventually([&] { return !Connected(*a); }));
+  const ProcessResult dump =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", a->runtime_dir(), "dump", "--job", "job"});
+  EXPECT_EQ(dump.exit_code, 1) << dump.output;
+  EXPECT_THAT(dump.output, HasSubstr("dumped 1 entries"));
+  EXPECT_THAT(dump.output, HasSubstr("was written on this node only: the job's other nodes were "
+                                     "not asked to dump"));
+  EXPECT_THAT(dump.output, HasSubstr(etcd_->endpoint()));
+  EXPECT_EQ(MetricValue(*a, "commd_cluster_job_dumps_total{event=\"publish_failed\"}"), 1);
+  // The local files are there, under the id it would have announced.
+  std::error_code ec;
+  int dumps = 0;
+  for (const auto& e : std::filesystem::directory_iterator(DumpDir(*a) + "/job", ec)) {
+    EXPECT_TRUE(std::filesystem::exists(e.path() / "g" / "rank0.json")) << e.path();
+    ++dumps;
+  }
+  EXPECT_EQ(dumps, 1);
+}
+
+// A user's job dumps are announced under its uid: another node dumps that uid's job of the
+// name, never root's; and the user's dump rate bounds what it can make the nodes write.
+TEST_F(ClusterTest, AnotherUidsJobDumpTouchesOnlyItsOwnJobAndIsRateLimited) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid (setpriv)";
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b, "limits { per_uid { dumps_per_minute: 1 dump_burst: 2 } }\n");
+  if (HasFatalFailure()) return;
+  auto on_b = Connect(*b);
+  auto roots = OneRankGroup(*on_b, 1);
+  ASSERT_NE(roots, nullptr);
+  // nobody's rank of its job "job" on node A (group g0), held by a client process.
+  auto held = ChildProcess::Start({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                                   "--clear-groups", COMMD_TEST_CLIENT, "join", "1", "hold"},
+                                  {"COMMD_RUNTIME_DIR=" + a->runtime_dir(), "COMMD_JOB_ID=job"});
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_TRUE((*held)->WaitForLog("holding", absl::Seconds(30))) << (*held)->Log();
+  auto as_nobody = [&](std::vector<std::string> args) {
+    args.insert(args.begin(),
+                {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                 COMMCTL_BINARY, "--runtime-dir", a->runtime_dir()});
+    return RunProcess(args, absl::Seconds(30), {"COMMD_JOB_ID=job"});
+  };
+  for (int i = 0; i < 2; ++i) {
+    const ProcessResult r = as_nobody({"dump", "--job", "job"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("dump id "));
+  }
+  const ProcessResult over = as_nobody({"dump", "--job", "job"});
+  EXPECT_EQ(over.exit_code, 1) << over.output;
+  EXPECT_THAT(over.output, HasSubstr("RESOURCE_EXHAUSTED"));
+  EXPECT_THAT(over.output, HasSubstr("limits.per_uid.dumps_per_minute"));
+  // Two announcements, both under uid 65534; root's job "job" on node B was never dumped.
+  const std::vector<std::string> keys = etcd_->Keys(absl::StrCat(kPrefix, "/dumps/"));
+  EXPECT_EQ(keys.size(), 2u);
+  for (const std::string& k : keys)
+    EXPECT_THAT(k, ::testing::StartsWith(absl::StrCat(kPrefix, "/dumps/65534/job/")));
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_FALSE(std::filesystem::exists(DumpDir(*b) + "/job")) << b->Log();
+  EXPECT_EQ(MetricValue(*b, "commd_cluster_job_dumps_total{event=\"received\"}"), 2);
 }
 
 }  // namespace

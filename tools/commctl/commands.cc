@@ -15,6 +15,7 @@
 #include "format/pickle_writer.h"
 #include "format/topology_text.h"
 #include "google/protobuf/util/json_util.h"
+#include "tools/commctl/fr_collect.h"
 
 namespace commd::ctl {
 namespace {
@@ -136,12 +137,40 @@ absl::Status Abort(const GlobalOptions& options, std::ostream& out) {
 absl::Status Dump(const GlobalOptions& options, std::ostream& out) {
   ASSIGN_OR_RETURN(auto client, ConnectFor(options));
   // As root, no --job means every job; a user dumps the job it names (its own namespace).
-  const bool all = options.job.empty() && ::geteuid() == 0;
-  ASSIGN_OR_RETURN(v1::DumpResponse dump, client->Dump(options.group, options.job, all));
+  v1::DumpRequest request;
+  request.set_group(options.group);
+  request.set_job_id(options.job);
+  request.set_all_jobs(options.job.empty() && ::geteuid() == 0);
+  request.set_local_only(options.local);
+  ASSIGN_OR_RETURN(v1::DumpResponse dump, client->Dump(request));
   std::string text = absl::StrCat("dumped ", dump.entries(), " entries (", dump.invalid_entries(),
                                   " invalid) into ", dump.files_size(), " file(s):\n");
   for (const std::string& f : dump.files()) absl::StrAppend(&text, "  ", f, "\n");
-  return Print(options, dump, text, out);
+  if (dump.announced()) {
+    absl::StrAppend(&text, "dump id ", dump.dump_id(),
+                    ": every node with ranks of the job dumps them under it; gather them with\n"
+                    "  commctl fr collect --dump-id ",
+                    dump.dump_id(), " --out DIR DUMP_DIR...\n");
+  }
+  RETURN_IF_ERROR(Print(options, dump, text, out));
+  if (!dump.announce_error().empty()) {
+    return absl::UnavailableError(absl::StrCat("dump ", dump.dump_id(),
+                                               " was written on this node only: the job's other "
+                                               "nodes were not asked to dump: ",
+                                               dump.announce_error()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FrCollect(const GlobalOptions& options, const std::vector<std::string>& sources,
+                       std::ostream& out) {
+  if (options.dump_id.empty() || options.out_dir.empty() || sources.empty()) {
+    return absl::InvalidArgumentError(
+        "fr collect needs --dump-id ID, --out DIR and at least one source directory");
+  }
+  ASSIGN_OR_RETURN(CollectResult result, CollectDump(sources, options.dump_id, options.out_dir));
+  out << FormatCollect(result, options.dump_id, options.out_dir);
+  return absl::OkStatus();
 }
 
 // Converts a dump directory's JSON files (rank<N>.json, any depth) into the pickles
@@ -196,9 +225,11 @@ Commands:
   status    daemon version, uptime, sessions, groups, memory in use, CUDA
   topo      GPU/NIC link matrix (nvidia-smi topo -m vocabulary) and classification
   groups    groups with their state, ranks and processes (all jobs when run as root)
-  dump [--job J] [--group G]
+  dump [--job J] [--group G] [--local]
             write a flight-recorder dump of the formed groups into the daemon's dump dir
-            (as root without --job: every job)
+            (as root without --job: every job). With a cluster, a dump of one job is
+            announced: every node with ranks of the job dumps them under the dump id
+            printed (--local: this node only)
   health [--job J] [--group G]
             each group's state (ok, suspect, hung, aborted) and the watchdog's last diagnosis
             (as root without --job: every job)
@@ -206,6 +237,10 @@ Commands:
             abort a group: its ranks' collectives fail with ABORTED and TEXT
   fr export --in DIR --out DIR [--format torch]
             convert a dump's JSON files into the pickles PyTorch's torchfrtrace reads
+  fr collect --dump-id ID --out DIR SOURCE...
+            put every node's files of one dump into DIR (one folder per group); each
+            SOURCE is a node's dump dir (shared or copied), a job's folder in one, or the
+            dump's folder itself; prints each group's global ranks and the ones missing
 
 Options:
   --runtime-dir DIR   the daemon's runtime dir (default: $COMMD_RUNTIME_DIR, then
@@ -256,6 +291,10 @@ absl::Status ParseArgs(int argc, const char* const* argv, GlobalOptions* options
       ASSIGN_OR_RETURN(options->out_dir, take());
     } else if (arg == "--format") {
       ASSIGN_OR_RETURN(options->format, take());
+    } else if (arg == "--dump-id") {
+      ASSIGN_OR_RETURN(options->dump_id, take());
+    } else if (arg == "--local") {
+      options->local = true;
     } else if (arg == "--reason") {
       ASSIGN_OR_RETURN(options->reason, take());
     } else if (arg.rfind("-", 0) == 0 && arg != "-h" && arg != "--help") {
@@ -272,6 +311,9 @@ absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::str
   if (args.empty()) return absl::InvalidArgumentError("no command given");
   const std::string& command = args[0];
   if (command == "fr" && args.size() == 2 && args[1] == "export") return FrExport(options, out);
+  if (command == "fr" && args.size() >= 2 && args[1] == "collect") {
+    return FrCollect(options, std::vector<std::string>(args.begin() + 2, args.end()), out);
+  }
   if (args.size() > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", command, "' takes no arguments, got '", args[1], "'"));
@@ -282,9 +324,9 @@ absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::str
   if (command == "dump") return Dump(options, out);
   if (command == "health") return Health(options, out);
   if (command == "abort") return Abort(options, out);
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown command '", command,
-                   "'; commands: status, topo, groups, health, abort, dump, fr export"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown command '", command,
+      "'; commands: status, topo, groups, health, abort, dump, fr export, fr collect"));
 }
 
 std::string FormatDuration(int64_t ms) {

@@ -18,6 +18,8 @@ struct GlobalOptions {
   std::string job;    // --job: empty means the client's ($COMMD_JOB_ID or "commctl")
   std::string group;  // --group
   std::string in_dir, out_dir, format;  // fr export
+  std::string dump_id;                  // fr collect --dump-id
+  bool local = false;                   // dump --local: this node only
   std::string reason;                   // abort --reason
 };
 

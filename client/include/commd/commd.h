@@ -62,6 +62,11 @@ class COMMD_API Client {
   // all jobs. Reads shared memory only: works while ranks are stuck or dead.
   absl::StatusOr<v1::DumpResponse> Dump(const std::string& group = "", const std::string& job = "",
                                         bool all_jobs = false);
+  // The same with every field of the request. With a cluster, a dump of one job is announced
+  // to the job's other nodes, which dump their ranks under the response's dump_id (unless
+  // local_only); the call returns once this node's files are written and the announcement is
+  // made or failed (announce_error). Blocks.
+  absl::StatusOr<v1::DumpResponse> Dump(const v1::DumpRequest& request);
 
   // Groups of this job (of every job for uid 0 and the admin group), forming or formed.
   absl::StatusOr<v1::ListGroupsResponse> ListGroups();
