@@ -183,6 +183,8 @@ void Daemon::StartCluster(const store::StoreLimits& limits) {
       },
       &metrics_->registry());
   group_dumps_->set_publisher(job_dumps_.get());
+  // Every node's view of a job's groups: the watchdog writes this node's, health reads them.
+  progress_ = std::make_unique<cluster::ProgressBoard>(cluster_.get(), &metrics_->registry());
 }
 
 absl::Status Daemon::StartServers() {
@@ -249,7 +251,8 @@ absl::Status Daemon::StartServers() {
                                 .heartbeat_timeout = absl::Milliseconds(wd.heartbeat_timeout_ms()),
                                 .max_timeout = absl::Milliseconds(wd.max_collective_timeout_ms()),
                                 .policy = wd.policy(),
-                                .terminate_grace = absl::Milliseconds(wd.terminate_grace_ms())},
+                                .terminate_grace = absl::Milliseconds(wd.terminate_grace_ms()),
+                                .progress = progress_.get()},
       groups_.get(), group_dumps_.get(),
       [service = session_service_.get()](const std::string& token, const v1::SessionEvent& e) {
         return service->Push(token, e);
@@ -257,7 +260,8 @@ absl::Status Daemon::StartServers() {
       &metrics_->registry(), NewRealtimeRecorderClock());
   metrics_->Register(watchdog_->group_metrics());
   watchdog_->Start();
-  health_service_ = std::make_unique<watchdog::HealthService>(rpc_.get(), watchdog_.get());
+  health_service_ =
+      std::make_unique<watchdog::HealthService>(rpc_.get(), watchdog_.get(), progress_.get());
   builder.RegisterService(health_service_.get());
   // Further services register here, each built from rpc_ and its own component.
   grpc_ = builder.BuildAndStart();
@@ -359,6 +363,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   store_.reset();
   cluster_store_.reset();
   job_dumps_.reset();
+  progress_.reset();
   cluster_.reset();
   dumper_.reset();
   table_.reset();

@@ -21,6 +21,7 @@
 #include "daemon/cluster/cluster_store.h"
 #include "daemon/cluster/cluster_store_service.h"
 #include "daemon/cluster/job_dumps.h"
+#include "daemon/cluster/progress.h"
 #include "daemon/groups/group_registry.h"
 #include "daemon/groups/groups_service.h"
 #include "daemon/memory/allocation_table.h"
@@ -93,6 +94,7 @@ class Daemon {
   std::unique_ptr<cluster::Cluster> cluster_;             // null: single node
   std::unique_ptr<cluster::ClusterStore> cluster_store_;  // the job store when clustered
   std::unique_ptr<cluster::JobDumps> job_dumps_;          // one dump for a job across nodes
+  std::unique_ptr<cluster::ProgressBoard> progress_;      // every node's view of a job
   std::unique_ptr<recorder::Dumper> dumper_;
   std::unique_ptr<recorder::GroupDumps> group_dumps_;  // every dump of groups goes through it
   std::unique_ptr<server::RpcContext> rpc_;

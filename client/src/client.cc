@@ -254,6 +254,10 @@ absl::StatusOr<v1::GetHealthResponse> Client::GetHealth(const std::string& group
   request.set_group(group);
   request.set_job_id(job);
   request.set_all_jobs(all_jobs);
+  return GetHealth(request);
+}
+
+absl::StatusOr<v1::GetHealthResponse> Client::GetHealth(const v1::GetHealthRequest& request) {
   v1::GetHealthResponse response;
   RETURN_IF_ERROR(
       FromGrpcStatus(impl_->health->GetHealth(impl_->Context().get(), request, &response)));

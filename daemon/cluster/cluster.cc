@@ -108,6 +108,16 @@ void Cluster::AddLeaseSource(LeaseSource source) {
   sources_.push_back(std::move(source));
 }
 
+int64_t Cluster::lease() const {
+  absl::MutexLock lock(&mu_);
+  return lease_;
+}
+
+void Cluster::AddOnRegistered(std::function<void()> callback) {
+  absl::MutexLock lock(&mu_);
+  on_registered_.push_back(std::move(callback));
+}
+
 bool Cluster::Sleep(absl::Duration d) {
   absl::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(&stopping_), d);
@@ -175,8 +185,13 @@ absl::Status Cluster::Register() {
     (void)etcd_.LeaseRevokeSync(granted.id());
     return r.status();
   }
-  absl::MutexLock lock(&mu_);
-  lease_ = granted.id();
+  std::vector<std::function<void()>> callbacks;
+  {
+    absl::MutexLock lock(&mu_);
+    lease_ = granted.id();
+    callbacks = on_registered_;
+  }
+  for (auto& f : callbacks) f();
   return absl::OkStatus();
 }
 

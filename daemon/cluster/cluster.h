@@ -81,6 +81,13 @@ class Cluster {
   // Register before anything needs refreshing; not removable.
   void AddLeaseSource(LeaseSource source);
 
+  // The node's lease (0 while not registered).
+  int64_t lease() const;
+  // Runs `callback` on the cluster's thread each time the node registers (at the first
+  // connection, and again after a lost lease): keys on the node's lease are to be written
+  // again then. Add before Start's thread can register; not removable.
+  void AddOnRegistered(std::function<void()> callback);
+
  private:
   Cluster(ClusterOptions options, prometheus::Registry* registry);
   void Run();
@@ -104,6 +111,7 @@ class Cluster {
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   absl::Time since_ ABSL_GUARDED_BY(mu_);
   std::vector<LeaseSource> sources_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> on_registered_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -35,6 +35,23 @@ std::string RanksText(const google::protobuf::RepeatedField<int32_t>& ranks) {
   return absl::StrCat("[", absl::StrJoin(ranks, ", "), "]");
 }
 
+}  // namespace
+
+void FillRankProgress(const RankView& r, uint64_t now_ns, v1::RankView* out) {
+  out->set_rank(r.rank);
+  out->set_global_rank(r.global_rank);
+  out->set_pid(r.pid);
+  out->set_liveness(LivenessName(r.liveness));
+  out->set_last_enqueued_seq(r.enqueued);
+  out->set_last_started_seq(r.started);
+  out->set_last_completed_seq(r.completed);
+  out->set_heartbeat_age_ms(r.alive_seen_ns == 0 || r.alive_seen_ns > now_ns
+                                ? (r.alive_seen_ns == 0 ? -1 : 0)
+                                : static_cast<int64_t>((now_ns - r.alive_seen_ns) / kNsPerMs));
+}
+
+namespace {
+
 // The skeleton every finding shares: who the group is, and each rank as seen at `seq`.
 v1::Diagnosis Base(const GroupView& view, v1::DiagnosisKind kind, uint64_t seq, uint64_t now_ns) {
   v1::Diagnosis d;
@@ -46,16 +63,7 @@ v1::Diagnosis Base(const GroupView& view, v1::DiagnosisKind kind, uint64_t seq, 
   d.set_detected_unix_ms(static_cast<int64_t>(now_ns / kNsPerMs));
   for (const RankView& r : view.ranks) {
     v1::RankView* out = d.add_ranks();
-    out->set_rank(r.rank);
-    out->set_global_rank(r.global_rank);
-    out->set_pid(r.pid);
-    out->set_liveness(LivenessName(r.liveness));
-    out->set_last_enqueued_seq(r.enqueued);
-    out->set_last_started_seq(r.started);
-    out->set_last_completed_seq(r.completed);
-    out->set_heartbeat_age_ms(r.alive_seen_ns == 0 || r.alive_seen_ns > now_ns
-                                  ? (r.alive_seen_ns == 0 ? -1 : 0)
-                                  : static_cast<int64_t>((now_ns - r.alive_seen_ns) / kNsPerMs));
+    FillRankProgress(r, now_ns, out);
     auto it = r.entries.find(seq);
     if (it == r.entries.end()) continue;
     const EntryView& e = it->second;

@@ -60,6 +60,9 @@ struct RankView {
   std::map<uint64_t, EntryView> entries;  // recent entries by collective seq
 };
 
+// `r`'s identity, liveness and progress into `out` (heartbeat age against `now_ns`).
+void FillRankProgress(const RankView& r, uint64_t now_ns, v1::RankView* out);
+
 struct GroupView {
   std::string job_id;
   uint32_t uid = 0;

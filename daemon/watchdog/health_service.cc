@@ -33,16 +33,62 @@ std::string AbortText(const server::Session& session, const std::string& reason)
 grpc::ServerUnaryReactor* HealthService::GetHealth(grpc::CallbackServerContext* ctx,
                                                    const v1::GetHealthRequest* request,
                                                    v1::GetHealthResponse* response) {
-  return rpc_->Serve(ctx, "GetHealth", [&](const server::Session& session) -> absl::Status {
-    ASSIGN_OR_RETURN(
-        groups::GroupSelector filter,
-        groups::SelectorFor(session, request->job_id(), request->all_jobs(), request->group()));
-    for (auto& h : watchdog_->Health(filter)) *response->add_groups() = std::move(h);
-    if (!request->group().empty() && response->groups_size() == 0) {
-      return absl::NotFoundError(absl::StrCat("no group ", QuoteForError(request->group())));
-    }
-    return absl::OkStatus();
-  });
+  return rpc_->ServeLater(
+      ctx, "GetHealth", [&](auto session, std::shared_ptr<server::PendingCall> call) {
+        absl::StatusOr<groups::GroupSelector> filter =
+            groups::SelectorFor(*session, request->job_id(), request->all_jobs(), request->group());
+        if (!filter.ok()) return call->Finish(filter.status());
+        std::vector<v1::GroupHealth> local = watchdog_->Health(*filter);
+        if (!request->cluster()) {
+          if (!request->group().empty() && local.empty()) {
+            return call->Finish(
+                absl::NotFoundError(absl::StrCat("no group ", QuoteForError(request->group()))));
+          }
+          return call->FinishOk([&] {
+            for (auto& h : local) *response->add_groups() = std::move(h);
+          });
+        }
+        if (cluster_ == nullptr) {
+          return call->Finish(absl::FailedPreconditionError(
+              "this daemon is not in a cluster (no cluster.etcd_endpoints): there is no other "
+              "node's view to show"));
+        }
+        if (request->all_jobs() || (!filter->job && !filter->job_any_uid)) {
+          return call->Finish(absl::InvalidArgumentError(
+              "the cluster's view is of one job: name it (--job J), not all jobs"));
+        }
+        const uint32_t caller = session->uid;
+        {
+          absl::MutexLock lock(&mu_);
+          if (!reading_.insert(caller).second) {
+            return call->Finish(absl::ResourceExhaustedError(
+                absl::StrCat("uid ", caller,
+                             " has a read of the cluster's views in flight already; one at a "
+                             "time per uid")));
+          }
+        }
+        std::optional<uint32_t> uid;
+        std::string job;
+        if (filter->job) {
+          uid = filter->job->first;
+          job = filter->job->second;
+        } else {
+          job = *filter->job_any_uid;
+        }
+        cluster_->Read(uid, job, request->group(),
+                       [this, call, response, caller, local = std::move(local)](
+                           absl::StatusOr<std::vector<v1::NodeGroupView>> views) mutable {
+                         {
+                           absl::MutexLock lock(&mu_);
+                           reading_.erase(caller);
+                         }
+                         if (!views.ok()) return call->Finish(views.status());
+                         call->FinishOk([&] {
+                           for (auto& h : local) *response->add_groups() = std::move(h);
+                           for (auto& v : *views) *response->add_cluster() = std::move(v);
+                         });
+                       });
+      });
 }
 
 grpc::ServerUnaryReactor* HealthService::Abort(grpc::CallbackServerContext* ctx,

@@ -185,6 +185,7 @@ void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
     }
   }
   PublishMetrics(t);
+  PublishProgress(t, now_ns, deferred);
 }
 
 void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
@@ -304,6 +305,10 @@ void Watchdog::PollOnce() {
       for (size_t r = 0; r < gone.info.members.size() && r < gone.ranks.size(); ++r) {
         ReadRank(gone.info.members[r], gone.ranks[r], now_ns, gone.info);
       }
+      if (options_.progress != nullptr && !gone.published.empty()) {
+        deferred.push_back([sink = options_.progress, uid = gone.info.uid, job = gone.info.job_id,
+                            name = gone.info.name] { sink->Remove(uid, job, name); });
+      }
       Forget(gone);
       it = tracked_.erase(it);
     }
@@ -312,22 +317,46 @@ void Watchdog::PollOnce() {
   for (auto& f : deferred) f();
 }
 
+v1::GroupHealth Watchdog::HealthOf(const Tracked& t) const {
+  v1::GroupHealth h;
+  h.set_job_id(t.info.job_id);
+  h.set_uid(t.info.uid);
+  h.set_group(t.info.name);
+  h.set_description(t.info.description);
+  h.set_state(t.state);
+  h.set_policy(PolicyOf(t.info));
+  if (t.last) *h.mutable_last_diagnosis() = *t.last;
+  h.set_abort_reason(t.abort_reason);
+  h.set_timeout_ms(absl::ToInt64Milliseconds(TimeoutOf(t.info)));
+  return h;
+}
+
+void Watchdog::PublishProgress(Tracked& t, uint64_t now_ns, Deferred& deferred) {
+  if (options_.progress == nullptr) return;
+  // What a view says, without building it: state, finding, abort, each rank's progress.
+  std::string key = absl::StrCat(t.state, "|", t.acted_key, "|", t.abort_reason);
+  for (const RankCursor& c : t.ranks) {
+    absl::StrAppend(&key, "|", static_cast<int>(c.last.liveness), ",", c.last.enqueued, ",",
+                    c.last.started, ",", c.last.completed);
+  }
+  const uint64_t period = static_cast<uint64_t>(absl::ToInt64Nanoseconds(options_.progress_period));
+  if (key == t.published || (t.published_ns != 0 && now_ns - t.published_ns < period)) return;
+  t.published = std::move(key);
+  t.published_ns = now_ns;
+  v1::NodeGroupView view;
+  *view.mutable_health() = HealthOf(t);
+  for (const RankCursor& c : t.ranks) FillRankProgress(c.last, now_ns, view.add_ranks());
+  view.set_published_unix_ms(static_cast<int64_t>(now_ns / 1000000));
+  deferred.push_back([sink = options_.progress, view = std::move(view)]() mutable {
+    sink->Publish(std::move(view));
+  });
+}
+
 std::vector<v1::GroupHealth> Watchdog::Health(const groups::GroupSelector& filter) const {
   std::vector<v1::GroupHealth> out;
   absl::MutexLock lock(&mu_);
   auto add = [&](const Tracked& t) {
-    if (!filter.Selects(t.info)) return;
-    v1::GroupHealth h;
-    h.set_job_id(t.info.job_id);
-    h.set_uid(t.info.uid);
-    h.set_group(t.info.name);
-    h.set_description(t.info.description);
-    h.set_state(t.state);
-    h.set_policy(PolicyOf(t.info));
-    if (t.last) *h.mutable_last_diagnosis() = *t.last;
-    h.set_abort_reason(t.abort_reason);
-    h.set_timeout_ms(absl::ToInt64Milliseconds(TimeoutOf(t.info)));
-    out.push_back(std::move(h));
+    if (filter.Selects(t.info)) out.push_back(HealthOf(t));
   };
   for (const auto& [id, t] : tracked_) add(t);
   // Groups that are gone, newest first, unless a live group of the same name is listed.

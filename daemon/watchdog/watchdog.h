@@ -46,6 +46,7 @@
 #include "daemon/recorder/group_dumps.h"
 #include "daemon/recorder/ring_reader.h"
 #include "daemon/watchdog/classifier.h"
+#include "daemon/watchdog/cluster_views.h"
 #include "daemon/watchdog/group_metrics.h"
 #include "daemon/watchdog/rank_signals.h"
 #include "daemon/watchdog/ring_cursor.h"
@@ -60,6 +61,9 @@ struct WatchdogOptions {
   absl::Duration max_timeout = absl::Hours(1);  // caps each group's collective timeout
   v1::WatchdogPolicy policy = v1::REPORT;       // for groups that do not choose
   absl::Duration terminate_grace = absl::Seconds(5);
+  // Each group's view goes here on change, at most once per progress_period (null: nowhere).
+  ClusterViews* progress = nullptr;
+  absl::Duration progress_period = absl::Seconds(1);
 };
 
 class Watchdog {
@@ -105,6 +109,8 @@ class Watchdog {
     std::string acted_key;  // the finding already acted upon
     std::string abort_reason;
     bool retired = false;
+    std::string published;  // what the last view published said (ProgressKey)
+    uint64_t published_ns = 0;
   };
   using Deferred = std::vector<std::function<void()>>;
 
@@ -117,6 +123,10 @@ class Watchdog {
   void Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
            const groups::RankDeath* death = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishMetrics(const Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::GroupHealth HealthOf(const Tracked& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the group's view to options_.progress when it changed and the period has passed.
+  void PublishProgress(Tracked& t, uint64_t now_ns, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Duration TimeoutOf(const groups::GroupSnapshot& g) const;
   v1::WatchdogPolicy PolicyOf(const groups::GroupSnapshot& g) const;

@@ -15,6 +15,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "commd/commd.h"
 #include "commd/v1/store.grpc.pb.h"
@@ -620,6 +622,91 @@ TEST_F(ClusterTest, AnotherUidsJobDumpTouchesOnlyItsOwnJobAndIsRateLimited) {
   absl::SleepFor(absl::Seconds(1));
   EXPECT_FALSE(std::filesystem::exists(DumpDir(*b) + "/job")) << b->Log();
   EXPECT_EQ(MetricValue(*b, "commd_cluster_job_dumps_total{event=\"received\"}"), 2);
+}
+
+// Every node's view of the job: each node's watchdog writes its groups' views to etcd on change
+// (at most once a second per group), `commctl health --cluster` shows them all, a group that
+// leaves takes its view along, a lost lease has them written again, and another uid sees none.
+TEST_F(ClusterTest, EveryNodesViewOfTheJobIsPublishedAndHealthClusterShowsIt) {
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b, "watchdog { poll_interval_ms: 20 }\n");
+  if (HasFatalFailure()) return;
+  auto on_a = Connect(*a);
+  auto on_b = Connect(*b);
+  auto g0 = OneRankGroup(*on_a, 0);
+  auto g1 = OneRankGroup(*on_b, 1);
+  ASSERT_TRUE(g0 && g1);
+  auto health = [&](DaemonProcess& d) {
+    return RunProcess(
+        {COMMCTL_BINARY, "--runtime-dir", d.runtime_dir(), "health", "--cluster", "--job", "job"});
+  };
+  // Node A's rank completes 200 more barriers; node B's stays at 1.
+  const double writes_before =
+      MetricValue(*a, "commd_cluster_progress_writes_total{result=\"ok\"}");
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(g0->Barrier().ok());
+  std::string shown;
+  EXPECT_TRUE(Eventually([&] {
+    shown = health(*b).output;
+    return absl::StrContains(shown, "node-a           ok       0:201/201") &&
+           absl::StrContains(shown, "node-b           ok       1:1/1");
+  })) << shown;
+  EXPECT_THAT(shown,
+              HasSubstr("GROUP            NODE             STATE    RANKS (GLOBAL:DONE/ENTERED)"));
+  // On change, at most once a second per group (plus the first write and the last change;
+  // a write is counted when etcd's answer comes back, so read the count once it settled).
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  absl::SleepFor(absl::Seconds(1));
+  const double settled = MetricValue(*a, "commd_cluster_progress_writes_total{result=\"ok\"}");
+  EXPECT_GE(settled - writes_before, 1);
+  EXPECT_LE(settled - writes_before, seconds + 2) << "over " << seconds << " s";
+  // No change, no write.
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_EQ(MetricValue(*a, "commd_cluster_progress_writes_total{result=\"ok\"}"), settled);
+  const std::string views = absl::StrCat(kPrefix, "/progress/0/job/g/");
+  EXPECT_THAT(etcd_->Keys(views), ::testing::ElementsAre(views + "node-a", views + "node-b"));
+
+  // A lost lease (revoked here): node A registers again and writes its view again.
+  const nlohmann::json status = nlohmann::json::parse(StatusJson(*a), nullptr, false);
+  const std::string lease = status["cluster"]["lease_id"].get<std::string>();
+  const ProcessResult revoke = RunProcess({kEtcdctl, "--endpoints", etcd_->endpoint(), "lease",
+                                           "revoke", absl::StrFormat("%x", std::stoll(lease))},
+                                          absl::Seconds(30), {"ETCDCTL_API=3"});
+  ASSERT_EQ(revoke.exit_code, 0) << revoke.output;
+  EXPECT_TRUE(Eventually([&] {
+    const auto keys = etcd_->Keys(views);
+    return std::find(keys.begin(), keys.end(), views + "node-a") != keys.end() &&
+           MetricValue(*a, "commd_cluster_progress_writes_total{result=\"ok\"}") > settled;
+  })) << a->Log();
+
+  // Another uid asking for its job of the same name sees no view of this one.
+  if (::geteuid() == 0) {
+    const ProcessResult theirs = RunProcess(
+        {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", COMMCTL_BINARY,
+         "--runtime-dir", b->runtime_dir(), "health", "--cluster", "--job", "job"},
+        absl::Seconds(30));
+    EXPECT_EQ(theirs.exit_code, 0) << theirs.output;
+    EXPECT_THAT(theirs.output, HasSubstr("no node has published a view of this job"));
+  }
+  // Without --job, and on a node without a cluster: clear errors.
+  const ProcessResult no_job =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", a->runtime_dir(), "health", "--cluster"});
+  EXPECT_EQ(no_job.exit_code, 2) << no_job.output;
+  EXPECT_THAT(no_job.output, HasSubstr("health --cluster shows one job: name it with --job J"));
+  TempDir plain_dir("commd-plain");
+  auto plain = StartDaemonWithConfig(plain_dir, "");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const ProcessResult alone = RunProcess({COMMCTL_BINARY, "--runtime-dir", (*plain)->runtime_dir(),
+                                          "health", "--cluster", "--job", "job"});
+  EXPECT_EQ(alone.exit_code, 1) << alone.output;
+  EXPECT_THAT(alone.output, HasSubstr("FAILED_PRECONDITION: this daemon is not in a cluster"));
+
+  // The group leaves node B: its view goes from etcd.
+  g1.reset();
+  on_b.reset();
+  EXPECT_TRUE(Eventually([&] {
+    return etcd_->Keys(views) == std::vector<std::string>{views + "node-a"};
+  })) << absl::StrJoin(etcd_->Keys(views), ", ");
 }
 
 }  // namespace

@@ -83,32 +83,63 @@ absl::Status Groups(const GlobalOptions& options, std::ostream& out) {
   return Print(options, groups, FormatGroups(groups), out);
 }
 
+namespace {
+
+std::string StateWord(v1::GroupHealthState s) {
+  std::string state = v1::GroupHealthState_Name(s);
+  absl::AsciiStrToLower(&state);
+  return state == "healthy" ? "ok" : state;
+}
+
+// "lagging: <summary> [aborted <reason in words>]", or "-".
+std::string DiagnosisText(const v1::GroupHealth& g) {
+  std::string diagnosis = "-";
+  if (g.has_last_diagnosis()) {
+    const v1::Diagnosis& d = g.last_diagnosis();
+    std::string kind = v1::DiagnosisKind_Name(d.kind());
+    absl::AsciiStrToLower(&kind);
+    diagnosis = absl::StrCat(kind, ": ", d.summary());
+  }
+  if (!g.abort_reason().empty()) {
+    // The daemon sends the reason's name (it is a metric label too); people read words.
+    const uint32_t reason = AbortReasonFromName(g.abort_reason());
+    absl::StrAppend(&diagnosis, " [aborted ",
+                    reason < kAbortReasonCount ? AbortReasonWords(reason) : g.abort_reason(), "]");
+  }
+  return diagnosis;
+}
+
+}  // namespace
+
 std::string FormatHealth(const v1::GetHealthResponse& health) {
   if (health.groups().empty()) return "no groups\n";
   std::string out = absl::StrFormat("%-24s %-16s %-16s %-8s %-10s %s\n", "JOB", "GROUP", "DESC",
                                     "STATE", "POLICY", "DIAGNOSIS");
   for (const v1::GroupHealth& g : health.groups()) {
-    std::string state = v1::GroupHealthState_Name(g.state());
-    absl::AsciiStrToLower(&state);
-    if (state == "healthy") state = "ok";
     std::string policy = v1::WatchdogPolicy_Name(g.policy());
     absl::AsciiStrToLower(&policy);
-    std::string diagnosis = "-";
-    if (g.has_last_diagnosis()) {
-      const v1::Diagnosis& d = g.last_diagnosis();
-      std::string kind = v1::DiagnosisKind_Name(d.kind());
-      absl::AsciiStrToLower(&kind);
-      diagnosis = absl::StrCat(kind, ": ", d.summary());
-    }
-    if (!g.abort_reason().empty()) {
-      // The daemon sends the reason's name (it is a metric label too); people read words.
-      const uint32_t reason = AbortReasonFromName(g.abort_reason());
-      absl::StrAppend(&diagnosis, " [aborted ",
-                      reason < kAbortReasonCount ? AbortReasonWords(reason) : g.abort_reason(),
-                      "]");
-    }
     absl::StrAppendFormat(&out, "%-24s %-16s %-16s %-8s %-10s %s\n", g.job_id(), g.group(),
-                          g.description(), state, policy, diagnosis);
+                          g.description(), StateWord(g.state()), policy, DiagnosisText(g));
+  }
+  return out;
+}
+
+// One line per (group, node): each rank as <global rank>:<last completed>/<last enqueued>,
+// with "!<liveness>" when it is not alive.
+std::string FormatClusterHealth(const v1::GetHealthResponse& health) {
+  if (health.cluster().empty()) return "no node has published a view of this job\n";
+  std::string out = absl::StrFormat("%-16s %-16s %-8s %-28s %s\n", "GROUP", "NODE", "STATE",
+                                    "RANKS (GLOBAL:DONE/ENTERED)", "DIAGNOSIS");
+  for (const v1::NodeGroupView& v : health.cluster()) {
+    std::vector<std::string> ranks;
+    for (const v1::RankView& r : v.ranks()) {
+      ranks.push_back(absl::StrCat(r.global_rank(), ":", r.last_completed_seq(), "/",
+                                   r.last_enqueued_seq(),
+                                   r.liveness() == "alive" ? "" : "!" + r.liveness()));
+    }
+    absl::StrAppendFormat(&out, "%-16s %-16s %-8s %-28s %s\n", v.health().group(), v.node(),
+                          StateWord(v.health().state()), absl::StrJoin(ranks, " "),
+                          DiagnosisText(v.health()));
   }
   return out;
 }
@@ -116,10 +147,17 @@ std::string FormatHealth(const v1::GetHealthResponse& health) {
 absl::Status Health(const GlobalOptions& options, std::ostream& out) {
   ASSIGN_OR_RETURN(auto client, ConnectFor(options));
   // As root, no --job means every job (as for dump).
-  const bool all = options.job.empty() && ::geteuid() == 0;
-  ASSIGN_OR_RETURN(v1::GetHealthResponse health,
-                   client->GetHealth(options.group, options.job, all));
-  return Print(options, health, FormatHealth(health), out);
+  if (options.cluster && options.job.empty()) {
+    return absl::InvalidArgumentError("health --cluster shows one job: name it with --job J");
+  }
+  v1::GetHealthRequest request;
+  request.set_group(options.group);
+  request.set_job_id(options.job);
+  request.set_all_jobs(options.job.empty() && ::geteuid() == 0 && !options.cluster);
+  request.set_cluster(options.cluster);
+  ASSIGN_OR_RETURN(v1::GetHealthResponse health, client->GetHealth(request));
+  return Print(options, health,
+               options.cluster ? FormatClusterHealth(health) : FormatHealth(health), out);
 }
 
 absl::Status Abort(const GlobalOptions& options, std::ostream& out) {
@@ -230,9 +268,10 @@ Commands:
             (as root without --job: every job). With a cluster, a dump of one job is
             announced: every node with ranks of the job dumps them under the dump id
             printed (--local: this node only)
-  health [--job J] [--group G]
+  health [--job J] [--group G] [--cluster]
             each group's state (ok, suspect, hung, aborted) and the watchdog's last diagnosis
-            (as root without --job: every job)
+            (as root without --job: every job); --cluster: every node's view of the job's
+            groups (each rank's last completed and entered collective), from etcd
   abort --group G [--job J] --reason TEXT
             abort a group: its ranks' collectives fail with ABORTED and TEXT
   fr export --in DIR --out DIR [--format torch]
@@ -295,6 +334,8 @@ absl::Status ParseArgs(int argc, const char* const* argv, GlobalOptions* options
       ASSIGN_OR_RETURN(options->dump_id, take());
     } else if (arg == "--local") {
       options->local = true;
+    } else if (arg == "--cluster") {
+      options->cluster = true;
     } else if (arg == "--reason") {
       ASSIGN_OR_RETURN(options->reason, take());
     } else if (arg.rfind("-", 0) == 0 && arg != "-h" && arg != "--help") {

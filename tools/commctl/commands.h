@@ -20,6 +20,7 @@ struct GlobalOptions {
   std::string in_dir, out_dir, format;  // fr export
   std::string dump_id;                  // fr collect --dump-id
   bool local = false;                   // dump --local: this node only
+  bool cluster = false;                 // health --cluster: every node's view
   std::string reason;                   // abort --reason
 };
 
@@ -37,6 +38,7 @@ absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::str
 std::string FormatStatus(const v1::NodeStatus& status);
 std::string FormatDuration(int64_t ms);
 std::string FormatHealth(const v1::GetHealthResponse& health);
+std::string FormatClusterHealth(const v1::GetHealthResponse& health);
 
 }  // namespace commd::ctl
 

@@ -76,6 +76,10 @@ class COMMD_API Client {
   absl::StatusOr<v1::GetHealthResponse> GetHealth(const std::string& group = "",
                                                   const std::string& job = "",
                                                   bool all_jobs = false);
+  // The same with every field of the request; with `cluster`, also every node's published view
+  // of the job's groups (GetHealthResponse.cluster). Blocks for one round trip (and, with
+  // `cluster`, one etcd read).
+  absl::StatusOr<v1::GetHealthResponse> GetHealth(const v1::GetHealthRequest& request);
   // Aborts `group` of this job (another `job` for uid 0 and the admin group): every rank's
   // collectives fail with ABORTED and `reason`. Returns the ranks notified.
   absl::StatusOr<int> Abort(const std::string& group, const std::string& reason,
