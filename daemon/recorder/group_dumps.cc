@@ -99,7 +99,7 @@ absl::StatusOr<DumpResult> GroupDumps::DumpSources(std::vector<DumpSource> sourc
     };
     publisher_->Publish({.uid = sources.front().uid,
                          .job_id = sources.front().job_id,
-                         .group = group,
+                         .group = how.announce_group_only ? group : "",
                          .trigger = trigger,
                          .dump_id = how.dump_id,
                          .diagnosis = std::move(diagnosis)},

@@ -49,7 +49,8 @@ grpc::ServerUnaryReactor* RecorderService::Dump(grpc::CallbackServerContext* ctx
         // A user's requests count against its dump rate; an admin's do not.
         DumpHow how{.now = true,
                     .charge = session->admin ? std::nullopt : std::optional(session->uid),
-                    .local_only = request->local_only()};
+                    .local_only = request->local_only(),
+                    .announce_group_only = true};
         how.announced = [answer, part_done](absl::Status s) {
           {
             absl::MutexLock lock(&answer->mu);
