@@ -1,6 +1,7 @@
 #include "daemon/recorder/group_dumps.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +77,19 @@ absl::StatusOr<DumpResult> GroupDumps::DumpSources(std::vector<DumpSource> sourc
   });
   const bool announce = publisher_ != nullptr && how.dump_id.empty() && !how.local_only && one_job;
   if (announce) how.dump_id = MintDumpId(trigger);
+  if (announce && !how.announce_group_only) {
+    // The job's dump, here as on the other nodes: its other formed groups too.
+    const uid_t uid = sources.front().uid;
+    const std::string job = sources.front().job_id;
+    std::set<uint64_t> have;
+    for (const DumpSource& s : sources) have.insert(s.group_id);
+    const std::shared_ptr<const groups::GroupsSnapshot> now = groups_->Snapshot();
+    const groups::GroupSelector whole_job{.job = std::make_pair(uid, job)};
+    for (const groups::GroupSnapshot* g : groups::Select(*now, whole_job, /*active_only=*/true)) {
+      if (have.count(g->id) > 0) continue;
+      for (DumpSource& s : DumpSourcesOf(*g)) sources.push_back(std::move(s));
+    }
+  }
   DumpResult result;
   // Charged before it is announced: a refused dump is not announced either, so a uid's dump
   // rate bounds what it can make the other nodes write. A dump written now is announced once

@@ -59,8 +59,8 @@ struct DumpHow {
   std::string dump_id;
   // This node only, even when a publisher is set.
   bool local_only = false;
-  // The other nodes dump only the group named here (an operator's request for one group);
-  // else every group of the job, since what holds one group back is often another.
+  // The nodes (this one too) dump only the group named here (an operator's request for one
+  // group); else every group of the job, since what holds one group back is often another.
   bool announce_group_only = false;
   // The outcome of announcing it, called once if and only if the result says `announced`
   // (never when the dump fails); without it a failed announcement is logged.

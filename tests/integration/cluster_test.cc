@@ -517,9 +517,11 @@ TEST_F(ClusterTest, AHangFoundOnOneNodeIsDumpedOnEveryNodeUnderOneId) {
   DaemonProcess *a = nullptr, *b = nullptr;
   StartTwoNodes(&a, &b, "watchdog { poll_interval_ms: 20 }\n");
   if (HasFatalFailure()) return;
+  auto on_a = Connect(*a);
   auto on_b = Connect(*b);
   auto g2 = OneRankGroup(*on_b, 2, "pp");
-  ASSERT_NE(g2, nullptr);
+  auto g3 = OneRankGroup(*on_a, 3, "dp");  // another group of the job on the finding's node
+  ASSERT_TRUE(g2 && g3);
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < 2; ++r) {
     auto c = ChildProcess::Start(
@@ -542,7 +544,8 @@ TEST_F(ClusterTest, AHangFoundOnOneNodeIsDumpedOnEveryNodeUnderOneId) {
       absl::Seconds(60)))
       << b->Log();
   EXPECT_THAT(id, ::testing::MatchesRegex("[0-9]{8}T[0-9.]+Z-hang-lagging-node-a"));
-  EXPECT_THAT(DumpFiles(*a, id, 2), ::testing::ElementsAre("g/rank0.json", "g/rank1.json"));
+  EXPECT_THAT(DumpFiles(*a, id, 3),
+              ::testing::ElementsAre("dp/rank3.json", "g/rank0.json", "g/rank1.json"));
   EXPECT_THAT(DumpFiles(*b, id, 1), ::testing::ElementsAre("pp/rank2.json"));
   // Node B's file carries node A's diagnosis.
   std::ifstream in(DumpDir(*b) + "/job/" + id + "/pp/rank2.json");
@@ -555,6 +558,7 @@ TEST_F(ClusterTest, AHangFoundOnOneNodeIsDumpedOnEveryNodeUnderOneId) {
   ASSERT_EQ(collect.exit_code, 0) << collect.output;
   EXPECT_THAT(collect.output, HasSubstr("group g: global ranks 0-1 (2 of 2)"));
   EXPECT_THAT(collect.output, HasSubstr("group pp: global ranks 2 (1 of 1)"));
+  EXPECT_THAT(collect.output, HasSubstr("group dp: global ranks 3 (1 of 1)"));
 }
 
 // With etcd gone, a job dump is still written on the node, and commctl says the other nodes
