@@ -249,7 +249,7 @@ def main():
             sys.exit("no hang dump on node 0")
         files = wait_for_files(nodes, found, world + 2)
         with open(next(f for f in files if "/h/" in f)) as f:
-            detected_ms = json.load(f)["commd"]["diagnosis"]["detected_unix_ms"]
+            detected_ms = int(json.load(f)["commd"]["diagnosis"]["detected_unix_ms"])
         t_all = max(os.stat(f).st_mtime for f in files)
         print(f"hang {found}: every node's {len(files)} files written "
               f"{t_all * 1e3 - detected_ms:7.1f} ms after the diagnosis")
