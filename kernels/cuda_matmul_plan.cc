@@ -87,6 +87,11 @@ FusedMatmulPlan PlanFusedMatmul(const FusedMatmulShape& s) {
   return plan;
 }
 
+int FusedGridBlocks(size_t count) {
+  const size_t blocks = (count + kFusedThreads - 1) / kFusedThreads;
+  return static_cast<int>(std::clamp<size_t>(blocks, 1, kFusedMaxBlocks));
+}
+
 size_t GatherOutputOffset(const FusedMatmulShape& s, int p, int b) {
   return static_cast<size_t>(p) * s.rows * s.ns[static_cast<size_t>(b)] * s.element_size;
 }

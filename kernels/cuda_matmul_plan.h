@@ -57,7 +57,6 @@ struct FusedStep {
   FusedStepKind kind;
   int peer = -1;  // kWait: whose arrival; kGemm, kScale, kGather: whose shard / destination
   int b = 0;      // kGemm, kScale: which B
-  bool operator==(const FusedStep&) const = default;
 };
 
 struct FusedMatmulShape {
@@ -101,6 +100,13 @@ size_t GatherOutputOffset(const FusedMatmulShape& shape, int p, int b);
 size_t ReduceScatterSlotOffset(const FusedMatmulShape& shape, int source);
 // Byte offset of destination `d`'s first row in A (reduce-scatter).
 size_t ReduceScatterRowsOffset(const FusedMatmulShape& shape, int d);
+
+// Thread blocks of kFusedThreads for an element-wise kernel over `count` elements (scale,
+// gather, reduce, the NaN/Inf scan): one element per thread up to kFusedMaxBlocks blocks
+// (two waves on a 132-SM H100), grid-stride beyond; at least one block.
+inline constexpr int kFusedThreads = 512;
+inline constexpr int kFusedMaxBlocks = 264;
+int FusedGridBlocks(size_t count);
 
 // C (m x n) = A (m x k) @ B (k x n), all row-major with leading dimensions lda, ldb, ldc
 // (elements between the starts of consecutive rows).

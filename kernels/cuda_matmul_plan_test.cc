@@ -154,6 +154,14 @@ TEST(CudaMatmulPlanTest, OffsetsAndScratch) {
   EXPECT_EQ(q.scratch_bytes, 0u);  // partial products are fp32 in the workspace
 }
 
+TEST(CudaMatmulPlanTest, GridCoversTheElementsUpToItsCap) {
+  EXPECT_EQ(FusedGridBlocks(0), 1);
+  EXPECT_EQ(FusedGridBlocks(1), 1);
+  EXPECT_EQ(FusedGridBlocks(kFusedThreads), 1);
+  EXPECT_EQ(FusedGridBlocks(kFusedThreads + 1), 2);
+  EXPECT_EQ(FusedGridBlocks(size_t{1} << 40), kFusedMaxBlocks);
+}
+
 TEST(CudaMatmulPlanTest, RowMajorProductIsTheTransposedColumnMajorOne) {
   // C (m x n) = A (m x k) @ B (k x n), packed: cuBLAS computes C^T = B^T A^T, so its m is
   // our n, its n our m, its first operand B (ld n) and its second A (ld k).
