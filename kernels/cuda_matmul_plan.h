@@ -47,7 +47,7 @@ enum class FusedStepKind {
   kGemm,     // cuBLAS: the rows of `peer` (its shard, or the destination's rows) times B `b`
   kScale,    // out rows *= row scale, columns *= col scale (and fp32 -> the output's type)
   kGather,   // copy `peer`'s shard into the caller's gathered A
-  kBarrier,  // every rank: the collectives' barrier kernel
+  kBarrier,  // every rank: a one-block barrier on kFusedSignalChannel, fenced first
   kReduce,   // this rank's workspace slots, in rank order, into the output (sum or avg)
 };
 

@@ -1,5 +1,5 @@
 // Argument checks and the enqueueing of the fused matmuls' steps (host code; kernels in
-// fused_matmul.cu, GEMMs through the cuBLAS table, the barrier through launch.cc).
+// fused_matmul.cu, GEMMs through the cuBLAS table).
 #include "kernels/cuda/fused_matmul.h"
 
 #include <map>
@@ -186,7 +186,7 @@ FusedLaunchArgs KernelArgs(const Call& c, const FusedStep& st) {
       k.dst = c.a.bs[0].out;
       k.count = c.plan.chunk_rows * c.a.bs[0].n;
       break;
-    default:  // arrive, wait: the view says it all
+    default:  // arrive, wait, barrier: the view says it all
       break;
   }
   return k;
@@ -228,8 +228,6 @@ absl::Status EnqueueFusedMatmul(const CudaCommView& v, const CudaMatmulArgs& a,
   for (const FusedStep& st : plan.steps) {
     if (st.kind == FusedStepKind::kGemm) {
       RETURN_IF_ERROR(Gemm(c, st, blas));
-    } else if (st.kind == FusedStepKind::kBarrier) {
-      RETURN_IF_ERROR(LaunchBarrier(v, stream));
     } else {
       RETURN_IF_ERROR(Launch(v, KernelArgs(c, st), stream, name));
     }

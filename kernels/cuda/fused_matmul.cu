@@ -46,6 +46,18 @@ __global__ void ArriveKernel(CudaCommView v) {
   }
 }
 
+// The barrier of the fused path: block 0's BlockBarrier, so on channel 0 ==
+// kFusedSignalChannel, after a system-scope fence. The fence is for what earlier kernels on
+// the stream wrote into peers' memory (cuBLAS's partial products in a destination's
+// workspace, the scale kernel) or read from it: those were other threads' accesses, ordered
+// before this kernel by the stream, and the fence makes the arrival's release cover them for
+// the peers (as the arrival does). One block of kCudaMaxWorldSize threads (one per peer).
+__global__ void FencedBarrierKernel(CudaCommView v) {
+  static_assert(kFusedSignalChannel == 0, "BlockBarrier of block 0 uses channel 0");
+  if (threadIdx.x == 0) __threadfence_system();
+  cuda_device::BlockBarrier(v);
+}
+
 // One thread waits until `peer` has made the arrival this rank made last (its own count on
 // the channel, written by ArriveKernel before, stream-ordered). The acquire load orders the
 // peer's data before this kernel's end; the GEMM after it on the stream starts only then.
@@ -158,6 +170,9 @@ cudaError_t LaunchFusedKernel(const CudaCommView& v, const FusedLaunchArgs& a, c
     case FusedStepKind::kWait:
       WaitKernel<<<1, 1, 0, s>>>(v, a.peer);
       return cudaGetLastError();
+    case FusedStepKind::kBarrier:
+      FencedBarrierKernel<<<1, kCudaMaxWorldSize, 0, s>>>(v);
+      return cudaGetLastError();
     case FusedStepKind::kGather:
       GatherKernel<<<FusedGridBlocks(a.count / 16 + 1), kFusedThreads, 0, s>>>(a);
       return cudaGetLastError();
@@ -184,6 +199,7 @@ cudaError_t PreloadFusedKernels() {
   cudaFuncAttributes attr;
   for (const void* f :
        {reinterpret_cast<const void*>(&ArriveKernel), reinterpret_cast<const void*>(&WaitKernel),
+        reinterpret_cast<const void*>(&FencedBarrierKernel),
         reinterpret_cast<const void*>(&GatherKernel)}) {
     if (const cudaError_t err = cudaFuncGetAttributes(&attr, f); err != cudaSuccess) return err;
   }

@@ -3,8 +3,10 @@
 // stream as kernels/cuda_matmul_plan.h plans them: a one-thread arrival kernel (release
 // stores into the peers' signal-pad slots on channel kFusedSignalChannel), per peer a
 // one-thread wait kernel on that peer's slot followed by cublasGemmEx on the peer's memory
-// where it lies, the row/column scale kernel, the collectives' barrier kernel, and the
-// reduction kernel.
+// where it lies, the row/column scale kernel, a fenced one-block barrier on the same channel,
+// and the reduction kernel. Only channel kFusedSignalChannel of the signal pad is used; every
+// rank makes the same arrivals on it, so its counts stay equal across ranks as the
+// collectives' per-block channels do.
 //
 //   ASSIGN_OR_RETURN(const CublasApi* blas, Cublas());
 //   RETURN_IF_ERROR(EnqueueFusedMatmul(view, args, {blas, handle}, stream, &enqueued));
@@ -67,7 +69,7 @@ absl::Status PreloadFusedMatmulKernels();
 
 namespace cuda_internal {
 
-// One kernel step (FusedStepKind but kGemm and kBarrier), its pointers resolved.
+// One kernel step (every FusedStepKind but kGemm), its pointers resolved.
 struct FusedLaunchArgs {
   FusedStepKind kind = FusedStepKind::kArrive;
   DataType dtype = DataType::kFloat32;  // prepare: A's; scale, reduce: the destination's
@@ -86,7 +88,7 @@ struct FusedLaunchArgs {
 };
 
 // The boundary with the CUDA runtime for these kernels, replaced by tests of the host side
-// (as KernelRuntime in collectives.h; the barrier goes through that one).
+// (as KernelRuntime in collectives.h).
 struct FusedKernelRuntime {
   cudaError_t (*launch)(const CudaCommView& view, const FusedLaunchArgs& args, cudaStream_t stream);
   cudaError_t (*preload)();

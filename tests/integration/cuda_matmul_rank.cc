@@ -6,8 +6,8 @@
 //
 // The fake's device memory is host memory, mapped into every rank, so the replaced launches
 // do on the host what each kernel does on the GPU, in the order the SDK enqueues them: the
-// arrival and the waits use the real signal pads (release stores, acquire spins), the
-// barrier is the collectives' 16-channel one, and the fake cublasGemmEx is a column-major
+// arrival, the waits and the barrier use the real signal pads (release stores, acquire
+// spins), and the fake cublasGemmEx is a column-major
 // GEMM with cuBLAS's argument conventions. Every call is logged, and this rank checks:
 //   1. without cuBLAS (COMMD_CUBLAS_LIBRARY names a missing file) a fused matmul fails with
 //      FAILED_PRECONDITION naming the library, before anything is launched;
@@ -117,16 +117,10 @@ cudaDataType TypeOf(k::DataType t) {
                                        : CUDA_R_32F;
 }
 
-cudaError_t FakeCollective(const k::CudaCommView& v, const LaunchArgs& a, cudaStream_t) {
-  if (a.collective != commd::CollectiveOp::kBarrier) return cudaErrorNotSupported;
-  calls.push_back({"barrier"});
-  for (int ch = 0; ch < k::kCudaBlocks; ++ch) {  // BarrierKernel: block b on channel b
-    Arrive(v, ch);
-    for (int p = 0; p < v.world_size; ++p) {
-      if (p != v.rank && !Wait(v, ch, p)) return cudaErrorLaunchTimeout;
-    }
-  }
-  return cudaSuccess;
+// The collectives' kernels: none may run in a fused matmul (logged, and failing).
+cudaError_t FakeCollective(const k::CudaCommView&, const LaunchArgs&, cudaStream_t) {
+  calls.push_back({"collective-kernel"});
+  return cudaErrorNotSupported;
 }
 
 cudaError_t FakeFused(const k::CudaCommView& v, const FusedLaunchArgs& a, cudaStream_t) {
@@ -140,6 +134,12 @@ cudaError_t FakeFused(const k::CudaCommView& v, const FusedLaunchArgs& a, cudaSt
       return cudaSuccess;
     case FusedStepKind::kWait:
       return Wait(v, k::kFusedSignalChannel, a.peer) ? cudaSuccess : cudaErrorLaunchTimeout;
+    case FusedStepKind::kBarrier:  // FencedBarrierKernel: arrive, then wait for every peer
+      Arrive(v, k::kFusedSignalChannel);
+      for (int p = 0; p < v.world_size; ++p) {
+        if (p != v.rank && !Wait(v, k::kFusedSignalChannel, p)) return cudaErrorLaunchTimeout;
+      }
+      return cudaSuccess;
     case FusedStepKind::kPrepare:
       for (size_t i = 0; i < a.scale_rows; ++i) a.staged_scale[i] = a.row_scale[i];
       return cudaSuccess;
