@@ -67,8 +67,10 @@ absl::StatusOr<const CublasApi*> Cublas() {
 }
 
 std::string CublasStatusText(const CublasApi& api, cublasStatus_t status) {
-  const char* name = api.get_status_string != nullptr ? api.get_status_string(status) : nullptr;
-  return absl::StrCat(name != nullptr ? name : "unknown", " (cublasStatus_t ",
+  const char* name = api.get_status_name != nullptr ? api.get_status_name(status) : nullptr;
+  const char* text = api.get_status_string != nullptr ? api.get_status_string(status) : nullptr;
+  return absl::StrCat(name != nullptr ? name : "unknown status", ": ",
+                      text != nullptr ? text : "no description", " (cublasStatus_t ",
                       static_cast<int>(status), ")");
 }
 

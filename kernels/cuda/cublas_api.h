@@ -8,7 +8,8 @@
 //
 // The library is $COMMD_CUBLAS_LIBRARY when set (a path or a soname), else the first of
 // kCublasLibraries that loads. The entry points used have had these signatures since CUDA
-// 11.0 (cublasGemmEx with a cublasComputeType_t), so cuBLAS 12 and 13 both serve. Only in
+// 11.4 (cublasGetStatusName, cublasGetStatusString; cublasGemmEx with a
+// cublasComputeType_t since 11.0), so cuBLAS 12 and 13 both serve. Only in
 // builds with CUDA headers.
 #ifndef COMMD_KERNELS_CUDA_CUBLAS_API_H_
 #define COMMD_KERNELS_CUDA_CUBLAS_API_H_
@@ -42,6 +43,7 @@ using CublasGemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cub
   X(create, cublasCreate_v2, CublasCreateFn)                           \
   X(destroy, cublasDestroy_v2, CublasDestroyFn)                        \
   X(set_stream, cublasSetStream_v2, CublasSetStreamFn)                 \
+  X(get_status_name, cublasGetStatusName, CublasGetStatusStringFn)     \
   X(get_status_string, cublasGetStatusString, CublasGetStatusStringFn) \
   X(gemm_ex, cublasGemmEx, CublasGemmExFn)
 
@@ -61,7 +63,8 @@ absl::StatusOr<CublasApi> LoadCublas(const std::string& library);
 // pointer lives as long as the process.
 absl::StatusOr<const CublasApi*> Cublas();
 
-// "CUBLAS_STATUS_NOT_SUPPORTED (cublasStatus_t 15)".
+// "CUBLAS_STATUS_NOT_SUPPORTED: the requested functionality is not supported
+// (cublasStatus_t 15)".
 std::string CublasStatusText(const CublasApi& api, cublasStatus_t status);
 
 namespace cuda_internal {

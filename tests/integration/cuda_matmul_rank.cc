@@ -204,6 +204,7 @@ k::CublasApi FakeCublas() {
   api.create = &FakeCreate;
   api.destroy = &FakeDestroy;
   api.set_stream = &FakeSetStream;
+  api.get_status_name = &FakeStatus;
   api.get_status_string = &FakeStatus;
   api.gemm_ex = &FakeGemm;
   api.library = "fake";
