@@ -20,7 +20,9 @@
 //   3. matmul + reduce-scatter (fp16, avg, row and column scales): destinations in ring order
 //      with its own last and no wait for itself, each partial product written into slot
 //      `rank` of the destination's workspace, one barrier, then the reduction and nothing
-//      after it; the result against a float64 reference.
+//      after it; the result against a float64 reference;
+//   4. a GEMM failing once the call's first steps are enqueued fails the group for good,
+//      saying how many of its steps were enqueued; later calls launch nothing.
 // Prints "OK" and exits 0, or "ERROR <what>" and exits 1.
 //
 //   cuda_matmul_rank GROUP RANK WORLD
@@ -67,6 +69,7 @@ struct Call {
   cudaDataType c_type = CUDA_R_32F;
 };
 std::vector<Call> calls;
+int fail_gemm = -1;  // the GEMM (counted from 0 from when this is set) that fails; -1: none
 
 // --- the device, emulated on the host ------------------------------------------------------
 
@@ -183,6 +186,7 @@ cublasStatus_t FakeGemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t 
       *static_cast<const float*>(alpha) != 1.0f || *static_cast<const float*>(beta) != 0.0f) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
+  if (fail_gemm >= 0 && fail_gemm-- == 0) return CUBLAS_STATUS_EXECUTION_FAILED;
   calls.push_back({"gemm", -1, x, y, c, m, n, kk, lda, ldb, ldc, ct});
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < n; ++j) {
@@ -466,6 +470,32 @@ absl::Status MatmulReduceScatterFp16(commd::Group& g, commd::SymmetricBuffer& wo
   return absl::OkStatus();
 }
 
+// A GEMM failing after the call's first steps were enqueued (every rank's first peer GEMM, so
+// every rank fails alike) fails the group for good: FAILED_PRECONDITION saying how many of the
+// plan's steps were enqueued (arrive, own GEMM, wait: 3 of 7 for one unscaled B on 3 ranks),
+// and every later call fails the same way without launching anything.
+absl::Status FailedGemmFailsTheGroup(commd::Group& g, commd::SymmetricBuffer& buf) {
+  const int w = g.world_size();
+  std::vector<float> b(kK * 2), out(w * kRows * 2);
+  commd::CollectiveOptions o;
+  o.cuda_stream = reinterpret_cast<void*>(0x1000);
+  o.nan_check = commd::CollectiveOptions::NanCheck::kOff;
+  fail_gemm = 1;
+  const absl::Status s = g.AllGatherMatmul(buf, kRows, kK, commd::DataType::kFloat32,
+                                           {{b.data(), 2, out.data()}}, nullptr, nullptr, o);
+  const std::string want = absl::StrCat("enqueued 3 of its ", 2 * w + 1, " kernels");
+  RETURN_IF_ERROR(Expect(absl::IsFailedPrecondition(s) && absl::StrContains(s.message(), want) &&
+                             absl::StrContains(s.message(), "(cublasStatus_t 13)"),
+                         absl::StrCat("a failing GEMM: want \"", want, "\", got ", s.ToString())));
+  calls.clear();
+  const absl::Status later = g.AllGatherMatmul(buf, kRows, kK, commd::DataType::kFloat32,
+                                               {{b.data(), 2, out.data()}}, nullptr, nullptr, o);
+  RETURN_IF_ERROR(Expect(absl::IsFailedPrecondition(later) &&
+                             absl::StrContains(later.message(), "barrier counts now differ"),
+                         absl::StrCat("the call after a failed GEMM: ", later.ToString())));
+  return Expect(calls.empty(), absl::StrCat("launched after the group failed: ", Log()));
+}
+
 int Fail(const absl::Status& status) {
   std::printf("ERROR %s\n", status.ToString().c_str());
   std::fflush(stdout);
@@ -491,6 +521,7 @@ absl::Status Run(int rank, int world, const char* name) {
   RETURN_IF_ERROR(AllGatherMatmulFp32(*group, *buf));
   RETURN_IF_ERROR(AllGatherMatmulBf16(*group, *buf));
   RETURN_IF_ERROR(MatmulReduceScatterFp16(*group, *workspace));
+  RETURN_IF_ERROR(FailedGemmFailsTheGroup(*group, *buf));
   return absl::OkStatus();
 }
 
