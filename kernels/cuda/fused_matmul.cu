@@ -12,6 +12,7 @@ namespace commd::kernels::cuda_internal {
 namespace {
 
 using cuda_device::LoadAcquire;
+using cuda_device::LoadVolatile;
 using cuda_device::StoreRelease;
 using cuda_device::WaitForSlot;
 
@@ -19,6 +20,13 @@ __device__ size_t GlobalThread() {
   return static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 __device__ size_t GridThreads() { return static_cast<size_t>(gridDim.x) * blockDim.x; }
+
+// Whether an earlier wait of this group already failed (the error word is sticky: the group
+// fails for good at its next call). A call's later waits then end at once instead of each
+// spending the whole deadline on a peer that is not coming.
+__device__ bool GroupFailed(const CudaCommView& v) {
+  return v.error_word != nullptr && LoadVolatile(v.error_word) != 0;
+}
 
 // This rank's arrival on kFusedSignalChannel: its count there grows by one and reaches every
 // peer's slot for it. One block; thread p stores into peer p's pad.
@@ -54,7 +62,13 @@ __global__ void ArriveKernel(CudaCommView v) {
 // the peers (as the arrival does). One block of kCudaMaxWorldSize threads (one per peer).
 __global__ void FencedBarrierKernel(CudaCommView v) {
   static_assert(kFusedSignalChannel == 0, "BlockBarrier of block 0 uses channel 0");
-  if (threadIdx.x == 0) __threadfence_system();
+  __shared__ int failed;  // one read for the block, so every thread takes the same branch
+  if (threadIdx.x == 0) {
+    failed = GroupFailed(v) ? 1 : 0;
+    if (failed == 0) __threadfence_system();
+  }
+  __syncthreads();
+  if (failed != 0) return;
   cuda_device::BlockBarrier(v);
 }
 
@@ -63,6 +77,7 @@ __global__ void FencedBarrierKernel(CudaCommView v) {
 // peer's data before this kernel's end; the GEMM after it on the stream starts only then.
 // A failed wait (abort, deadline) sets the error word; the group fails at its next call.
 __global__ void WaitKernel(CudaCommView v, int peer) {
+  if (GroupFailed(v)) return;
   const int w = v.world_size;
   const uint32_t seq = LoadAcquire(v.pads[v.rank] + PadSlot(kFusedSignalChannel, v.rank, w));
   WaitForSlot(v, v.pads[v.rank] + PadSlot(kFusedSignalChannel, peer, w), seq, peer);
