@@ -102,7 +102,6 @@ struct Call {
   const CudaMatmulArgs& a;
   const FusedMatmulShape& shape;
   const FusedMatmulPlan& plan;
-  size_t es;
 };
 
 std::byte* Bytes(const void* p) { return static_cast<std::byte*>(const_cast<void*>(p)); }
@@ -224,7 +223,7 @@ absl::Status EnqueueFusedMatmul(const CudaCommView& v, const CudaMatmulArgs& a,
   RETURN_IF_ERROR(Check(v, a, plan));
   const char* name = Name(a);
   CUBLAS_RETURN_IF_ERROR(*blas.api, blas.api->set_stream(blas.handle, stream));
-  const Call c{v, a, shape, plan, DataTypeSize(a.dtype)};
+  const Call c{v, a, shape, plan};
   for (const FusedStep& st : plan.steps) {
     if (st.kind == FusedStepKind::kGemm) {
       RETURN_IF_ERROR(Gemm(c, st, blas));
