@@ -21,7 +21,8 @@
 //      with its own last and no wait for itself, each partial product written into slot
 //      `rank` of the destination's workspace, one barrier, then the reduction and nothing
 //      after it; the result against a float64 reference;
-//   4. a GEMM failing once the call's first steps are enqueued fails the group for good,
+//   4. a NaN in one rank's shard, checked, reaches that rank's control-block counters;
+//   5. a GEMM failing once the call's first steps are enqueued fails the group for good,
 //      saying how many of its steps were enqueued; later calls launch nothing.
 // Prints "OK" and exits 0, or "ERROR <what>" and exits 1.
 //
@@ -44,6 +45,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "commd/commd.h"
+#include "common/control_block.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/collectives.h"
 #include "kernels/cuda/cublas_api.h"
@@ -143,9 +145,15 @@ cudaError_t FakeFused(const k::CudaCommView& v, const FusedLaunchArgs& a, cudaSt
         if (p != v.rank && !Wait(v, k::kFusedSignalChannel, p)) return cudaErrorLaunchTimeout;
       }
       return cudaSuccess;
-    case FusedStepKind::kPrepare:
+    case FusedStepKind::kPrepare: {
+      unsigned long long bad = 0;
+      for (size_t i = 0; i < a.count; ++i) bad += std::isfinite(Read(a.src, i, t)) ? 0 : 1;
+      if (bad != 0 && v.nonfinite_count != nullptr) {
+        std::atomic_ref(*v.nonfinite_count).fetch_add(bad, std::memory_order_release);
+      }
       for (size_t i = 0; i < a.scale_rows; ++i) a.staged_scale[i] = a.row_scale[i];
       return cudaSuccess;
+    }
     case FusedStepKind::kScale:
       for (size_t i = 0; i < a.count; ++i) {
         const float rs = a.row_scale != nullptr ? a.row_scale[i / a.cols] : 1.0f;
@@ -470,6 +478,32 @@ absl::Status MatmulReduceScatterFp16(commd::Group& g, commd::SymmetricBuffer& wo
   return absl::OkStatus();
 }
 
+// NaN/Inf counted on the device (the prepare kernel, into the call's counter): rank 1's shard
+// has one NaN; the next call retires the checked call into the control block's counters.
+absl::Status NanCountedOnTheDevice(commd::Group& g, commd::SymmetricBuffer& buf) {
+  const int w = g.world_size();
+  std::vector<float> shard(kRows * kK, 1.0f), b(kK * 2, 1.0f), out(w * kRows * 2);
+  if (g.rank() == 1) shard[4] = NAN;
+  std::memcpy(buf.data(), shard.data(), shard.size() * sizeof(float));
+  commd::CollectiveOptions o;
+  o.cuda_stream = reinterpret_cast<void*>(0x1000);
+  o.nan_check = commd::CollectiveOptions::NanCheck::kOn;
+  RETURN_IF_ERROR(g.AllGatherMatmul(buf, kRows, kK, commd::DataType::kFloat32,
+                                    {{b.data(), 2, out.data()}}, nullptr, nullptr, o));
+  const std::string log = Log();
+  RETURN_IF_ERROR(Expect(log.rfind("prepare arrive ", 0) == 0,
+                         "a checked call does not start with the NaN/Inf scan: " + log));
+  o.nan_check = commd::CollectiveOptions::NanCheck::kOff;  // retires the checked call
+  RETURN_IF_ERROR(g.AllGatherMatmul(buf, kRows, kK, commd::DataType::kFloat32,
+                                    {{b.data(), 2, out.data()}}, nullptr, nullptr, o));
+  calls.clear();
+  const auto* counters = reinterpret_cast<const commd::ControlBlockCounters*>(
+      static_cast<const char*>(g.control_block()) + commd::kCountersOffset);
+  return Expect(
+      counters->nan_checks == 1 && counters->nans_found == (g.rank() == 1 ? 1u : 0u),
+      absl::StrCat("nan counters: checks ", counters->nan_checks, " found ", counters->nans_found));
+}
+
 // A GEMM failing after the call's first steps were enqueued (every rank's first peer GEMM, so
 // every rank fails alike) fails the group for good: FAILED_PRECONDITION saying how many of the
 // plan's steps were enqueued (arrive, own GEMM, wait: 3 of 7 for one unscaled B on 3 ranks),
@@ -521,6 +555,7 @@ absl::Status Run(int rank, int world, const char* name) {
   RETURN_IF_ERROR(AllGatherMatmulFp32(*group, *buf));
   RETURN_IF_ERROR(AllGatherMatmulBf16(*group, *buf));
   RETURN_IF_ERROR(MatmulReduceScatterFp16(*group, *workspace));
+  RETURN_IF_ERROR(NanCountedOnTheDevice(*group, *buf));
   RETURN_IF_ERROR(FailedGemmFailsTheGroup(*group, *buf));
   return absl::OkStatus();
 }
