@@ -5,10 +5,12 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <deque>
 #include <new>
+#include <span>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -19,6 +21,9 @@
 #include "common/cuda_driver_api.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/collectives.h"
+#include "kernels/cuda/cublas_api.h"
+#include "kernels/cuda/fused_matmul.h"
+#include "kernels/cuda_matmul_plan.h"
 #include "kernels/cuda_plan.h"
 
 namespace commd {
@@ -59,6 +64,9 @@ struct CudaGroupState {
   std::deque<Pending> pending ABSL_GUARDED_BY(mu);
   kernels::CounterSlots slots ABSL_GUARDED_BY(mu){kCountSlots};
   absl::Status failed ABSL_GUARDED_BY(mu);  // sticky: the group's CUDA buffers are unusable
+  // The fused matmuls' cuBLAS handle, made in `context` by the group's first one.
+  const kernels::CublasApi* blas = nullptr;
+  cublasHandle_t cublas ABSL_GUARDED_BY(mu) = nullptr;
 };
 
 namespace {
@@ -154,8 +162,38 @@ absl::StatusOr<void*> Scratch(CudaGroupState& s, uintptr_t stream, size_t bytes)
   return reinterpret_cast<void*>(s.scratch[c.slot]);
 }
 
-// Bytes of scratch `c` needs: the largest one-shot all-reduce (in place, as the SDK's are).
-size_t ScratchBytes(const CheckedCall& c) {
+// The fused matmul arguments of `call` on view `v` (its operands are the caller's device
+// memory; the shard or workspace is the buffer's data region).
+kernels::CudaMatmulArgs MatmulArgs(const CollectiveCall& call, kernels::NanCheck nan,
+                                   std::span<kernels::MatmulB> bs, void* scratch) {
+  const MatmulCall& m = *call.matmul;
+  for (size_t i = 0; i < m.bs.size() && i < bs.size(); ++i) {
+    bs[i] = {m.bs[i].data, m.bs[i].n, m.bs[i].out, m.bs[i].col_scale};
+  }
+  return {.gather = call.kind == CollectiveOp::kAllGatherMatmul,
+          .rows = m.rows,
+          .k = m.k,
+          .dtype = static_cast<kernels::DataType>(call.dtype),
+          .op = static_cast<kernels::ReduceOp>(call.op),
+          .bs = absl::MakeConstSpan(bs.data(), std::min(m.bs.size(), bs.size())),
+          .row_scale = m.row_scale,
+          .gathered = m.gathered,
+          .a = m.a,
+          .nan_check = nan,
+          .scratch = scratch};
+}
+
+// The plan of a fused matmul on `v` (the NaN check does not change its scratch).
+kernels::FusedMatmulPlan MatmulPlan(const kernels::CudaCommView& v, const CollectiveCall& call) {
+  std::array<kernels::MatmulB, kernels::kMaxMatmulBs> bs;
+  return kernels::PlanFusedMatmul(
+      kernels::FusedShapeOf(v, MatmulArgs(call, kernels::NanCheck::kOff, bs, nullptr)));
+}
+
+// Bytes of scratch `c` needs: the largest one-shot all-reduce (in place, as the SDK's are), or
+// a fused matmul's fp32 products of 16-bit scaled outputs.
+size_t ScratchBytes(const kernels::CudaCommView& v, const CheckedCall& c) {
+  if (c.call.matmul != nullptr) return MatmulPlan(v, c.call).scratch_bytes;
   if (c.algorithm != kernels::Algorithm::kOneShot) return 0;
   const CollectiveCall& call = c.call;
   if (call.kind == CollectiveOp::kAllReduce) {
@@ -203,7 +241,8 @@ absl::StatusOr<kernels::CudaCommView> MakeView(CollectiveEntry& e, const Checked
 // One launch per tensor for coalesced calls (the device kernels take one tensor a launch);
 // *enqueued counts the kernels that were.
 absl::Status Launch(const kernels::CudaCommView& v, const CheckedCall& c, kernels::NanCheck nan,
-                    void* scratch, cudaStream_t stream, int* enqueued) {
+                    void* scratch, const kernels::CublasContext& blas, cudaStream_t stream,
+                    int* enqueued) {
   const CollectiveCall& call = c.call;
   const auto dtype = static_cast<kernels::DataType>(call.dtype);
   const auto op = static_cast<kernels::ReduceOp>(call.op);
@@ -240,6 +279,12 @@ absl::Status Launch(const kernels::CudaCommView& v, const CheckedCall& c, kernel
     case CollectiveOp::kAllToAll:
       st = kernels::LaunchAllToAll(v, in, call.out->data(), call.count, dtype, nan, stream);
       break;
+    case CollectiveOp::kAllGatherMatmul:
+    case CollectiveOp::kMatmulReduceScatter: {
+      std::array<kernels::MatmulB, kernels::kMaxMatmulBs> bs;
+      return kernels::EnqueueFusedMatmul(v, MatmulArgs(call, nan, bs, scratch), blas, stream,
+                                         enqueued);
+    }
     default:
       return absl::UnimplementedError(absl::StrCat(
           RecordOpTorchName(static_cast<uint32_t>(call.kind)), " has no CUDA kernel in this SDK"));
@@ -248,8 +293,10 @@ absl::Status Launch(const kernels::CudaCommView& v, const CheckedCall& c, kernel
   return st;
 }
 
-// Kernels of this call that will be launched (coalesced: one per non-empty tensor).
-int KernelsOf(const CollectiveCall& call) {
+// Kernels of this call that will be launched (coalesced: one per non-empty tensor; a fused
+// matmul: its plan's steps, GEMMs included).
+int KernelsOf(const kernels::CudaCommView& v, const CollectiveCall& call) {
+  if (call.matmul != nullptr) return static_cast<int>(MatmulPlan(v, call).steps.size());
   if (call.kind != CollectiveOp::kAllReduceCoalesced) return 1;
   int n = 0;
   for (const CoalescedTensor& t : call.tensors) n += t.count > 0 ? 1 : 0;
@@ -299,6 +346,7 @@ absl::Status DesyncError(const std::string& group, const RecordId& id, int enque
 // failure fails the group (kernels::LaunchFailureDesyncs).
 absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e,
                      kernels::CudaCommView v, void* scratch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  const kernels::CublasContext blas{s.blas, s.cublas};
   const CollectiveOptions& o = *c.call.options;
   CUevent done = nullptr;
   CU_RETURN_IF_ERROR(s.api->event_create(&done, CU_EVENT_DISABLE_TIMING));
@@ -312,7 +360,7 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
   auto* stream = static_cast<cudaStream_t>(o.cuda_stream);
   int enqueued = 0;
   absl::Status st = rec.Started(id, o.cuda_stream);
-  if (st.ok()) st = Launch(v, c, e.nan(), scratch, stream, &enqueued);
+  if (st.ok()) st = Launch(v, c, e.nan(), scratch, blas, stream, &enqueued);
   if (st.ok()) st = rec.Completed(id, o.cuda_stream);
   // Recorded even after a failure once kernels are queued: the slot (and the scratch) stay
   // taken until they have run.
@@ -332,7 +380,7 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
     s.api->event_destroy(done);
     return st;
   }
-  s.failed = DesyncError(e.group().name(), id, enqueued, KernelsOf(c.call), st);
+  s.failed = DesyncError(e.group().name(), id, enqueued, KernelsOf(v, c.call), st);
   if (recorded == CUDA_SUCCESS && enqueued > 0) {
     s.pending.push_back({done, id, slot, false, pending.stream});
   } else if (enqueued == 0) {
@@ -363,6 +411,17 @@ absl::Status RefuseCapture(CudaGroupState& s, const std::string& group, void* st
   return absl::OkStatus();
 }
 
+// The group's cuBLAS handle, made once in its context (current here) with the fused matmul
+// kernels loaded before any of them can spin on a peer (lazy loading; collectives.h).
+absl::Status MakeCublasHandle(CudaGroupState& s, const kernels::CublasApi* blas)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  if (s.cublas != nullptr) return absl::OkStatus();
+  RETURN_IF_ERROR(kernels::PreloadFusedMatmulKernels());
+  s.blas = blas;
+  CUBLAS_RETURN_IF_ERROR(*blas, blas->create(&s.cublas));
+  return absl::OkStatus();
+}
+
 class CudaBackend : public CollectiveBackend {
  public:
   explicit CudaBackend(int device) : device_(device) {}
@@ -374,12 +433,16 @@ class CudaBackend : public CollectiveBackend {
   // earlier call.
   absl::Status Run(const CheckedCall& c, CollectiveEntry& entry) override {
     const CollectiveOptions& options = *c.call.options;
-    if (c.call.matmul != nullptr) {  // before anything is made or enqueued
-      return absl::UnimplementedError(absl::StrCat(
-          "group ", entry.group().name(),
-          ": the fused matmuls run on host groups only in this SDK (no cuBLAS path yet)"));
-    }
     RETURN_IF_ERROR(CheckSupported(entry, options));
+    const kernels::CublasApi* blas = nullptr;
+    if (c.call.matmul != nullptr) {  // before anything is made or enqueued
+      absl::StatusOr<const kernels::CublasApi*> loaded = kernels::Cublas();
+      if (!loaded.ok()) {
+        return absl::Status(loaded.status().code(), absl::StrCat("group ", entry.group().name(),
+                                                                 ": ", loaded.status().message()));
+      }
+      blas = *loaded;
+    }
     if (state_ == nullptr) {
       ASSIGN_OR_RETURN(state_, CreateCudaGroupState(device_, &entry.recorder_impl()));
     }
@@ -390,8 +453,9 @@ class CudaBackend : public CollectiveBackend {
     RETURN_IF_ERROR(Poll(s, entry.group().name()));
     RETURN_IF_ERROR(RefuseCapture(s, entry.group().name(), options.cuda_stream));
     ASSIGN_OR_RETURN(kernels::CudaCommView view, MakeView(entry, c, options.cuda_stream));
-    ASSIGN_OR_RETURN(void* scratch,
-                     Scratch(s, reinterpret_cast<uintptr_t>(options.cuda_stream), ScratchBytes(c)));
+    if (blas != nullptr) RETURN_IF_ERROR(MakeCublasHandle(s, blas));
+    ASSIGN_OR_RETURN(void* scratch, Scratch(s, reinterpret_cast<uintptr_t>(options.cuda_stream),
+                                            ScratchBytes(view, c)));
     return Enqueue(s, c, entry, view, scratch);
   }
 
@@ -407,6 +471,7 @@ void CudaGroupStateDeleter::operator()(CudaGroupState* s) const {
     absl::MutexLock lock(&s->mu);
     ContextScope scope(*s);
     while (!s->pending.empty()) RetireFront(*s, /*wait=*/true);
+    if (s->cublas != nullptr) s->blas->destroy(s->cublas);
     for (CUdeviceptr scratch : s->scratch) {
       if (scratch != 0) s->api->mem_free(scratch);
     }

@@ -40,6 +40,30 @@ enum : uint32_t { kErrorAborted = 1, kErrorTimedOut = 2 };
 // slot (device memory, NVLink) is still read on every spin.
 inline constexpr uint64_t kAbortPollNs = 50 * 1000;
 
+// Spins (this thread alone) until `slot`, which only `peer` writes, reaches `seq` (values
+// only grow, compared by signed difference: kernels/signal_layout.h). False when the abort
+// word is set or the wait outlasts v.timeout_ns; the first failure is in the error word.
+__device__ inline bool WaitForSlot(const CudaCommView& v, const uint32_t* slot, uint32_t seq,
+                                   int peer) {
+  const uint64_t start = GlobalTimerNs();
+  uint64_t next_abort_poll = start;  // the abort word is read on the first spin
+  while (static_cast<int32_t>(LoadAcquire(slot) - seq) < 0) {
+    const uint64_t now = GlobalTimerNs();
+    uint32_t code = 0;
+    if (v.abort_word != nullptr && now >= next_abort_poll) {
+      next_abort_poll = now + kAbortPollNs;
+      if (LoadVolatile(v.abort_word) != 0) code = kErrorAborted;
+    }
+    if (now - start > v.timeout_ns) code = kErrorTimedOut;
+    if (code != 0) {
+      if (v.error_word != nullptr) atomicCAS(v.error_word, 0u, code << 16 | peer);
+      return false;
+    }
+    __nanosleep(256);
+  }
+  return true;
+}
+
 // Barrier of block blockIdx.x with block blockIdx.x of every peer, on channel blockIdx.x.
 // Returns false (for every thread of the block) when a wait failed; the error word is set.
 //
@@ -66,24 +90,7 @@ __device__ inline bool BlockBarrier(const CudaCommView& v) {
   const int peer = threadIdx.x;
   if (peer < w && peer != v.rank) {
     StoreRelease(v.pads[peer] + PadSlot(ch, v.rank, w), seq);
-    const uint32_t* slot = v.pads[v.rank] + PadSlot(ch, peer, w);
-    const uint64_t start = GlobalTimerNs();
-    uint64_t next_abort_poll = start;  // the abort word is read on the first spin
-    while (static_cast<int32_t>(LoadAcquire(slot) - seq) < 0) {
-      const uint64_t now = GlobalTimerNs();
-      uint32_t code = 0;
-      if (v.abort_word != nullptr && now >= next_abort_poll) {
-        next_abort_poll = now + kAbortPollNs;
-        if (LoadVolatile(v.abort_word) != 0) code = kErrorAborted;
-      }
-      if (now - start > v.timeout_ns) code = kErrorTimedOut;
-      if (code != 0) {
-        if (v.error_word != nullptr) atomicCAS(v.error_word, 0u, code << 16 | peer);
-        failed = 1;
-        break;
-      }
-      __nanosleep(256);
-    }
+    if (!WaitForSlot(v, v.pads[v.rank] + PadSlot(ch, peer, w), seq, peer)) failed = 1;
   }
   __syncthreads();
   return failed == 0;

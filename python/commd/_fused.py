@@ -19,7 +19,9 @@ def _check(op: str, tensors: Sequence[torch.Tensor]) -> str:
     for t in tensors:
         if t.device.type != "cpu":
             raise NotImplementedError(f"commd {op}: tensors on {t.device}; the fused matmuls "
-                                      "run on CPU tensors (the cuBLAS path is not written yet)")
+                                      "of commd.torch take CPU tensors (the SDK's CUDA path, "
+                                      "Group::AllGatherMatmul on a CUDA group, is not wired "
+                                      "into the binding yet)")
         if t.dtype not in _FUSED_DTYPES or t.dtype != tensors[0].dtype:
             raise TypeError(f"commd {op}: every tensor must be one of float32, float16, bfloat16 "
                             f"and of one dtype; got {[str(x.dtype) for x in tensors]}")

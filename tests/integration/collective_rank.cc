@@ -5,7 +5,8 @@
 //   collective_rank <rank> <world> <seed> <mode>
 //   mode: matrix | large | repeat[:N] | invalid | nan | nan_group | nan_sampled3 | nan_fail |
 //         nan_off_fail | mismatch | abort | cuda | host_matrix | host_large | host_overlapping |
-//         host_invalid | host_nan_fail
+//         host_invalid | host_nan_fail | matmul | matmul_invalid | matmul_nan_fail |
+//         matmul_missing_rank | cuda_matmul
 // (host_*: the overloads on ordinary host memory, with a symmetric buffer as the staging area.)
 // (cuda: rank r on Device::Cuda(r), stream-ordered collectives; needs a CUDA build and a GPU
 // per rank.)
@@ -774,6 +775,7 @@ const Mode kModes[] = {
     {"matmul_invalid", FusedMatmulInvalid},
     {"matmul_nan_fail", FusedMatmulNanFail, CheckOnPolicyFail},
     {"matmul_missing_rank", FusedMatmulMissingRank},
+    {"cuda_matmul", CudaFusedMatmul, OwnGpu, size_t{1} << 16},
 };
 
 const Mode* FindMode(const std::string& name) {

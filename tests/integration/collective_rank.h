@@ -41,6 +41,8 @@ struct Run {
   // `in` as the staging buffer.
   bool host_memory = false;
   std::vector<uint64_t> user_in, user_out;
+  // CUDA fused-matmul mode: the stream its calls are enqueued on (operands in device memory).
+  void* cuda_stream = nullptr;
 
   // Where a collective's input and output are: the user's memory or the symmetric buffers.
   void* input() { return host_memory ? static_cast<void*>(user_in.data()) : in.data(); }
@@ -78,6 +80,7 @@ void Matrix(Run& run);
 void Large(Run& run);
 // Fused-matmul modes (collective_rank_matmul.cc).
 void FusedMatmul(Run& run);
+void CudaFusedMatmul(Run& run);
 void FusedMatmulInvalid(Run& run);
 void FusedMatmulNanFail(Run& run);
 void FusedMatmulMissingRank(Run& run);

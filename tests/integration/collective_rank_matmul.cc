@@ -12,6 +12,10 @@
 #include "commd/commd.h"
 #include "tests/integration/collective_rank.h"
 
+#ifdef COMMD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace collective_rank {
 namespace {
 
@@ -52,6 +56,85 @@ bool Close(double got, double want, double magnitude, DataType t) {
   return std::fabs(got - want) <= rel * magnitude + 1e-6;
 }
 
+// Where a call's operands live: this process's memory on host groups; on CUDA runs
+// (run.cuda_stream set) device copies made before the call, and the outputs copied back to
+// the host vectors once the stream has finished. The checks then read host memory either way.
+class Placement {
+ public:
+  explicit Placement(Run& run) : run_(run) {}
+  Placement(const Placement&) = delete;
+  Placement& operator=(const Placement&) = delete;
+  ~Placement() { Finish(); }
+
+  bool on_device() const { return run_.cuda_stream != nullptr; }
+  commd::CollectiveOptions options() const { return {.cuda_stream = run_.cuda_stream}; }
+  // A copy of `bytes` at `host` the call reads.
+  void* In(const void* host, size_t bytes) {
+    if (!on_device()) return const_cast<void*>(host);
+    void* dev = Allocate(bytes);
+    Copy(dev, host, bytes, /*to_device=*/true);
+    return dev;
+  }
+  // Where the call writes what Finish brings to `host`.
+  void* Out(void* host, size_t bytes) {
+    if (!on_device()) return host;
+    void* dev = Allocate(bytes);
+    outs_.push_back({host, dev, bytes});
+    return dev;
+  }
+  // The shard, at the start of this rank's symmetric buffer.
+  void Shard(const void* host, size_t bytes) {
+    if (!on_device()) {
+      std::memcpy(run_.in.data(), host, bytes);
+    } else {
+      Copy(run_.in.data(), host, bytes, /*to_device=*/true);
+    }
+  }
+  // Waits for the stream; the outputs are on the host from here.
+  void Finish() {
+#ifdef COMMD_HAVE_CUDA
+    if (!on_device() || done_) return;
+    done_ = true;
+    auto* stream = static_cast<cudaStream_t>(run_.cuda_stream);
+    for (const OutCopy& o : outs_) {
+      Cuda(cudaMemcpyAsync(o.host, o.dev, o.bytes, cudaMemcpyDeviceToHost, stream), "copy out");
+    }
+    Cuda(cudaStreamSynchronize(stream), "stream sync");
+    for (void* p : allocated_) cudaFree(p);
+#endif
+  }
+
+ private:
+  struct OutCopy {
+    void* host;
+    void* dev;
+    size_t bytes;
+  };
+#ifdef COMMD_HAVE_CUDA
+  void Cuda(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) run_.Fail(std::string(what) + ": " + cudaGetErrorString(e));
+  }
+  void* Allocate(size_t bytes) {
+    void* p = nullptr;
+    Cuda(cudaMalloc(&p, bytes), "cudaMalloc");
+    allocated_.push_back(p);
+    return p;
+  }
+  void Copy(void* dst, const void* src, size_t bytes, bool) {
+    Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+                         static_cast<cudaStream_t>(run_.cuda_stream)),
+         "copy in");
+  }
+#else
+  void* Allocate(size_t) { return nullptr; }
+  void Copy(void*, const void*, size_t, bool) {}
+#endif
+  Run& run_;
+  std::vector<OutCopy> outs_;
+  std::vector<void*> allocated_;
+  bool done_ = false;
+};
+
 const char* TypeName(DataType t) {
   return t == DataType::kFloat32 ? "float32" : t == DataType::kFloat16 ? "float16" : "bfloat16";
 }
@@ -68,7 +151,8 @@ void CheckAllGatherMatmul(Run& run, DataType t, size_t rows, size_t k, size_t n1
   const std::string what =
       absl::StrCat("all_gather_matmul ", TypeName(t), " rows ", rows, " k ", k, " n ", n1, "/", n2,
                    scaled ? " scaled" : "", gather ? " gathered" : "");
-  for (size_t i = 0; i < rows * k; ++i) Store(run.in.data(), i, t, Input(run, rank, tag_a, i, t));
+  Placement at(run);
+  at.Shard(Fill(run, rank, tag_a, rows * k, t).data(), rows * k * es);
   const size_t ns[2] = {n1, n2};
   Matrix b[2] = {Fill(run, rank, tag_b, k * n1, t), Fill(run, rank, tag_b + 1000, k * n2, t)};
   std::vector<uint64_t> out[2] = {std::vector<uint64_t>(grows * n1 * es / 8 + 1),
@@ -78,15 +162,21 @@ void CheckAllGatherMatmul(Run& run, DataType t, size_t rows, size_t k, size_t n1
   const std::vector<float> col_scale[2] = {ColScales(n1), ColScales(n2)};
   std::vector<commd::MatmulB> bs;
   for (int j = 0; j < 2; ++j) {
-    bs.push_back({.data = b[j].data(),
+    bs.push_back({.data = at.In(b[j].data(), k * ns[j] * es),
                   .n = ns[j],
-                  .out = out[j].data(),
+                  .out = at.Out(out[j].data(), grows * ns[j] * es),
                   // B 1: row scales alone
-                  .col_scale = scaled && j == 0 ? col_scale[j].data() : nullptr});
+                  .col_scale = scaled && j == 0 ? static_cast<const float*>(at.In(
+                                                      col_scale[j].data(), ns[j] * sizeof(float)))
+                                                : nullptr});
   }
   run.Check(what.c_str(),
-            run.g.AllGatherMatmul(run.in, rows, k, t, bs, scaled ? row_scale.data() : nullptr,
-                                  gather ? gathered.data() : nullptr));
+            run.g.AllGatherMatmul(
+                run.in, rows, k, t, bs,
+                scaled ? static_cast<const float*>(at.In(row_scale.data(), rows * sizeof(float)))
+                       : nullptr,
+                gather ? at.Out(gathered.data(), grows * k * es) : nullptr, at.options()));
+  at.Finish();
   std::vector<std::vector<double>> shards;
   for (int p = 0; p < world; ++p) shards.push_back(Values(run, p, tag_a, rows * k, t));
   for (int j = 0; j < 2; ++j) {
@@ -142,12 +232,21 @@ void CheckMatmulReduceScatter(Run& run, DataType t, size_t rows, size_t k, size_
   Matrix b = Fill(run, rank, tag_b, k * n, t);
   std::vector<uint64_t> out(chunk * n * Size(t) / 8 + 1);
   const std::vector<float> row_scale = RowScales(0, rows), col_scale = ColScales(n);
-  const commd::MatmulB mb{.data = b.data(),
-                          .n = n,
-                          .out = out.data(),
-                          .col_scale = scaled ? col_scale.data() : nullptr};
-  run.Check(what.c_str(), run.g.MatmulReduceScatter(a.data(), rows, k, t, mb, op, run.out,
-                                                    scaled ? row_scale.data() : nullptr));
+  const size_t es = Size(t);
+  Placement at(run);
+  const commd::MatmulB mb{
+      .data = at.In(b.data(), k * n * es),
+      .n = n,
+      .out = at.Out(out.data(), chunk * n * es),
+      .col_scale =
+          scaled ? static_cast<const float*>(at.In(col_scale.data(), n * sizeof(float))) : nullptr};
+  run.Check(what.c_str(),
+            run.g.MatmulReduceScatter(
+                at.In(a.data(), rows * k * es), rows, k, t, mb, op, run.out,
+                scaled ? static_cast<const float*>(at.In(row_scale.data(), rows * sizeof(float)))
+                       : nullptr,
+                at.options()));
+  at.Finish();
   std::vector<std::vector<double>> as, bs;
   for (int r = 0; r < world; ++r) {
     as.push_back(Values(run, r, tag_a, rows * k, t));
@@ -180,6 +279,22 @@ void CheckMatmulReduceScatter(Run& run, DataType t, size_t rows, size_t k, size_
 }
 
 }  // namespace
+
+// The same on CUDA groups (rank r on GPU r): operands in device memory, calls on a stream.
+void CudaFusedMatmul(Run& run) {
+#ifdef COMMD_HAVE_CUDA
+  if (cudaSetDevice(run.args.rank) != cudaSuccess) return run.Fail("cudaSetDevice");
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreate(&stream) != cudaSuccess) return run.Fail("cudaStreamCreate");
+  run.cuda_stream = stream;
+  FusedMatmul(run);
+  run.cuda_stream = nullptr;
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+#else
+  run.Fail("cuda_matmul needs a CUDA build");
+#endif
+}
 
 void FusedMatmul(Run& run) {
   const size_t world = static_cast<size_t>(run.args.world);

@@ -338,6 +338,17 @@ TEST_F(CollectiveTest, CudaRemappedDevicesOnTwoGpus) {
   Run(2, "cuda_remapped");
 }
 
+// The fused matmuls' CUDA path (cuBLAS on each peer's memory, stream-ordered readiness) against
+// the unfused float64 reference: every type, scales, 3-D A, the gathered A, sum and avg.
+TEST_F(CollectiveTest, CudaFusedMatmulsOnTwoGpus) {
+  COMMD_NEED_GPUS(2);
+  Run(2, "cuda_matmul");
+}
+TEST_F(CollectiveTest, CudaFusedMatmulsOnFourGpus) {
+  COMMD_NEED_GPUS(4);
+  Run(4, "cuda_matmul");
+}
+
 // A kernel spinning at a barrier ends when the group is aborted; the next call is ABORTED.
 TEST_F(CollectiveTest, CudaAbortMidKernelOnTwoGpus) {
   COMMD_NEED_GPUS(2);

@@ -308,5 +308,37 @@ TEST_F(CudaMemoryTest, CollectivesOnTheFakeDriverKeepScratchPerStreamAndFailPart
 #endif
 }
 
+// The fused matmuls' CUDA path (cuda_matmul_rank, three ranks on three fake GPUs) with only
+// the launches and cuBLAS replaced, the replacements doing each step on the fake's host-backed
+// device memory: each rank checks the refusal without cuBLAS, the order of its arrival,
+// waits, GEMMs (on each peer's buffer where it lies, own shard first, ring order), scales,
+// barrier and reduction, every GEMM's pointers and column-major arguments, and the results
+// against a float64 reference.
+TEST_F(CudaMemoryTest, FusedMatmulsOnTheFakeDriverFollowTheHostProtocol) {
+#ifndef CUDA_MATMUL_RANK
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (!StartDaemon({})) GTEST_SKIP() << "built without CUDA";
+  constexpr int kWorld = 3;
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    auto child = ChildProcess::Start(
+        {CUDA_MATMUL_RANK, "fused", std::to_string(r), std::to_string(kWorld)},
+        {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job",
+         std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA,
+         "COMMD_FAKE_CUDA_DEVICES=4", "CUDA_VISIBLE_DEVICES=" + std::to_string(r),
+         "COMMD_CUBLAS_LIBRARY=/nonexistent/libcublas.so.13"});
+    ASSERT_TRUE(child.ok()) << child.status();
+    ranks.push_back(std::move(*child));
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    auto result = ranks[r]->Wait(absl::Seconds(90));
+    ASSERT_TRUE(result.ok()) << "rank " << r << ": " << result.status();
+    EXPECT_EQ(result->exit_code, 0) << "rank " << r << ": " << result->output;
+    EXPECT_THAT(result->output, HasSubstr("OK")) << "rank " << r;
+  }
+#endif
+}
+
 }  // namespace
 }  // namespace commd::testing

@@ -240,8 +240,9 @@ class COMMD_API Group {
   absl::Status AllReduceCoalesced(SymmetricBuffer& buf, const std::vector<CoalescedTensor>& tensors,
                                   ReduceOp op, const CollectiveOptions& options = {});
 
-  // Fused compute and communication over symmetric memory (async tensor parallelism), host
-  // groups; float32, float16 and bfloat16, accumulated in float32 by OpenBLAS's sgemm.
+  // Fused compute and communication over symmetric memory (async tensor parallelism);
+  // float32, float16 and bfloat16, accumulated in float32 (host groups: OpenBLAS's sgemm;
+  // CUDA groups: cuBLAS, below).
   //
   // AllGatherMatmul: A's rows are sharded across the ranks; this rank's shard, `rows` x `k`
   // (leading dimensions flattened), is at the start of `a`. For every B (1 to 8 of them),
@@ -265,7 +266,14 @@ class COMMD_API Group {
   // range before anything is touched; the call check across ranks, which compares the shapes
   // and whether scales are used; NaN policy over A; ABORTED; DEADLINE_EXCEEDED naming the
   // ranks that never came). Each records one flight-recorder entry, an all_gather or a
-  // reduce_scatter of A's [rows, k] into the output's [rows, n]. CUDA groups: UNIMPLEMENTED.
+  // reduce_scatter of A's [rows, k] into the output's [rows, n]. Host groups block until done.
+  //
+  // CUDA groups: the same protocol enqueued on options.cuda_stream with cuBLAS (cublasGemmEx,
+  // fp32 accumulation), returning without waiting; every pointer argument is device memory of
+  // the group's device. cuBLAS is loaded on the first call (FAILED_PRECONDITION naming the
+  // library when it is missing, nothing enqueued). As for the other collectives on CUDA
+  // buffers: no cross-rank call check, NaN policy FAIL with the check on refused, a failed
+  // device-side wait reported by the group's next call (docs/fused-matmul.md).
   absl::Status AllGatherMatmul(SymmetricBuffer& a, size_t rows, size_t k, DataType dtype,
                                const std::vector<MatmulB>& bs, const float* row_scale = nullptr,
                                void* gathered = nullptr, const CollectiveOptions& options = {});
