@@ -252,7 +252,9 @@ absl::Status Daemon::StartServers() {
                                 .max_timeout = absl::Milliseconds(wd.max_collective_timeout_ms()),
                                 .policy = wd.policy(),
                                 .terminate_grace = absl::Milliseconds(wd.terminate_grace_ms()),
-                                .progress = progress_.get()},
+                                .progress = progress_.get(),
+                                .progress_period =
+                                    absl::Milliseconds(config_.cluster().progress_interval_ms())},
       groups_.get(), group_dumps_.get(),
       [service = session_service_.get()](const std::string& token, const v1::SessionEvent& e) {
         return service->Push(token, e);
