@@ -255,6 +255,30 @@ def fleet_dashboard():
     L.panel("table", "Flight-recorder drops by node (last hour)", [q(
         f'topk(10, sum by (instance) (increase(commd_flight_recorder_dropped_total{{{ALL}}}[1h])))',
         instant=True, fmt="table")], w=12, h=6)
+    L.row("Cluster (etcd)")
+    L.panel("stat", "Nodes connected to etcd", [q(
+        f'sum(commd_cluster_connected{{{ALL}}}) or vector(0)', instant=True)], w=6, h=4,
+        description="Daemons holding their lease in the cluster's etcd (docs/cluster.md).")
+    L.panel("stat", "Nodes cut off from etcd", [q(
+        f'count(commd_cluster_connected{{{ALL}}} == 0) or vector(0)', instant=True)], w=6, h=4,
+        description="Node-local work goes on; the job store fails and dumps are not announced.")
+    L.panel("stat", "Nodes etcd lists", [q(
+        f'max(commd_cluster_nodes{{{ALL}}}) or vector(0)', instant=True)], w=6, h=4,
+        description="Live node keys as a daemon last counted them: fewer than the nodes "
+                    "scraped means a daemon lost its lease.")
+    L.panel("stat", "Nodes not watching for job dumps", [q(
+        f'count(commd_cluster_job_dumps_watching{{{ALL}}} == 0) or vector(0)', instant=True)],
+        w=6, h=4)
+    L.panel("timeseries", "Job dumps across nodes", [q(
+        f'sum by (event) (increase(commd_cluster_job_dumps_total{{{ALL}}}[$__rate_interval]))',
+        "{{event}}")], w=12,
+        description="Dumps of jobs announced by a node (published), failed to announce, and "
+                    "seen by the other nodes (received).")
+    L.panel("timeseries", "Group views written to etcd per second", [q(
+        f'sum by (instance) (rate(commd_cluster_progress_writes_total{{{ALL}}}'
+        '[$__rate_interval]))', "{{instance}}")], w=12, unit="ops",
+        description="On change, at most one per group per cluster.progress_interval_ms: the "
+                    "write rate commd puts on etcd (docs/PERFORMANCE.md).")
     return dashboard("commd-fleet", "commd: fleet overview",
                      "Every node's commd: which nodes have hung groups, where aborts and NaNs "
                      "happen, traffic and memory per node.", L.panels, ["commd"])

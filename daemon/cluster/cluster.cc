@@ -49,6 +49,12 @@ Cluster::Cluster(ClusterOptions options, prometheus::Registry* registry)
                           .Help("1 while the daemon holds its lease in the cluster's etcd")
                           .Register(*registry)
                           .Add({});
+  nodes_gauge_ = &prometheus::BuildGauge()
+                      .Name("commd_cluster_nodes")
+                      .Help("Live nodes (daemons holding their lease) this daemon last counted "
+                            "in etcd, about every 10 keep-alive beats")
+                      .Register(*registry)
+                      .Add({});
   since_ = absl::Now();
 }
 
@@ -108,6 +114,19 @@ void Cluster::AddLeaseSource(LeaseSource source) {
   sources_.push_back(std::move(source));
 }
 
+void Cluster::CountNodes() {
+  // A serializable count: the member's own copy, no raft round; exactness is not needed.
+  const std::string prefix = options_.prefix + "/nodes/";
+  pb::RangeRequest range;
+  range.set_key(prefix);
+  range.set_range_end(PrefixEnd(prefix));
+  range.set_count_only(true);
+  range.set_serializable(true);
+  etcd_.Range(range, [gauge = nodes_gauge_](absl::StatusOr<pb::RangeResponse> r) {
+    if (r.ok()) gauge->Set(static_cast<double>(r->count()));
+  });
+}
+
 int64_t Cluster::lease() const {
   absl::MutexLock lock(&mu_);
   return lease_;
@@ -126,6 +145,7 @@ bool Cluster::Sleep(absl::Duration d) {
 
 void Cluster::Run() {
   absl::Duration backoff = options_.retry_initial;
+  uint64_t beats = 0;
   // Three refreshes per TTL: one lost beat does not lose the lease.
   const absl::Duration beat = std::max(absl::Milliseconds(100), options_.lease_ttl / 3);
   while (true) {
@@ -136,6 +156,7 @@ void Cluster::Run() {
     }
     const absl::Status s = registered ? Refresh() : Register();
     SetState(s.ok(), s);
+    if (s.ok() && beats++ % 10 == 0) CountNodes();
     if (s.ok()) {
       backoff = options_.retry_initial;
       if (!Sleep(beat)) return;

@@ -97,12 +97,15 @@ class Cluster {
   // One keep-alive round over the node's lease and the sources' leases.
   absl::Status Refresh();
   void SetState(bool connected, const absl::Status& why);
+  // Counts the live nodes' keys into commd_cluster_nodes (asynchronously).
+  void CountNodes();
   // Sleeps up to `d`; false when stopping.
   bool Sleep(absl::Duration d);
 
   const ClusterOptions options_;
   EtcdClient etcd_;
   prometheus::Gauge* connected_gauge_;
+  prometheus::Gauge* nodes_gauge_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool connected_ ABSL_GUARDED_BY(mu_) = false;

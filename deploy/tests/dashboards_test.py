@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Dashboards and alert rules against real servers.
 
-Starts the real commd on a temporary runtime dir and Debian's prometheus on loopback (a free
+Starts Debian's etcd and two real commd daemons as the nodes of one cluster on temporary
+runtime dirs, and Debian's prometheus on loopback scraping both (a free
 port, temporary storage, 1 s scrape and rule interval, deploy/prometheus/commd.rules.yml
 loaded), runs a small demo job of examples/trainer ranks with one hang and one NaN injected
 (and one more hang that commctl aborts) beside a healthy second job whose group has the name
@@ -225,6 +226,9 @@ def main():
     if not prom_bin:
         print("FAIL: prometheus missing (Debian package prometheus)")
         return 1
+    if not os.access(ETCD, os.X_OK):
+        print(f"FAIL: {ETCD} missing (Debian package etcd-server)")
+        return 1
 
     dashboards = {}
     for name in ("commd-node.json", "commd-fleet.json"):
@@ -257,22 +261,48 @@ def main():
     return 0
 
 
-def run_with_servers(args, src, tmp, prom_bin, dashboards):
-    run = os.path.join(tmp, "run")
-    config = os.path.join(tmp, "commd.textproto")
+def start_etcd(tmp):
+    """Debian's etcd on free loopback ports; returns its client endpoint."""
+    client, peer = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    start([ETCD, "--name", "d", "--data-dir", os.path.join(tmp, "etcd"),
+           "--listen-client-urls", f"http://{client}", "--advertise-client-urls", f"http://{client}",
+           "--listen-peer-urls", f"http://{peer}", "--initial-advertise-peer-urls", f"http://{peer}",
+           "--initial-cluster", f"d=http://{peer}"], os.path.join(tmp, "etcd.log"))
+    wait_for("etcd ready", lambda: "ready to serve client requests" in read(os.path.join(tmp, "etcd.log")), 60)
+    return client
+
+
+def start_node(args, tmp, name, etcd):
+    """A daemon as cluster node `name`; returns (runtime dir, metrics address)."""
+    run = os.path.join(tmp, name, "run")
+    os.makedirs(run)
+    config = os.path.join(tmp, name, "commd.textproto")
     with open(config, "w") as f:
-        f.write(DAEMON_CONFIG)
+        f.write(DAEMON_CONFIG.format(etcd=etcd, node=name))
     daemon = start([args.commd, "--config", config, "--runtime-dir", run,
-                    "--metrics-address", "127.0.0.1:0", "--dump-dir", os.path.join(tmp, "dumps")],
-                   os.path.join(tmp, "commd.log"))
-    address = wait_for("commd ready", lambda: re.search(r"metrics http://(\S+)/metrics",
-                                                        read(daemon.log_path)), 30).group(1)
+                    "--metrics-address", "127.0.0.1:0",
+                    "--dump-dir", os.path.join(tmp, name, "dumps")],
+                   os.path.join(tmp, f"commd-{name}.log"))
+    address = wait_for(f"commd {name} ready", lambda: re.search(r"metrics http://(\S+)/metrics",
+                                                                read(daemon.log_path)), 30).group(1)
+    return run, address
+
+
+def run_with_servers(args, src, tmp, prom_bin, dashboards):
+    # Two nodes of one cluster: the demo runs on node-a; node-b is a second node the fleet
+    # dashboard's cluster panels count.
+    etcd = start_etcd(tmp)
+    run, address = start_node(args, tmp, "node-a", etcd)
+    _, address_b = start_node(args, tmp, "node-b", etcd)
     metrics_url = f"http://{address}/metrics"
+    for a in (address, address_b):
+        wait_for(f"{a} connected to etcd",
+                 lambda: scrape_value(f"http://{a}/metrics", "commd_cluster_connected", {}) == 1, 60)
 
     port = free_port()
     shutil.copy(os.path.join(src, "deploy", "prometheus", "commd.rules.yml"), tmp)
     with open(os.path.join(tmp, "prometheus.yml"), "w") as f:
-        f.write(PROMETHEUS_CONFIG.format(target=address))
+        f.write(PROMETHEUS_CONFIG.format(targets=f'"{address}", "{address_b}"'))
     start([prom_bin, f"--config.file={tmp}/prometheus.yml", f"--storage.tsdb.path={tmp}/tsdb",
            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
           os.path.join(tmp, "prometheus.log"))
@@ -311,6 +341,12 @@ def run_with_servers(args, src, tmp, prom_bin, dashboards):
     # One failing call, so that the RPC error panel has a series.
     subprocess.run(ctl + ["dump", "--group", "no-such-group"], capture_output=True, env=env, timeout=30)
     wait_for("the abort counted", lambda: (scrape_value(metrics_url, "commd_aborts_total", {}) or 0) > 0, 30)
+    # The job dump was announced in etcd (the demo runs on node-a alone, so node-b only sees it).
+    wait_for("node-b saw the job dump",
+             lambda: (scrape_value(f"http://{address_b}/metrics", "commd_cluster_job_dumps_total",
+                                   {"event": "received"}) or 0) > 0, 30)
+    wait_for("prometheus counts both nodes in etcd",
+             lambda: [r for r in prom.query("max(commd_cluster_nodes) == 2")["result"]], 60)
 
     # Prometheus holds several scrapes after the last event.
     wait_for("prometheus has the abort", lambda: prom.query("commd_aborts_total")["result"], 30)
@@ -355,11 +391,15 @@ def check_two_jobs(prom):
 
 # The trainer's Group::AllReduce runs the fused NaN check, so dp's injected NaN reaches
 # commd_nan_detected_total and CommdNaNDetected fires.
+ETCD = "/usr/bin/etcd"
+
 EXPECTED_ALERTS = {"CommdHangDetected", "CommdGroupAborted", "CommdNaNDetected"}
 
 DAEMON_CONFIG = """
 # Defaults: policy REPORT, so the hung groups stay hung for the dashboards (pp is aborted by
 # commctl); the trainers' 3 s group timeout makes the watchdog find the hangs within seconds.
+# A cluster on the test's etcd, with a short lease so that nodes are counted every ~7 s.
+cluster {{ etcd_endpoints: "{etcd}" node_name: "{node}" prefix: "/dashboards" lease_ttl_ms: 2000 }}
 """
 
 PROMETHEUS_CONFIG = """
@@ -370,7 +410,7 @@ rule_files: [commd.rules.yml]
 scrape_configs:
   - job_name: commd
     static_configs:
-      - targets: ["{target}"]
+      - targets: [{targets}]
 """
 
 
