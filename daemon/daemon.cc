@@ -247,14 +247,14 @@ absl::Status Daemon::StartServers() {
   builder.RegisterService(recorder_service_.get());
   const v1::WatchdogConfig& wd = config_.watchdog();
   watchdog_ = std::make_unique<watchdog::Watchdog>(
-      watchdog::WatchdogOptions{.poll_interval = absl::Milliseconds(wd.poll_interval_ms()),
-                                .heartbeat_timeout = absl::Milliseconds(wd.heartbeat_timeout_ms()),
-                                .max_timeout = absl::Milliseconds(wd.max_collective_timeout_ms()),
-                                .policy = wd.policy(),
-                                .terminate_grace = absl::Milliseconds(wd.terminate_grace_ms()),
-                                .progress = progress_.get(),
-                                .progress_period =
-                                    absl::Milliseconds(config_.cluster().progress_interval_ms())},
+      watchdog::WatchdogOptions{
+          .poll_interval = absl::Milliseconds(wd.poll_interval_ms()),
+          .heartbeat_timeout = absl::Milliseconds(wd.heartbeat_timeout_ms()),
+          .max_timeout = absl::Milliseconds(wd.max_collective_timeout_ms()),
+          .policy = wd.policy(),
+          .terminate_grace = absl::Milliseconds(wd.terminate_grace_ms()),
+          .progress = progress_.get(),
+          .progress_period = absl::Milliseconds(config_.cluster().progress_interval_ms())},
       groups_.get(), group_dumps_.get(),
       [service = session_service_.get()](const std::string& token, const v1::SessionEvent& e) {
         return service->Push(token, e);

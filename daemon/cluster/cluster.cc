@@ -51,8 +51,9 @@ Cluster::Cluster(ClusterOptions options, prometheus::Registry* registry)
                           .Add({});
   nodes_gauge_ = &prometheus::BuildGauge()
                       .Name("commd_cluster_nodes")
-                      .Help("Live nodes (daemons holding their lease) this daemon last counted "
-                            "in etcd, about every 10 keep-alive beats")
+                      .Help(
+                          "Live nodes (daemons holding their lease) this daemon last counted "
+                          "in etcd, about every 10 keep-alive beats")
                       .Register(*registry)
                       .Add({});
   since_ = absl::Now();

@@ -32,50 +32,44 @@ std::optional<RemoteDump> ParseDumpKey(const std::string& prefix, const std::str
   return d;
 }
 
+namespace {
+
+prometheus::Family<prometheus::Counter>& DumpCounters(prometheus::Registry* registry) {
+  return prometheus::BuildCounter()
+      .Name("commd_cluster_job_dumps_total")
+      .Help(
+          "Dumps of jobs that span nodes: announced by this node (published), announcements "
+          "that failed (publish_failed), and announcements of other nodes this node saw "
+          "(received)")
+      .Register(*registry);
+}
+
+}  // namespace
+
 JobDumps::JobDumps(Cluster* cluster, JobDumpsOptions options,
                    std::function<void(const RemoteDump&)> on_remote, prometheus::Registry* registry)
     : cluster_(cluster),
       options_(options),
-      prefix_(cluster->options().prefix + "/dumps/"),
-      on_remote_(std::move(on_remote)) {
-  auto& family = prometheus::BuildCounter()
-                     .Name("commd_cluster_job_dumps_total")
-                     .Help(
-                         "Dumps of jobs that span nodes: announced by this node (published), "
-                         "announcements that failed (publish_failed), and announcements of "
-                         "other nodes this node saw (received)")
-                     .Register(*registry);
-  published_ = &family.Add({{"event", "published"}});
-  publish_failures_ = &family.Add({{"event", "publish_failed"}});
-  received_ = &family.Add({{"event", "received"}});
-  watching_ = &prometheus::BuildGauge()
-                   .Name("commd_cluster_job_dumps_watching")
-                   .Help("1 while this node watches etcd for the job dumps other nodes announce")
-                   .Register(*registry)
-                   .Add({});
-  thread_ = std::thread([this] { Run(); });
-}
+      on_remote_(std::move(on_remote)),
+      counters_(DumpCounters(registry)),
+      published_(&counters_.Add({{"event", "published"}})),
+      publish_failures_(&counters_.Add({{"event", "publish_failed"}})),
+      received_(&counters_.Add({{"event", "received"}})),
+      watching_(&prometheus::BuildGauge()
+                     .Name("commd_cluster_job_dumps_watching")
+                     .Help("1 while this node watches etcd for the job dumps other nodes announce")
+                     .Register(*registry)
+                     .Add({})),
+      watch_(
+          cluster, cluster->options().prefix + "/dumps/",
+          [this](const mvccpb::Event& e) { OnEvent(e); },
+          [this](bool open) { watching_->Set(open ? 1 : 0); }) {}
 
 JobDumps::~JobDumps() { Stop(); }
 
 void JobDumps::Stop() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return;
-    stopping_ = true;
-  }
-  thread_.join();  // no watch starts after this
-  std::shared_ptr<EtcdWatch> watch;
-  {
-    absl::MutexLock lock(&mu_);
-    watch = watch_;
-  }
-  if (watch == nullptr) return;
-  // Its callbacks hold `this`: wait for the last one (on_end comes after every response).
-  watch->Cancel();
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(&watch_ended_));
-  watch_.reset();
+  stopping_ = true;
+  watch_.Stop();
 }
 
 std::string JobDumps::EncodeValue(const recorder::JobDumpNotice& notice) const {
@@ -91,10 +85,7 @@ std::string JobDumps::EncodeValue(const recorder::JobDumpNotice& notice) const {
 }
 
 void JobDumps::Publish(recorder::JobDumpNotice notice, std::function<void(absl::Status)> done) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return done(absl::UnavailableError("the daemon is stopping"));
-  }
+  if (stopping_) return done(absl::UnavailableError("the daemon is stopping"));
   auto finish = [this, done = std::move(done)](absl::Status s) {
     (s.ok() ? published_ : publish_failures_)->Increment();
     done(std::move(s));
@@ -117,80 +108,25 @@ void JobDumps::Publish(recorder::JobDumpNotice notice, std::function<void(absl::
                               });
 }
 
-void JobDumps::Run() {
-  absl::MutexLock lock(&mu_);
-  while (!stopping_) {
-    if (watch_ended_) {
-      watch_.reset();
-      watch_ended_ = false;
-    }
-    if (watch_ == nullptr && cluster_->connected()) StartWatch();
-    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || watch_ended_; };
-    if (watch_ != nullptr) {
-      mu_.Await(absl::Condition(&wake));  // until it ends
-    } else {
-      mu_.AwaitWithTimeout(absl::Condition(&wake), options_.rewatch_interval);
-    }
+void JobDumps::OnEvent(const mvccpb::Event& e) {
+  if (e.type() != mvccpb::Event::PUT) return;
+  std::optional<RemoteDump> d = ParseDumpKey(cluster_->options().prefix, e.kv().key());
+  if (!d) return;
+  const nlohmann::json value = nlohmann::json::parse(e.kv().value(), nullptr, false);
+  if (!value.is_object() || !value.contains("node") || !value["node"].is_string()) return;
+  d->node = value["node"].get<std::string>();
+  if (d->node == node_name()) return;  // this node dumped it when it announced it
+  if (value.contains("trigger") && value["trigger"].is_string()) {
+    d->trigger = value["trigger"].get<std::string>();
   }
-}
-
-void JobDumps::StartWatch() {
-  pb::WatchCreateRequest create;
-  create.set_key(prefix_);
-  create.set_range_end(PrefixEnd(prefix_));
-  create.set_start_revision(next_revision_);
-  // The callbacks run on gRPC threads and take mu_ themselves: start the watch unlocked.
-  mu_.Unlock();
-  auto watch = cluster_->etcd().Watch(
-      create, [this](const pb::WatchResponse& r) { OnWatchResponse(r); },
-      [this](absl::Status end) {
-        if (!end.ok()) {
-          COMMD_LOG(WARNING, "cluster") << "the watch of job dumps ended: " << end;
-        }
-        watching_->Set(0);
-        absl::MutexLock lock(&mu_);
-        watch_ended_ = true;
-      });
-  mu_.Lock();
-  // nullptr: the client is shutting down (on_end has run). Kept even when stopping, so that
-  // Stop waits for its callbacks.
-  watch_ = std::move(watch);
-}
-
-void JobDumps::OnWatchResponse(const pb::WatchResponse& r) {
-  if (r.created()) watching_->Set(1);
-  {
-    absl::MutexLock lock(&mu_);
-    if (r.compact_revision() > 0) {
-      // What we had not seen is compacted away: go on from the oldest revision etcd keeps.
-      COMMD_LOG(WARNING, "cluster") << "job dump announcements up to revision "
-                                    << r.compact_revision() << " were compacted before this "
-                                    << "node saw them";
-      next_revision_ = r.compact_revision();
-    } else if (r.header().revision() >= next_revision_) {
-      next_revision_ = r.header().revision() + 1;
-    }
+  if (!ValidateJobId(d->trigger).ok()) d->trigger = "remote";
+  if (value.contains("group") && value["group"].is_string()) {
+    d->group = value["group"].get<std::string>();
+    if (!d->group.empty() && !ValidateName("group", d->group).ok()) return;
   }
-  for (const auto& e : r.events()) {
-    if (e.type() != mvccpb::Event::PUT) continue;
-    std::optional<RemoteDump> d = ParseDumpKey(cluster_->options().prefix, e.kv().key());
-    if (!d) continue;
-    const nlohmann::json value = nlohmann::json::parse(e.kv().value(), nullptr, false);
-    if (!value.is_object() || !value.contains("node") || !value["node"].is_string()) continue;
-    d->node = value["node"].get<std::string>();
-    if (d->node == node_name()) continue;  // this node dumped it when it announced it
-    if (value.contains("trigger") && value["trigger"].is_string()) {
-      d->trigger = value["trigger"].get<std::string>();
-    }
-    if (!ValidateJobId(d->trigger).ok()) d->trigger = "remote";
-    if (value.contains("group") && value["group"].is_string()) {
-      d->group = value["group"].get<std::string>();
-      if (!d->group.empty() && !ValidateName("group", d->group).ok()) continue;
-    }
-    if (value.contains("diagnosis")) d->diagnosis = value["diagnosis"];
-    received_->Increment();
-    on_remote_(*d);
-  }
+  if (value.contains("diagnosis")) d->diagnosis = value["diagnosis"];
+  received_->Increment();
+  on_remote_(*d);
 }
 
 }  // namespace commd::cluster

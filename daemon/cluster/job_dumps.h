@@ -13,28 +13,29 @@
 // node write is bounded by the job's uid's dump rate on that node (limits.per_uid), charged
 // by the handler; announcing is bounded by the same rate on the announcing node.
 //
-// A thread of its own keeps the watch on <prefix>/dumps/ open while the cluster is connected
-// and reopens it after a failure. Thread-safe.
+// The watch on <prefix>/dumps/ lasts (prefix_watch.h). Thread-safe.
 #ifndef COMMD_DAEMON_CLUSTER_JOB_DUMPS_H_
 #define COMMD_DAEMON_CLUSTER_JOB_DUMPS_H_
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/cluster/prefix_watch.h"
 #include "daemon/recorder/group_dumps.h"
 #include "nlohmann/json.hpp"
 #include "prometheus/counter.h"
+#include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 
@@ -53,7 +54,6 @@ struct RemoteDump {
 
 struct JobDumpsOptions {
   absl::Duration key_ttl = absl::Seconds(60);
-  absl::Duration rewatch_interval = absl::Milliseconds(200);  // between attempts to watch
   size_t max_value_bytes = 16 << 10;  // an announcement's value; a larger diagnosis is cut
 };
 
@@ -71,7 +71,7 @@ class JobDumps final : public recorder::DumpPublisher {
            std::function<void(const RemoteDump&)> on_remote, prometheus::Registry* registry);
   ~JobDumps() override;  // Stop()
 
-  // Ends the watch and the thread; later announcements fail UNAVAILABLE. Idempotent.
+  // Ends the watch; later announcements fail UNAVAILABLE. Idempotent.
   void Stop();
 
   std::string node_name() const override { return cluster_->options().node_name; }
@@ -80,27 +80,20 @@ class JobDumps final : public recorder::DumpPublisher {
   void Publish(recorder::JobDumpNotice notice, std::function<void(absl::Status)> done) override;
 
  private:
-  void Run();
-  void StartWatch() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnWatchResponse(const pb::WatchResponse& response);
+  void OnEvent(const mvccpb::Event& event);
   // The announcement's value: node, trigger, group, and the diagnosis if it fits.
   std::string EncodeValue(const recorder::JobDumpNotice& notice) const;
 
   Cluster* const cluster_;
   const JobDumpsOptions options_;
-  const std::string prefix_;  // <prefix>/dumps/
   const std::function<void(const RemoteDump&)> on_remote_;
-  prometheus::Counter* published_;
-  prometheus::Counter* publish_failures_;
-  prometheus::Counter* received_;
-  prometheus::Gauge* watching_;
-
-  absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool watch_ended_ ABSL_GUARDED_BY(mu_) = false;
-  std::shared_ptr<EtcdWatch> watch_ ABSL_GUARDED_BY(mu_);
-  int64_t next_revision_ ABSL_GUARDED_BY(mu_) = 0;  // 0: from now
-  std::thread thread_;                              // last: started after everything it uses
+  prometheus::Family<prometheus::Counter>& counters_;
+  prometheus::Counter* const published_;
+  prometheus::Counter* const publish_failures_;
+  prometheus::Counter* const received_;
+  prometheus::Gauge* const watching_;
+  std::atomic<bool> stopping_{false};
+  PrefixWatch watch_;  // last: started after everything it uses
 };
 
 }  // namespace commd::cluster
