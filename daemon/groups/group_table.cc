@@ -74,6 +74,7 @@ absl::StatusOr<std::shared_ptr<Group>> GroupTable::FindOrCreate(const server::Se
   group->timeout = timeout;
   group->policy = request.watchdog_policy();
   group->description = DescriptionOf(request);
+  group->global_world_size = request.global_world_size();
   groups_[group->id] = group;
   by_name_[key] = group->id;
   *created = true;
