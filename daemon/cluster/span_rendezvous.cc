@@ -218,8 +218,15 @@ void EtcdSpanRendezvous::Wait::OnWatch(const pb::WatchResponse& r) {
   {
     absl::MutexLock wl(&mu);
     if (finished) return;
-    for (const auto& e : r.events()) Take(e.kv(), e.type() == mvccpb::Event::DELETE);
-    decided = Evaluate();
+    // One answer may carry a node's put and its delete (it saw a conflict and withdrew): each
+    // put is judged as it came, or this node would never see what the other one saw.
+    for (const auto& e : r.events()) {
+      const bool deleted = e.type() == mvccpb::Event::DELETE;
+      Take(e.kv(), deleted);
+      if (deleted) continue;
+      decided = Evaluate();
+      if (decided.has_value()) break;
+    }
   }
   if (decided.has_value()) Finish(*std::move(decided));
 }
