@@ -3,6 +3,7 @@
 // several nodes. Covers the layout every rank learns (2 nodes x 2 ranks, 3 uneven nodes), each
 // error of the rendezvous between nodes, what is left behind (nothing), the per-uid share and
 // what another uid sees (nothing), and that a collective on such a group is refused.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -321,6 +322,44 @@ TEST_F(SpanTest, UnreachableEtcdIsUnavailableNamingIt) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("etcd at " + nowhere));
   EXPECT_EQ(MetricValue(*node, "commd_groups"), 0);
+}
+
+// etcd lost while the ranks wait for the other nodes: the watch breaks, and they hear it.
+TEST_F(SpanTest, EtcdLostWhileWaitingIsUnavailableNamingIt) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a"}, &n);
+  if (HasFatalFailure()) return;
+  ChildProcess* rank = StartRank({.node = n[0], .global_world = 2});
+  ASSERT_NE(rank, nullptr);
+  ASSERT_TRUE(Eventually([&] { return etcd_->Keys(GroupKeys()).size() == 1; }));
+  etcd_->Kill();
+  ASSERT_TRUE(rank->WaitForLog("join ", absl::Seconds(30))) << rank->Log();
+  const std::string join = Line(rank->Log(), "join ");
+  EXPECT_THAT(join, StartsWith("join UNAVAILABLE ")) << join;
+  EXPECT_THAT(join, HasSubstr("etcd at " + etcd_->endpoint())) << join;
+  EXPECT_TRUE(Eventually([&] { return MetricValue(*n[0], "commd_groups") == 0; }));
+}
+
+// The node's part hangs on its lease: a daemon that dies takes it along, and the other nodes
+// wait for its ranks again.
+TEST_F(SpanTest, ADeadDaemonsPartGoesWithItsLease) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  ChildProcess* on_a = StartRank({.node = n[0], .global_rank = 0, .global_world = 3});
+  ChildProcess* on_b = StartRank({.node = n[1], .global_rank = 1, .global_world = 3});
+  ASSERT_NE(on_a, nullptr);
+  ASSERT_NE(on_b, nullptr);
+  ASSERT_TRUE(Eventually([&] { return etcd_->Keys(GroupKeys()).size() == 2; }));
+  ASSERT_TRUE(n[0]->Stop(SIGKILL).ok());
+  // lease_ttl_ms 2000: etcd drops node-a's part soon after; node-b's stays.
+  EXPECT_TRUE(Eventually([&] {
+    return etcd_->Keys(GroupKeys()) == std::vector<std::string>{GroupKeys() + "node-b"};
+  }));
+  EXPECT_EQ(Line(on_b->Log(), "join "), "");  // still waiting
+  // Its rank gone, node-b's part goes too.
+  ASSERT_TRUE(on_b->Stop().ok());
+  EXPECT_TRUE(Eventually([&] { return etcd_->Keys(absl::StrCat(kPrefix, "/jobs/")).empty(); }));
 }
 
 TEST_F(SpanTest, WithoutAClusterASpanningJoinIsRefused) {
