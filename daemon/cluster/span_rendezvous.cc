@@ -223,6 +223,15 @@ void EtcdSpanRendezvous::Wait::OnWatch(const pb::WatchResponse& r) {
     for (const auto& e : r.events()) {
       const bool deleted = e.type() == mvccpb::Event::DELETE;
       Take(e.kv(), deleted);
+      if (deleted && e.kv().key() == key) {
+        // Not this wait's Withdraw (that ends the wait first): the node's lease expired while
+        // etcd was out of reach, and the other nodes no longer see this node.
+        decided = absl::UnavailableError(
+            absl::StrCat("this node's part of group ", part.group, " vanished from etcd at ",
+                         owner->cluster_->etcd().endpoint(),
+                         " (the node's lease expired while etcd was out of reach); join again"));
+        break;
+      }
       if (deleted) continue;
       decided = Evaluate();
       if (decided.has_value()) break;

@@ -65,4 +65,9 @@ std::string Etcd::Get(const std::string& key) const {
   return r.output;
 }
 
+void Etcd::Delete(const std::string& key) const {
+  (void)RunProcess({kEtcdctl, "--endpoints", endpoint(), "del", key}, absl::Seconds(30),
+                   {"ETCDCTL_API=3"});
+}
+
 }  // namespace commd::testing

@@ -39,6 +39,8 @@ class Etcd {
   std::vector<std::string> Keys(const std::string& prefix) const;
   // The value of `key` ("" when absent).
   std::string Get(const std::string& key) const;
+  // Deletes `key`, as an operator (or an expired lease) would.
+  void Delete(const std::string& key) const;
 
  private:
   std::string dir_;

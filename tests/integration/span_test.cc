@@ -340,6 +340,24 @@ TEST_F(SpanTest, EtcdLostWhileWaitingIsUnavailableNamingIt) {
   EXPECT_TRUE(Eventually([&] { return MetricValue(*n[0], "commd_groups") == 0; }));
 }
 
+// This node's part gone from etcd while its ranks wait (its lease expired while etcd was out
+// of reach, or an operator deleted it): the other nodes can no longer see it, so the ranks
+// hear it instead of waiting for their deadline.
+TEST_F(SpanTest, APartThatVanishesFailsItsRanks) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a"}, &n);
+  if (HasFatalFailure()) return;
+  ChildProcess* rank = StartRank({.node = n[0], .global_world = 2});
+  ASSERT_NE(rank, nullptr);
+  ASSERT_TRUE(Eventually([&] { return etcd_->Keys(GroupKeys()).size() == 1; }));
+  etcd_->Delete(GroupKeys() + "node-a");
+  ASSERT_TRUE(rank->WaitForLog("join ", absl::Seconds(30))) << rank->Log();
+  EXPECT_THAT(Line(rank->Log(), "join "),
+              StartsWith("join UNAVAILABLE this node's part of group g vanished from etcd at " +
+                         etcd_->endpoint()));
+  EXPECT_TRUE(Eventually([&] { return NothingLeft(); }));
+}
+
 // The node's part hangs on its lease: a daemon that dies takes it along, and the other nodes
 // wait for its ranks again.
 TEST_F(SpanTest, ADeadDaemonsPartGoesWithItsLease) {
