@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/runtime_dir.h"
 #include "common/status_macros.h"
+#include "daemon/cluster/span_rendezvous.h"
 #include "daemon/topology/topology.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
@@ -162,6 +163,10 @@ void Daemon::StartCluster(const store::StoreLimits& limits) {
                              << absl::StrJoin(options.endpoints, ", ") << " under "
                              << options.prefix;
   cluster_ = cluster::Cluster::Start(std::move(options), &metrics_->registry());
+  // Groups that span nodes rendezvous through etcd (docs/cluster.md).
+  span_ = std::make_unique<cluster::EtcdSpanRendezvous>(
+      cluster_.get(), config_.limits().per_uid().spanning_groups());
+  groups_->set_span_rendezvous(span_.get());
   cluster_store_ = std::make_unique<cluster::ClusterStore>(
       cluster_.get(), limits, absl::Milliseconds(config_.cluster().job_lease_ttl_ms()),
       timers_.get());
@@ -341,6 +346,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   // read the groups' control blocks, so they stop first.
   if (watchdog_ != nullptr) watchdog_->Stop();
   if (watchdog_ != nullptr && metrics_ != nullptr) metrics_->Unregister(watchdog_->group_metrics());
+  if (span_ != nullptr) span_->Shutdown();  // the spanning groups' waits, before etcd goes
   // The cluster's waits end and its etcd calls drain before the timers and sessions go.
   if (job_dumps_ != nullptr) {
     group_dumps_->set_publisher(nullptr);
@@ -361,6 +367,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   node_service_.reset();
   group_dumps_.reset();
   groups_.reset();
+  span_.reset();  // after the groups, which hold its waits
   persistent_.reset();
   store_.reset();
   cluster_store_.reset();

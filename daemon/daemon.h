@@ -89,6 +89,7 @@ class Daemon {
   std::unique_ptr<server::GrpcConnections> grpc_connections_;
   std::unique_ptr<memory::AllocationTable> table_;
   std::unique_ptr<groups::GroupRegistry> groups_;
+  std::unique_ptr<groups::SpanRendezvous> span_;  // groups spanning nodes; null: single node
   std::unique_ptr<memory::PersistentBuffers> persistent_;
   std::unique_ptr<store::KvStore> store_;
   std::unique_ptr<cluster::Cluster> cluster_;             // null: single node

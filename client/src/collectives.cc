@@ -455,6 +455,13 @@ absl::Status CollectiveEntry::Finish(absl::Status status, const kernels::Collect
 }
 
 absl::Status Group::Run(const CollectiveCall& c) {
+  // Running on this node's ranks alone would return a wrong answer as if it were the group's.
+  if (global_world_size() > world_size()) {
+    return absl::UnimplementedError(
+        absl::StrCat(ShapeOf(c.kind).words, " on group ", name(), ": the group spans ",
+                     layout().size(), " nodes (global world size ", global_world_size(),
+                     "), and collectives across nodes are not implemented yet"));
+  }
   if (c.host_memory && !device().is_host()) {
     return absl::InvalidArgumentError(absl::StrCat(
         ShapeOf(c.kind).words, " on host memory: group ", name(), " is on ", device().ToString(),

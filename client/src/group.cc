@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   request.set_rank(options.rank);
   request.set_world_size(options.world_size);
   request.set_global_rank(options.global_rank);
+  request.set_global_world_size(options.global_world_size);
   request.set_description(options.description);
   request.set_device(options.device.ToString());
   ASSIGN_OR_RETURN(*request.mutable_device_uuid(), CudaDeviceUuid(options.device.cuda_index()));
@@ -99,6 +100,10 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   state->timeout_ms = static_cast<uint64_t>(absl::ToInt64Milliseconds(options.timeout));
   RETURN_IF_ERROR(FromGrpcStatus(impl_->groups->JoinGroup(
       impl_->WaitingContext(options.timeout).get(), request, &state->joined)));
+  for (const v1::NodeRanks& n : state->joined.layout().nodes()) {
+    state->layout.push_back(NodeRanks{
+        .node = n.node(), .global_ranks = {n.global_ranks().begin(), n.global_ranks().end()}});
+  }
   for (const v1::Member& m : state->joined.members()) {
     state->peers.pids.push_back(m.pid());
     const bool self = static_cast<int>(state->peers.pidfds.size()) == state->joined.rank();
@@ -191,6 +196,14 @@ void Group::SetAbortCallback(std::function<void(const absl::Status&)> callback) 
 int Group::rank() const { return state_->joined.rank(); }
 int Group::world_size() const { return state_->joined.world_size(); }
 int Group::global_rank() const { return state_->joined.members(rank()).global_rank(); }
+int Group::global_world_size() const {
+  // 0 from a daemon older than the field: a node-local group.
+  return std::max(state_->joined.global_world_size(), world_size());
+}
+const std::vector<NodeRanks>& Group::layout() const { return state_->layout; }
+int Group::node_index() const {
+  return state_->layout.empty() ? -1 : state_->joined.layout().this_node();
+}
 const std::string& Group::name() const { return state_->joined.name(); }
 Device Group::device() const { return state_->options.device; }
 const std::vector<int64_t>& Group::member_pids() const { return state_->peers.pids; }

@@ -47,6 +47,7 @@ struct SymmetricBuffer::State {
 struct Group::State {
   std::shared_ptr<Client::Impl> client;
   v1::JoinGroupResponse joined;
+  std::vector<NodeRanks> layout;  // joined.layout(), as the SDK exposes it
   GroupOptions options;
   uint64_t timeout_ms = 0;  // options.timeout, as the flight recorder's entries record it
   PeerProcesses peers;

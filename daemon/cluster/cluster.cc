@@ -89,6 +89,11 @@ bool Cluster::connected() const {
   return connected_;
 }
 
+int64_t Cluster::lease_id() const {
+  absl::MutexLock lock(&mu_);
+  return connected_ ? lease_ : 0;
+}
+
 absl::Status Cluster::Unavailable() const {
   absl::MutexLock lock(&mu_);
   return absl::UnavailableError(

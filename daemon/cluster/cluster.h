@@ -74,6 +74,8 @@ class Cluster {
   void FillStatus(v1::ClusterStatus* status) const;
 
   EtcdClient& etcd() { return etcd_; }
+  // The node's lease while connected, else 0: keys on it go when the daemon dies.
+  int64_t lease_id() const;
   const ClusterOptions& options() const { return options_; }
   // "<prefix>/nodes/<node_name>"
   std::string NodeKey() const;

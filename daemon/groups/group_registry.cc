@@ -4,6 +4,8 @@
 // symmetric_rounds.cc.
 #include "daemon/groups/group_registry.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -81,8 +83,15 @@ void GroupRegistry::MemberGone(Group& g, int rank, const server::SessionEnd& end
   if (all_gone) Retire(g);
 }
 
+void GroupRegistry::set_span_rendezvous(SpanRendezvous* span) {
+  absl::MutexLock lock(&mu_);
+  span_ = span;
+}
+
 void GroupRegistry::Retire(Group& g) {
   g.retired = true;
+  // The group's last local rank left: this node's part of a spanning group goes.
+  if (g.span != nullptr) std::exchange(g.span, nullptr)->Withdraw();
   table_.Remove(g);  // buffers are freed by the ReleaseLater timers already scheduled
 }
 

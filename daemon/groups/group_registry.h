@@ -32,6 +32,7 @@
 #include "daemon/groups/group_snapshot.h"
 #include "daemon/groups/group_state.h"
 #include "daemon/groups/group_table.h"
+#include "daemon/groups/span_rendezvous.h"
 #include "daemon/memory/allocation_table.h"
 #include "daemon/server/rpc.h"
 #include "daemon/server/sessions.h"
@@ -96,6 +97,10 @@ class GroupRegistry {
   // Every group forming or active, as of the last change: what the watchdog polls, dumps
   // read, health and listing show. Never waits on a rendezvous or an allocation.
   std::shared_ptr<const GroupsSnapshot> Snapshot() const { return table_.Snapshot(); }
+  // Groups that span nodes rendezvous between nodes through `span` (null: this daemon has no
+  // cluster, and such joins fail FAILED_PRECONDITION). Set it before serving; it must outlive
+  // the registry's groups (Shutdown it first).
+  void set_span_rendezvous(SpanRendezvous* span);
 
   // A session ended: its ranks leave their groups. A "closed" session left them on purpose; a
   // process that exited with the session open died (even with status 0: its peers cannot
@@ -111,7 +116,12 @@ class GroupRegistry {
   void FailRendezvous(Group& group, const absl::Status& status, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnJoinTimeout(uint64_t group_id);
+  // The deadline came with some of this node's ranks missing.
+  void FailLocalRendezvous(Group& group, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeaveRendezvous(uint64_t group_id, int rank, const std::string& token);
+  // The local ranks of a spanning group are all in: publish them and wait for the nodes.
+  void StartSpan(Group& group, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnSpanDone(uint64_t group_id, absl::StatusOr<v1::GroupLayout> layout);
   // symmetric_rounds.cc
   void CompleteRound(Group& group, uint64_t round, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -141,6 +151,7 @@ class GroupRegistry {
 
   mutable absl::Mutex mu_;
   GroupTable table_;  // under mu_, except Snapshot(), which has its own lock
+  SpanRendezvous* span_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace commd::groups

@@ -22,6 +22,7 @@
 #include "common/control_block.h"
 #include "common/shm_mapping.h"
 #include "daemon/groups/group_snapshot.h"
+#include "daemon/groups/span_rendezvous.h"
 #include "daemon/memory/allocation_table.h"
 #include "daemon/server/rpc.h"
 #include "daemon/server/sessions.h"
@@ -98,10 +99,17 @@ struct Group {
   std::map<uint64_t, Round> rounds;
   std::map<uint64_t, SymmetricBuffers> allocations;  // by allocation id (rank 0's)
   std::optional<absl::Status> aborted;               // ABORTED once the group was aborted
+  // A group that spans nodes: its size over every node (0 for a node-local group), this
+  // node's part in the cluster (from the local rendezvous until the last local rank leaves)
+  // and, once every node's part came, the layout every rank learns.
+  int global_world_size = 0;
+  std::shared_ptr<SpanWait> span;
+  v1::GroupLayout layout;
 
   uid_t uid() const { return std::get<0>(key); }
   const std::string& job() const { return std::get<1>(key); }
   const std::string& name() const { return std::get<2>(key); }
+  bool spanning() const { return global_world_size > world_size; }
 };
 
 // The group as readers see it, holding its control blocks mapped.

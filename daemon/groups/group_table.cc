@@ -74,6 +74,9 @@ absl::StatusOr<std::shared_ptr<Group>> GroupTable::FindOrCreate(const server::Se
   group->timeout = timeout;
   group->policy = request.watchdog_policy();
   group->description = DescriptionOf(request);
+  // 0 for a group on this node only, however the request said so (0 or world_size).
+  group->global_world_size =
+      request.global_world_size() > request.world_size() ? request.global_world_size() : 0;
   groups_[group->id] = group;
   by_name_[key] = group->id;
   *created = true;

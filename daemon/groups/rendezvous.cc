@@ -1,6 +1,8 @@
 // The rendezvous of GroupRegistry: ranks join a group by name until all world_size have, then
 // each gets its control block and the group's members; a deadline, a dropped join or a dead
 // process fails every waiting rank instead.
+#include <utility>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -55,6 +57,20 @@ absl::Status ValidateJoin(const v1::JoinGroupRequest& r) {
     return absl::InvalidArgumentError(
         absl::StrCat("global rank ", r.global_rank(), "; allowed -1 (same as rank) or more"));
   }
+  // Before anything is kept per global rank: a hostile size costs nothing.
+  if (const int g = r.global_world_size();
+      g < 0 || g > kMaxGlobalWorldSize || (g > 0 && g < r.world_size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "global world size ", g, " for group ", r.name(), " of world size ", r.world_size(),
+        " on this node; allowed 0 (the group is on this node only) or ", r.world_size(), " to ",
+        kMaxGlobalWorldSize, " (a group spanning nodes)"));
+  }
+  if (const int g = r.global_world_size();
+      g > r.world_size() && (r.global_rank() < 0 || r.global_rank() >= g)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "global rank ", r.global_rank(), " for group ", r.name(), " of global world size ", g,
+        "; allowed 0 to ", g - 1, " (a group spanning nodes needs each rank's global rank)"));
+  }
   if (!v1::WatchdogPolicy_IsValid(r.watchdog_policy())) {
     return absl::InvalidArgumentError(
         absl::StrCat("watchdog policy ", r.watchdog_policy(),
@@ -83,6 +99,11 @@ absl::Status ValidateJoin(const v1::JoinGroupRequest& r) {
   return absl::OkStatus();
 }
 
+// The group's size over its nodes as the group keeps it: 0 for a node-local group.
+int SpanningSize(const v1::JoinGroupRequest& r) {
+  return r.global_world_size() > r.world_size() ? r.global_world_size() : 0;
+}
+
 // Takes `rank` of `group` for the session, or says why it cannot.
 absl::StatusOr<int> AddMember(const memory::AllocationTable& memory, Group& group,
                               std::shared_ptr<const server::Session> session,
@@ -92,6 +113,12 @@ absl::StatusOr<int> AddMember(const memory::AllocationTable& memory, Group& grou
     return absl::InvalidArgumentError(
         absl::StrCat("world size ", request.world_size(), " disagrees with group ", group.name(),
                      "'s world size ", group.world_size, " (set by the first rank to join)"));
+  }
+  if (SpanningSize(request) != group.global_world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("global world size ", request.global_world_size(), " disagrees with group ",
+                     group.name(), "'s global world size ", group.global_world_size,
+                     " (set by the first rank to join; 0 for a group on this node only)"));
   }
   if (const std::string d = DescriptionOf(request); d != group.description) {
     // Both are bounded (the join validated them), so both are quoted whole.
@@ -113,6 +140,15 @@ absl::StatusOr<int> AddMember(const memory::AllocationTable& memory, Group& grou
     return absl::AlreadyExistsError(absl::StrCat("rank ", rank, " already joined group ",
                                                  group.name(), " (pid ", m.session->pid, ")"));
   }
+  for (int q = 0; group.spanning() && q < group.world_size; ++q) {
+    const Member& other = group.members[q];
+    if (other.joined && other.global_rank == request.global_rank()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", rank, " claims global rank ", request.global_rank(), " of group ",
+                       group.name(), ", which rank ", q, " (pid ", other.session->pid,
+                       ") has; each global rank is one rank's"));
+    }
+  }
   ASSIGN_OR_RETURN(m.device, memory.ResolveDevice(request.device(), request.device_uuid()));
   m.joined = true;
   m.session = std::move(session);
@@ -129,6 +165,8 @@ void FillJoinResponse(const Group& group, int r, v1::JoinGroupResponse* out) {
   out->set_world_size(group.world_size);
   *out->mutable_collectives() = group.collectives;
   out->set_description(group.description);
+  out->set_global_world_size(group.spanning() ? group.global_world_size : group.world_size);
+  if (group.spanning()) *out->mutable_layout() = group.layout;
   for (int q = 0; q < group.world_size; ++q) {
     const Member& peer = group.members[q];
     v1::Member* pm = out->add_members();
@@ -189,6 +227,16 @@ void GroupRegistry::Join(std::shared_ptr<const server::Session> session,
   Deferred deferred;
   {
     absl::MutexLock lock(&mu_);
+    if (SpanningSize(request) > 0) {
+      if (span_ == nullptr) {
+        return call->Finish(absl::FailedPreconditionError(absl::StrCat(
+            "group ", request.name(), " spans nodes (global world size ",
+            request.global_world_size(), " > its world size ", request.world_size(),
+            " on this node), which needs a cluster; this daemon has none (add a cluster "
+            "section naming etcd: docs/cluster.md)")));
+      }
+      if (absl::Status s = span_->Admit(); !s.ok()) return call->Finish(s);
+    }
     bool created = false;
     auto group = table_.FindOrCreate(*session, request, timeout, &created);
     if (!group.ok()) return call->Finish(group.status());
@@ -214,7 +262,7 @@ void GroupRegistry::Join(std::shared_ptr<const server::Session> session,
       timers_->Schedule(absl::Now() + kCancelSettleTime,
                         [this, id, r, token] { LeaveRendezvous(id, r, token); });
     });
-    if (g.joined == g.world_size) Form(g, deferred);
+    if (g.joined == g.world_size) g.spanning() ? StartSpan(g, deferred) : Form(g, deferred);
     Changed();
   }
   for (auto& f : deferred) f();
@@ -262,7 +310,45 @@ void GroupRegistry::Form(Group& group, Deferred& deferred) {
                             << " formed: " << group.world_size << " rank(s)";
 }
 
+void GroupRegistry::StartSpan(Group& group, Deferred& deferred) {
+  SpanPart part{.uid = group.uid(),
+                .job = group.job(),
+                .group = group.name(),
+                .global_world_size = group.global_world_size};
+  for (const Member& m : group.members) part.global_ranks.push_back(m.global_rank);
+  const uint64_t id = group.id;
+  // A group id names one incarnation of one group, and it waits on the nodes once: the id is
+  // enough to tell whether the answer is still wanted. The answer hops to the timer thread
+  // because it may come inside Start, under this lock.
+  auto wait = span_->Start(std::move(part), [this, id](absl::StatusOr<v1::GroupLayout> layout) {
+    timers_->Schedule(absl::Now(), [this, id, layout = std::move(layout)]() mutable {
+      OnSpanDone(id, std::move(layout));
+    });
+  });
+  if (!wait.ok()) return FailRendezvous(group, wait.status(), deferred);
+  group.span = *std::move(wait);
+}
+
+void GroupRegistry::OnSpanDone(uint64_t group_id, absl::StatusOr<v1::GroupLayout> layout) {
+  Deferred deferred;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::shared_ptr<Group> keep = table_.Find(group_id);
+    if (keep == nullptr || keep->active || keep->span == nullptr) return;
+    if (layout.ok()) {
+      keep->layout = *std::move(layout);
+      Form(*keep, deferred);
+    } else {
+      FailRendezvous(*keep, layout.status(), deferred);
+    }
+    Changed();
+  }
+  for (auto& f : deferred) f();
+}
+
 void GroupRegistry::FailRendezvous(Group& group, const absl::Status& status, Deferred& deferred) {
+  // Nothing of a failed join stays in the cluster.
+  if (group.span != nullptr) std::exchange(group.span, nullptr)->Withdraw();
   std::vector<uint64_t> blocks;
   for (Member& m : group.members) {
     if (m.pending)
@@ -283,21 +369,34 @@ void GroupRegistry::OnJoinTimeout(uint64_t group_id) {
     const std::shared_ptr<Group> keep = table_.Find(group_id);  // Remove drops the table's
     if (keep == nullptr || keep->active) return;
     Group& g = *keep;
-    std::vector<int> missing, present;
-    for (int r = 0; r < g.world_size; ++r) (g.members[r].joined ? present : missing).push_back(r);
-    if (options_.on_rendezvous_timeout) {
-      deferred.push_back([hook = options_.on_rendezvous_timeout, w = SnapshotOf(g), present,
-                          missing] { hook(w, present, missing); });
+    if (g.span != nullptr) {  // every local rank is in; some node is not
+      FailRendezvous(g,
+                     absl::DeadlineExceededError(
+                         absl::StrCat("group ", g.name(), " spans nodes and did not form within ",
+                                      absl::FormatDuration(g.timeout), ": ", g.span->Missing(),
+                                      " (global world size ", g.global_world_size, ")")),
+                     deferred);
+    } else {
+      FailLocalRendezvous(g, deferred);
     }
-    FailRendezvous(g,
-                   absl::DeadlineExceededError(absl::StrCat(
-                       "group ", g.name(), ": rank(s) ", RankList(missing), " never joined within ",
-                       absl::FormatDuration(g.timeout), " (world size ", g.world_size,
-                       "; joined: ", RankList(present), ")")),
-                   deferred);
     Changed();
   }
   for (auto& f : deferred) f();
+}
+
+void GroupRegistry::FailLocalRendezvous(Group& g, Deferred& deferred) {
+  std::vector<int> missing, present;
+  for (int r = 0; r < g.world_size; ++r) (g.members[r].joined ? present : missing).push_back(r);
+  if (options_.on_rendezvous_timeout) {
+    deferred.push_back([hook = options_.on_rendezvous_timeout, w = SnapshotOf(g), present,
+                        missing] { hook(w, present, missing); });
+  }
+  FailRendezvous(g,
+                 absl::DeadlineExceededError(absl::StrCat(
+                     "group ", g.name(), ": rank(s) ", RankList(missing), " never joined within ",
+                     absl::FormatDuration(g.timeout), " (world size ", g.world_size,
+                     "; joined: ", RankList(present), ")")),
+                 deferred);
 }
 
 void GroupRegistry::LeaveRendezvous(uint64_t group_id, int rank, const std::string& token) {

@@ -268,23 +268,26 @@ void BindClient(py::module_& m) {
       .def(
           "join_group",
           [](ClientObject& c, const std::string& name, int rank, int world_size,
-             std::optional<int> global_rank, double timeout, const py::object& watchdog_policy,
-             const py::object& nan_check, uint32_t nan_sample_period, const py::object& nan_policy,
+             std::optional<int> global_rank, int global_world_size, double timeout,
+             const py::object& watchdog_policy, const py::object& nan_check,
+             uint32_t nan_sample_period, const py::object& nan_policy,
              const std::string& description, const std::string& device) {
             return JoinGroup(c.client,
                              {.name = name,
                               .rank = rank,
                               .world_size = world_size,
                               .global_rank = global_rank.value_or(-1),
+                              .global_world_size = global_world_size,
                               .description = description,
                               .device = ParseDevice(device)},
                              timeout, watchdog_policy, nan_check, nan_sample_period, nan_policy);
           },
           py::arg("name"), py::arg("rank"), py::arg("world_size"), py::kw_only(),
-          py::arg("global_rank") = py::none(), py::arg("timeout") = 600.0,
-          py::arg("watchdog_policy") = py::none(), py::arg("nan_check") = py::none(),
-          py::arg("nan_sample_period") = 0, py::arg("nan_policy") = py::none(),
-          py::arg("description") = "", py::arg("device") = "host",
+          py::arg("global_rank") = py::none(), py::arg("global_world_size") = 0,
+          py::arg("timeout") = 600.0, py::arg("watchdog_policy") = py::none(),
+          py::arg("nan_check") = py::none(), py::arg("nan_sample_period") = 0,
+          py::arg("nan_policy") = py::none(), py::arg("description") = "",
+          py::arg("device") = "host",
           "Joins (or forms) group `name` of this job and blocks until `world_size` ranks "
           "joined (DeadlineExceededError naming the ranks that never came after `timeout` "
           "seconds). watchdog_policy: 'report' | 'notify' | 'terminate'; nan_check: 'off' | "
@@ -292,7 +295,10 @@ void BindClient(py::module_& m) {
           "the daemon's config. The first rank to join decides them. description: the process "
           "group's desc in flight-recorder dumps and `commctl groups` (at most 63 printable "
           "ASCII bytes; every rank the same; '': 'undefined'). device: 'host' or 'cuda:N' "
-          "(the group's buffers on that GPU; its collectives run on a cuda_stream). Ctrl-C raises "
+          "(the group's buffers on that GPU; its collectives run on a cuda_stream). "
+          "global_world_size > world_size: the group spans nodes (the daemon's cluster; "
+          "global_rank then required), and the call returns once every node's ranks joined "
+          "(Group.layout). Ctrl-C raises "
           "KeyboardInterrupt at once; the abandoned join leaves the group when it forms.");
 }
 

@@ -709,6 +709,23 @@ void BindGroup(py::module_& m) {
                              [](const GroupObject& g) { return g.get().world_size(); })
       .def_property_readonly("global_rank",
                              [](const GroupObject& g) { return g.get().global_rank(); })
+      .def_property_readonly(
+          "global_world_size", [](const GroupObject& g) { return g.get().global_world_size(); },
+          "The group's size over every node; world_size for a group on this node only.")
+      .def_property_readonly(
+          "layout",
+          [](const GroupObject& g) {
+            py::list nodes;
+            for (const commd::NodeRanks& n : g.get().layout()) {
+              nodes.append(py::make_tuple(n.node, n.global_ranks));
+            }
+            return nodes;
+          },
+          "A group spanning nodes: [(node name, [global rank of each local rank]), ...] "
+          "sorted by node name, the same on every rank; [] for a group on this node only.")
+      .def_property_readonly(
+          "node_index", [](const GroupObject& g) { return g.get().node_index(); },
+          "This node's index in layout; -1 for a group on this node only.")
       .def_property_readonly("device",
                              [](const GroupObject& g) { return g.get().device().ToString(); })
       .def_property_readonly(

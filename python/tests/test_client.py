@@ -66,6 +66,19 @@ def test_groups_health_dump_abort(client, daemon, job):
     assert len(got) == 1 and isinstance(got[0], commd.AbortedError)
 
 
+def test_group_shape_on_one_node_and_spanning_without_a_cluster(client):
+    # A group on this node only: its global shape is its own, with no layout.
+    with client.join_group("local", 0, 1, timeout=10.0) as group:
+        assert group.global_world_size == 1
+        assert group.layout == []
+        assert group.node_index == -1
+    # A group spanning nodes needs the daemon's cluster, which this one has not.
+    with pytest.raises(commd.FailedPreconditionError, match="which needs a cluster"):
+        client.join_group("spans", 0, 1, global_rank=0, global_world_size=2, timeout=10.0)
+    with pytest.raises(commd.InvalidArgumentError, match="allowed 0 .* or 1 to 16384"):
+        client.join_group("huge", 0, 1, global_rank=0, global_world_size=1 << 30)
+
+
 def test_store(client, daemon, job):
     s = client.store
     s.set("k", b"\x00bytes\xff")

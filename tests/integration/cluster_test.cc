@@ -1,9 +1,7 @@
 // The cluster against a real etcd (Debian's etcd-server) on loopback: real daemons acting as
 // nodes (their own runtime dirs and node names, one etcd), real clients. Covers the node's
 // lease and key through etcd's absence, loss and return, and the job store shared by nodes.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/daemon_process.h"
+#include "tests/integration/etcd_process.h"
 #include "tests/integration/raw_grpc.h"
 
 namespace commd::testing {
@@ -32,75 +31,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kEtcd[] = "/usr/bin/etcd";
-constexpr char kEtcdctl[] = "/usr/bin/etcdctl";
 constexpr char kPrefix[] = "/commd-test";
-
-// A loopback port nobody listens on now (the kernel's pick; it is not reused at once).
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// One etcd member on loopback with its data in `dir`; Start again after Kill keeps the data.
-class Etcd {
- public:
-  explicit Etcd(std::string dir)
-      : dir_(std::move(dir)), client_port_(FreePort()), peer_port_(FreePort()) {}
-  std::string endpoint() const { return absl::StrCat("127.0.0.1:", client_port_); }
-
-  absl::Status Start() {
-    const std::string client = "http://" + endpoint();
-    const std::string peer = absl::StrCat("http://127.0.0.1:", peer_port_);
-    ASSIGN_OR_RETURN(
-        process_, ChildProcess::Start(
-                      {kEtcd, "--name", "t", "--data-dir", dir_, "--listen-client-urls", client,
-                       "--advertise-client-urls", client, "--listen-peer-urls", peer,
-                       "--initial-advertise-peer-urls", peer, "--initial-cluster", "t=" + peer}));
-    if (!process_->WaitForLog("ready to serve client requests", absl::Seconds(60))) {
-      return absl::UnavailableError("etcd did not start: " + process_->Log());
-    }
-    return absl::OkStatus();
-  }
-  void Kill() {
-    if (process_ != nullptr) (void)process_->Stop(SIGKILL);
-    process_.reset();
-  }
-  // The keys under `prefix`, as etcdctl lists them.
-  std::vector<std::string> Keys(const std::string& prefix) const {
-    ProcessResult r =
-        RunProcess({kEtcdctl, "--endpoints", endpoint(), "get", "--prefix", "--keys-only", prefix},
-                   absl::Seconds(30), {"ETCDCTL_API=3"});
-    std::vector<std::string> keys;
-    for (absl::string_view line : absl::StrSplit(r.output, '\n', absl::SkipEmpty())) {
-      keys.emplace_back(line);
-    }
-    return keys;
-  }
-
- private:
-  std::string dir_;
-  int client_port_;
-  int peer_port_;
-  std::unique_ptr<ChildProcess> process_;
-};
-
-// Polls `done` every 50 ms for up to `limit` (generous: the machine is shared).
-template <typename F>
-bool Eventually(F done, absl::Duration limit = absl::Seconds(30)) {
-  for (absl::Time end = absl::Now() + limit; absl::Now() < end;) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return done();
-}
 
 class ClusterTest : public ::testing::Test {
  protected:

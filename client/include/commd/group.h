@@ -34,6 +34,14 @@ inline constexpr uint32_t kMinNanSamplePeriod = 1;
 inline constexpr uint32_t kMaxNanSamplePeriod = 1000000;
 // The longest GroupOptions::description the daemon takes (it fits a flight-recorder entry).
 inline constexpr size_t kMaxGroupDescriptionBytes = 63;
+// The largest GroupOptions::global_world_size the daemon takes.
+inline constexpr int kMaxGlobalWorldSize = 16384;
+
+// One node's part of a group that spans nodes (Group::layout).
+struct NodeRanks {
+  std::string node;               // the node's name in the cluster (cluster.node_name)
+  std::vector<int> global_ranks;  // indexed by the node-local rank
+};
 
 // A NaN/Inf check of collective inputs (floating-point types), for a group or one call.
 // kDefault: the group's setting for a call, the daemon's config for a group. The values
@@ -45,6 +53,12 @@ struct GroupOptions {
   int rank = -1;  // rank within the group on this node
   int world_size = -1;
   int global_rank = -1;  // -1: same as rank; names the flight-recorder file
+  // The group's size over every node. 0 (or world_size): the group is on this node only.
+  // More: the group spans nodes (docs/cluster.md) and needs the daemon's cluster, else
+  // FAILED_PRECONDITION; each rank then gives its global_rank in [0, global_world_size), every
+  // rank on every node the same global_world_size (at most kMaxGlobalWorldSize). JoinGroup
+  // returns once every node's ranks have joined, with the layout (Group::layout).
+  int global_world_size = 0;
   // The process group's description in flight-recorder dumps and `commctl groups` (torch's
   // group_desc: "default_pg", "undefined", ...). At most kMaxGroupDescriptionBytes of
   // printable ASCII, else INVALID_ARGUMENT; every rank must give the same one, else
@@ -145,6 +159,14 @@ class COMMD_API Group {
   int rank() const;
   int world_size() const;
   int global_rank() const;
+  // The group's size over every node: world_size() for a group on this node only.
+  int global_world_size() const;
+  // A group spanning nodes: every node with its ranks' global ranks, sorted by node name, the
+  // same on every rank; node_index() is this node's place in it. Empty (and node_index() -1)
+  // for a group on this node only. Collectives on a spanning group are not implemented yet:
+  // they fail UNIMPLEMENTED naming the call (never run on this node's ranks alone).
+  const std::vector<NodeRanks>& layout() const;
+  int node_index() const;
   const std::string& name() const;
   Device device() const;
   // pid of each rank's process, by rank.

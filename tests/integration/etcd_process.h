@@ -1,0 +1,64 @@
+// A real etcd member (Debian's etcd-server, /usr/bin/etcd) on loopback for the cluster's
+// tests, and the small tools they share: a free port, a poll with a generous limit.
+//
+//   Etcd etcd(tmp.Join("etcd"));
+//   ASSERT_TRUE(etcd.Start().ok());         // waits for "ready to serve client requests"
+//   ... daemons with cluster { etcd_endpoints: etcd.endpoint() } ...
+//   EXPECT_TRUE(etcd.Keys("/commd-test/jobs/").empty());
+//   etcd.Kill();                            // Start again keeps the data dir and ports
+//
+// Not thread-safe: one test drives it.
+#ifndef COMMD_TESTS_INTEGRATION_ETCD_PROCESS_H_
+#define COMMD_TESTS_INTEGRATION_ETCD_PROCESS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/testing/child_process.h"
+
+namespace commd::testing {
+
+inline constexpr char kEtcd[] = "/usr/bin/etcd";
+inline constexpr char kEtcdctl[] = "/usr/bin/etcdctl";
+
+// A loopback port nobody listens on now (the kernel's pick; it is not reused at once).
+int FreePort();
+
+// One etcd member on loopback with its data in `dir`; Start again after Kill keeps the data.
+class Etcd {
+ public:
+  explicit Etcd(std::string dir);
+  std::string endpoint() const;
+  absl::Status Start();
+  void Kill();
+  // The keys under `prefix`, as etcdctl lists them.
+  std::vector<std::string> Keys(const std::string& prefix) const;
+  // The value of `key` ("" when absent).
+  std::string Get(const std::string& key) const;
+  // Deletes `key`, as an operator (or an expired lease) would.
+  void Delete(const std::string& key) const;
+
+ private:
+  std::string dir_;
+  int client_port_;
+  int peer_port_;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+// Polls `done` every 50 ms for up to `limit` (generous: the machine is shared).
+template <typename F>
+bool Eventually(F done, absl::Duration limit = absl::Seconds(30)) {
+  for (absl::Time end = absl::Now() + limit; absl::Now() < end;) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return done();
+}
+
+}  // namespace commd::testing
+
+#endif  // COMMD_TESTS_INTEGRATION_ETCD_PROCESS_H_

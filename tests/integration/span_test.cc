@@ -1,0 +1,464 @@
+// Groups that span nodes (docs/cluster.md, "Groups that span nodes") against a real etcd on
+// loopback: real daemons as nodes, real rank processes (span_rank) joining one group from
+// several nodes. Covers the layout every rank learns (2 nodes x 2 ranks, 3 uneven nodes), each
+// error of the rendezvous between nodes, what is left behind (nothing), the per-uid share and
+// what another uid sees (nothing), and that a collective on such a group is refused.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "commd/commd.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/daemon_process.h"
+#include "tests/integration/etcd_process.h"
+
+namespace commd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr char kPrefix[] = "/commd-test";
+
+// One rank process: which node, its node-local and global place, its job and group.
+struct RankSpec {
+  const DaemonProcess* node = nullptr;
+  int rank = 0;
+  int world = 1;
+  int global_rank = 0;
+  int global_world = 1;
+  int timeout_ms = 30000;
+  std::string group = "g";
+  std::string job = "job";
+  bool as_nobody = false;  // run as uid 65534 (needs root)
+};
+
+// The first line of `log` starting with `prefix`, or "" when there is none.
+std::string Line(const std::string& log, const std::string& prefix) {
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StartsWith(line, prefix)) return std::string(line);
+  }
+  return "";
+}
+
+class SpanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::access(kEtcd, X_OK) != 0) {
+      GTEST_SKIP() << kEtcd << " is missing: install Debian's etcd-server (scripts/install-deps)";
+    }
+    ::chmod(tmp_.path().c_str(), 0755);  // the leave file, for ranks of another uid
+    etcd_ = std::make_unique<Etcd>(tmp_.Join("etcd"));
+  }
+  void TearDown() override {
+    if (HasFailure()) {
+      for (const auto& r : ranks_) std::cerr << "--- rank " << r->pid() << ":\n" << r->Log();
+      for (const auto& d : daemons_) {
+        std::cerr << "--- daemon " << d->runtime_dir() << ":\n" << d->Log();
+      }
+    }
+    LeaveAll();
+    ranks_.clear();
+    daemons_.clear();
+    if (etcd_ != nullptr) etcd_->Kill();
+  }
+
+  // A daemon named `node` on its own runtime dir, pointed at the test's etcd (or, with
+  // `endpoint`, elsewhere); no cluster at all with `clustered` false.
+  DaemonProcess* StartNode(const std::string& node, const std::string& extra_config = "",
+                           const std::string& endpoint = "", bool clustered = true) {
+    auto dir = std::make_unique<TempDir>("commd-node");
+    ::chmod(dir->path().c_str(), 0755);  // another uid's client may reach the sockets
+    std::string config = "socket_group: \"nogroup\"\n";
+    if (clustered) {
+      absl::StrAppend(&config, "cluster {\n  etcd_endpoints: \"",
+                      endpoint.empty() ? etcd_->endpoint() : endpoint, "\"\n  node_name: \"", node,
+                      "\"\n  prefix: \"", kPrefix,
+                      "\"\n  lease_ttl_ms: 2000\n  call_timeout_ms: 2000\n"
+                      "  retry_initial_ms: 50\n  retry_max_ms: 400\n}\n");
+    }
+    absl::StrAppend(&config, extra_config);
+    auto d = StartDaemonWithConfig(*dir, config);
+    EXPECT_TRUE(d.ok()) << d.status();
+    if (!d.ok()) return nullptr;
+    dirs_.push_back(std::move(dir));
+    daemons_.push_back(std::move(*d));
+    return daemons_.back().get();
+  }
+  // etcd and `names.size()` nodes connected to it (ASSERT inside: check HasFatalFailure after).
+  void StartNodes(const std::vector<std::string>& names, std::vector<DaemonProcess*>* nodes,
+                  const std::string& extra_config = "") {
+    ASSERT_TRUE(etcd_->Start().ok());
+    for (const std::string& name : names) {
+      DaemonProcess* d = StartNode(name, extra_config);
+      ASSERT_NE(d, nullptr);
+      nodes->push_back(d);
+    }
+    ASSERT_TRUE(Eventually([&] {
+      for (DaemonProcess* d : *nodes) {
+        if (MetricValue(*d, "commd_cluster_connected") != 1) return false;
+      }
+      return true;
+    }));
+  }
+
+  ChildProcess* StartRank(const RankSpec& s) {
+    std::vector<std::string> argv = {SPAN_RANK,
+                                     s.group,
+                                     absl::StrCat(s.rank),
+                                     absl::StrCat(s.world),
+                                     absl::StrCat(s.global_rank),
+                                     absl::StrCat(s.global_world),
+                                     absl::StrCat(s.timeout_ms),
+                                     LeaveFile()};
+    if (s.as_nobody) {
+      argv.insert(argv.begin(),
+                  {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"});
+    }
+    auto p = ChildProcess::Start(
+        argv, {"COMMD_RUNTIME_DIR=" + s.node->runtime_dir(), "COMMD_JOB_ID=" + s.job});
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return nullptr;
+    ranks_.push_back(std::move(*p));
+    return ranks_.back().get();
+  }
+  // What each rank printed once its join returned ("joined" or "join <CODE> ...").
+  std::vector<std::string> Run(const std::vector<RankSpec>& specs) {
+    std::vector<ChildProcess*> started;
+    for (const RankSpec& s : specs) started.push_back(StartRank(s));
+    std::vector<std::string> logs;
+    for (ChildProcess* p : started) {
+      if (p == nullptr) {
+        logs.push_back("");
+        continue;
+      }
+      EXPECT_TRUE(p->WaitForLog("join", absl::Seconds(60))) << p->Log();
+      // A failed join's line is complete once the process exits; a joined rank's "joined"
+      // comes last.
+      if (!p->WaitForLog("joined", absl::Milliseconds(1))) (void)p->Wait(absl::Seconds(30));
+      logs.push_back(p->Log());
+    }
+    return logs;
+  }
+  std::string LeaveFile() const { return tmp_.Join("leave"); }
+  // Every rank still in its group leaves (and exits).
+  void LeaveAll() {
+    std::ofstream(LeaveFile()).put('x');
+    for (auto& r : ranks_) (void)r->Wait(absl::Seconds(30));
+  }
+  std::string GroupKeys(const std::string& uid = "0", const std::string& job = "job",
+                        const std::string& group = "g") const {
+    return absl::StrCat(kPrefix, "/jobs/", uid, "/", job, "/groups/", group, "/nodes/");
+  }
+  // Nothing of any spanning group in etcd, and no group in any daemon.
+  bool NothingLeft() const {
+    if (!etcd_->Keys(absl::StrCat(kPrefix, "/jobs/")).empty()) return false;
+    for (const auto& d : daemons_) {
+      if (MetricValue(*d, "commd_groups") != 0) return false;
+    }
+    return true;
+  }
+  std::unique_ptr<Client> Connect(const DaemonProcess& d) {
+    auto c = Client::Connect({.runtime_dir = d.runtime_dir(), .job_id = "job"});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  TempDir tmp_{"commd-span"};
+  std::unique_ptr<Etcd> etcd_;
+  std::vector<std::unique_ptr<TempDir>> dirs_;
+  std::vector<std::unique_ptr<DaemonProcess>> daemons_;
+  std::vector<std::unique_ptr<ChildProcess>> ranks_;
+};
+
+// Global ranks interleaved over the nodes: the layout says which is where, by local rank.
+TEST_F(SpanTest, TwoNodesOfTwoRanksLearnOneLayout) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  const std::vector<std::string> logs =
+      Run({{.node = n[0], .rank = 0, .world = 2, .global_rank = 0, .global_world = 4},
+           {.node = n[0], .rank = 1, .world = 2, .global_rank = 2, .global_world = 4},
+           {.node = n[1], .rank = 0, .world = 2, .global_rank = 1, .global_world = 4},
+           {.node = n[1], .rank = 1, .world = 2, .global_rank = 3, .global_world = 4}});
+  for (size_t i = 0; i < logs.size(); ++i) {
+    EXPECT_EQ(Line(logs[i], "layout "), absl::StrCat("layout 4 ", i / 2, " node-a:0,2;node-b:1,3"))
+        << logs[i];
+    // Never run on the node's two ranks as if they were the group.
+    EXPECT_EQ(Line(logs[i], "allreduce "),
+              "allreduce UNIMPLEMENTED all-reduce on group g: the group spans 2 nodes (global "
+              "world size 4), and collectives across nodes are not implemented yet");
+    EXPECT_THAT(Line(logs[i], "barrier "), StartsWith("barrier UNIMPLEMENTED barrier on group g"));
+  }
+  EXPECT_THAT(etcd_->Keys(GroupKeys()),
+              ::testing::ElementsAre(GroupKeys() + "node-a", GroupKeys() + "node-b"));
+  // The node's key goes when the group's last local rank leaves.
+  LeaveAll();
+  EXPECT_TRUE(Eventually([&] { return NothingLeft(); }));
+}
+
+TEST_F(SpanTest, ThreeUnevenNodesLearnOneLayout) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-c", "node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  // node-c: 1 rank, node-a: 2, node-b: 3; sorted by name in the layout.
+  const std::vector<std::string> logs = Run({
+      {.node = n[0], .rank = 0, .world = 1, .global_rank = 5, .global_world = 6},
+      {.node = n[1], .rank = 0, .world = 2, .global_rank = 0, .global_world = 6},
+      {.node = n[1], .rank = 1, .world = 2, .global_rank = 3, .global_world = 6},
+      {.node = n[2], .rank = 0, .world = 3, .global_rank = 4, .global_world = 6},
+      {.node = n[2], .rank = 1, .world = 3, .global_rank = 1, .global_world = 6},
+      {.node = n[2], .rank = 2, .world = 3, .global_rank = 2, .global_world = 6},
+  });
+  const int node_index[] = {2, 0, 0, 1, 1, 1};
+  for (size_t i = 0; i < logs.size(); ++i) {
+    EXPECT_EQ(Line(logs[i], "layout "),
+              absl::StrCat("layout 6 ", node_index[i], " node-a:0,3;node-b:4,1,2;node-c:5"))
+        << logs[i];
+  }
+  EXPECT_EQ(etcd_->Keys(GroupKeys()).size(), 3u);
+  LeaveAll();
+  EXPECT_TRUE(Eventually([&] { return NothingLeft(); }));
+}
+
+TEST_F(SpanTest, NodesThatDisagreeOnTheGlobalWorldSizeBothFail) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  const std::vector<std::string> logs =
+      Run({{.node = n[0], .rank = 0, .world = 1, .global_rank = 0, .global_world = 2},
+           {.node = n[1], .rank = 0, .world = 1, .global_rank = 1, .global_world = 3}});
+  EXPECT_EQ(Line(logs[0], "join "),
+            "join FAILED_PRECONDITION group g: node \"node-b\" gives global world size 3 but node "
+            "\"node-a\" (this node) gives 2; every rank on every node must give the same");
+  EXPECT_EQ(Line(logs[1], "join "),
+            "join FAILED_PRECONDITION group g: node \"node-a\" gives global world size 2 but node "
+            "\"node-b\" (this node) gives 3; every rank on every node must give the same");
+  EXPECT_TRUE(Eventually([&] { return NothingLeft(); }));
+}
+
+TEST_F(SpanTest, TwoNodesClaimingOneGlobalRankBothFail) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  const std::vector<std::string> logs =
+      Run({{.node = n[0], .rank = 0, .world = 1, .global_rank = 1, .global_world = 2},
+           {.node = n[1], .rank = 0, .world = 1, .global_rank = 1, .global_world = 2}});
+  for (const std::string& log : logs) {
+    EXPECT_EQ(Line(log, "join "),
+              "join FAILED_PRECONDITION group g: global rank 1 is claimed by node \"node-a\" and "
+              "node \"node-b\"; each global rank must be on one node")
+        << log;
+  }
+  EXPECT_TRUE(Eventually([&] { return NothingLeft(); }));
+}
+
+// Refused before the daemon keeps anything, let alone something per global rank.
+TEST_F(SpanTest, GlobalRanksAndSizesOutOfRangeAreRefused) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a"}, &n);
+  if (HasFatalFailure()) return;
+  auto client = Connect(*n[0]);
+  ASSERT_NE(client, nullptr);
+  auto out_of_range = client->JoinGroup(
+      {.name = "g", .rank = 0, .world_size = 1, .global_rank = 4, .global_world_size = 4});
+  EXPECT_EQ(out_of_range.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out_of_range.status().message(),
+            "global rank 4 for group g of global world size 4; allowed 0 to 3 (a group spanning "
+            "nodes needs each rank's global rank)");
+  for (int huge : {kMaxGlobalWorldSize + 1, 1 << 30, -2}) {
+    auto r = client->JoinGroup(
+        {.name = "g", .rank = 0, .world_size = 1, .global_rank = 0, .global_world_size = huge});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(),
+              absl::StrCat("global world size ", huge,
+                           " for group g of world size 1 on this node; allowed 0 (the group is on "
+                           "this node only) or 1 to 16384 (a group spanning nodes)"));
+  }
+  EXPECT_TRUE(NothingLeft());
+}
+
+TEST_F(SpanTest, ANodeThatNeverComesIsNamedAtTheDeadline) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a"}, &n);
+  if (HasFatalFailure()) return;
+  const std::vector<std::string> logs = Run({{.node = n[0],
+                                              .rank = 0,
+                                              .world = 2,
+                                              .global_rank = 0,
+                                              .global_world = 5,
+                                              .timeout_ms = 1500},
+                                             {.node = n[0],
+                                              .rank = 1,
+                                              .world = 2,
+                                              .global_rank = 1,
+                                              .global_world = 5,
+                                              .timeout_ms = 1500}});
+  for (const std::string& log : logs) {
+    EXPECT_EQ(Line(log, "join "),
+              "join DEADLINE_EXCEEDED group g spans nodes and did not form within 1.5s: global "
+              "rank(s) [2-4] never joined (nodes joined: node-a [0-1]) (global world size 5)")
+        << log;
+  }
+  EXPECT_TRUE(Eventually([&] { return NothingLeft(); }));
+}
+
+TEST_F(SpanTest, UnreachableEtcdIsUnavailableNamingIt) {
+  const std::string nowhere = absl::StrCat("127.0.0.1:", FreePort());
+  DaemonProcess* node = StartNode("node-a", "", nowhere);
+  ASSERT_NE(node, nullptr);
+  auto client = Connect(*node);
+  ASSERT_NE(client, nullptr);
+  auto r = client->JoinGroup(
+      {.name = "g", .rank = 0, .world_size = 1, .global_rank = 0, .global_world_size = 2});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("etcd at " + nowhere));
+  EXPECT_EQ(MetricValue(*node, "commd_groups"), 0);
+}
+
+// etcd lost while the ranks wait for the other nodes: the watch breaks, and they hear it.
+TEST_F(SpanTest, EtcdLostWhileWaitingIsUnavailableNamingIt) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a"}, &n);
+  if (HasFatalFailure()) return;
+  ChildProcess* rank = StartRank({.node = n[0], .global_world = 2});
+  ASSERT_NE(rank, nullptr);
+  ASSERT_TRUE(Eventually([&] { return etcd_->Keys(GroupKeys()).size() == 1; }));
+  etcd_->Kill();
+  ASSERT_TRUE(rank->WaitForLog("join ", absl::Seconds(30))) << rank->Log();
+  const std::string join = Line(rank->Log(), "join ");
+  EXPECT_THAT(join, StartsWith("join UNAVAILABLE ")) << join;
+  EXPECT_THAT(join, HasSubstr("etcd at " + etcd_->endpoint())) << join;
+  EXPECT_TRUE(Eventually([&] { return MetricValue(*n[0], "commd_groups") == 0; }));
+}
+
+// This node's part gone from etcd while its ranks wait (its lease expired while etcd was out
+// of reach, or an operator deleted it): the other nodes can no longer see it, so the ranks
+// hear it instead of waiting for their deadline.
+TEST_F(SpanTest, APartThatVanishesFailsItsRanks) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a"}, &n);
+  if (HasFatalFailure()) return;
+  ChildProcess* rank = StartRank({.node = n[0], .global_world = 2});
+  ASSERT_NE(rank, nullptr);
+  ASSERT_TRUE(Eventually([&] { return etcd_->Keys(GroupKeys()).size() == 1; }));
+  etcd_->Delete(GroupKeys() + "node-a");
+  ASSERT_TRUE(rank->WaitForLog("join ", absl::Seconds(30))) << rank->Log();
+  EXPECT_THAT(Line(rank->Log(), "join "),
+              StartsWith("join UNAVAILABLE this node's part of group g vanished from etcd at " +
+                         etcd_->endpoint()));
+  EXPECT_TRUE(Eventually([&] { return NothingLeft(); }));
+}
+
+// The node's part hangs on its lease: a daemon that dies takes it along, and the other nodes
+// wait for its ranks again.
+TEST_F(SpanTest, ADeadDaemonsPartGoesWithItsLease) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  ChildProcess* on_a = StartRank({.node = n[0], .global_rank = 0, .global_world = 3});
+  ChildProcess* on_b = StartRank({.node = n[1], .global_rank = 1, .global_world = 3});
+  ASSERT_NE(on_a, nullptr);
+  ASSERT_NE(on_b, nullptr);
+  ASSERT_TRUE(Eventually([&] { return etcd_->Keys(GroupKeys()).size() == 2; }));
+  ASSERT_TRUE(n[0]->Stop(SIGKILL).ok());
+  // lease_ttl_ms 2000: etcd drops node-a's part soon after; node-b's stays.
+  EXPECT_TRUE(Eventually([&] {
+    return etcd_->Keys(GroupKeys()) == std::vector<std::string>{GroupKeys() + "node-b"};
+  }));
+  EXPECT_EQ(Line(on_b->Log(), "join "), "");  // still waiting
+  // Its rank gone, node-b's part goes too.
+  ASSERT_TRUE(on_b->Stop().ok());
+  EXPECT_TRUE(Eventually([&] { return etcd_->Keys(absl::StrCat(kPrefix, "/jobs/")).empty(); }));
+}
+
+TEST_F(SpanTest, WithoutAClusterASpanningJoinIsRefused) {
+  DaemonProcess* node = StartNode("solo", "", "", /*clustered=*/false);
+  ASSERT_NE(node, nullptr);
+  auto client = Connect(*node);
+  ASSERT_NE(client, nullptr);
+  auto r = client->JoinGroup(
+      {.name = "g", .rank = 0, .world_size = 1, .global_rank = 0, .global_world_size = 2});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().message(),
+            "group g spans nodes (global world size 2 > its world size 1 on this node), which "
+            "needs a cluster; this daemon has none (add a cluster section naming etcd: "
+            "docs/cluster.md)");
+  // A node-local group is what it always was.
+  auto local = client->JoinGroup({.name = "l", .rank = 0, .world_size = 1});
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ((*local)->global_world_size(), 1);
+  EXPECT_TRUE((*local)->layout().empty());
+  EXPECT_EQ((*local)->node_index(), -1);
+  EXPECT_TRUE((*local)->Barrier().ok());
+}
+
+TEST_F(SpanTest, AUidsSpanningGroupsAreBoundedPerNode) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a"}, &n, "limits { per_uid { spanning_groups: 1 } }\n");
+  if (HasFatalFailure()) return;
+  ChildProcess* first = StartRank({.node = n[0],
+                                   .rank = 0,
+                                   .world = 1,
+                                   .global_rank = 0,
+                                   .global_world = 2,
+                                   .timeout_ms = 60000});
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(Eventually([&] { return etcd_->Keys(GroupKeys()).size() == 1; }));
+  auto client = Connect(*n[0]);
+  ASSERT_NE(client, nullptr);
+  auto second = client->JoinGroup(
+      {.name = "g2", .rank = 0, .world_size = 1, .global_rank = 0, .global_world_size = 2});
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(second.status().message(),
+            "uid 0 holds 1 of its 1 groups spanning nodes (limits.per_uid.spanning_groups)");
+  EXPECT_TRUE(etcd_->Keys(GroupKeys("0", "job", "g2")).empty());
+  // The first leaves (its process ends): the share comes back.
+  ASSERT_TRUE(first->Stop().ok());
+  ASSERT_TRUE(Eventually([&] { return NothingLeft(); }));
+  auto third = client->JoinGroup({.name = "g3",
+                                  .rank = 0,
+                                  .world_size = 1,
+                                  .global_rank = 0,
+                                  .global_world_size = 2,
+                                  .timeout = absl::Milliseconds(500)});
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kDeadlineExceeded) << third.status();
+}
+
+// Another uid's job of the same id and group name meets nothing of this uid's, and the other
+// way round: each waits for its own missing rank.
+TEST_F(SpanTest, AnotherUidsSameJobSeesNothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a rank as another uid (setpriv)";
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  const std::vector<std::string> logs = Run({{.node = n[0],
+                                              .rank = 0,
+                                              .world = 1,
+                                              .global_rank = 0,
+                                              .global_world = 2,
+                                              .timeout_ms = 3000},
+                                             {.node = n[1],
+                                              .rank = 0,
+                                              .world = 1,
+                                              .global_rank = 1,
+                                              .global_world = 2,
+                                              .timeout_ms = 3000,
+                                              .as_nobody = true}});
+  EXPECT_THAT(Line(logs[0], "join "),
+              HasSubstr("global rank(s) [1] never joined (nodes joined: node-a [0])"));
+  EXPECT_THAT(Line(logs[1], "join "),
+              HasSubstr("global rank(s) [0] never joined (nodes joined: node-b [1])"));
+  EXPECT_TRUE(Eventually([&] { return NothingLeft(); }));
+}
+
+}  // namespace
+}  // namespace commd::testing
