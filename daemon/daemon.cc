@@ -267,6 +267,19 @@ absl::Status Daemon::StartServers() {
       &metrics_->registry(), NewRealtimeRecorderClock());
   metrics_->Register(watchdog_->group_metrics());
   watchdog_->Start();
+  if (cluster_ != nullptr) {
+    // A node's key goes when its daemon's lease ends (killed, cut off from etcd past the TTL,
+    // or stopped): the groups spanning it are lost on this node too.
+    const std::string nodes = cluster_->options().prefix + "/nodes/";
+    node_watch_ = std::make_unique<cluster::PrefixWatch>(
+        cluster_.get(), nodes, [this, nodes](const mvccpb::Event& e) {
+          if (e.type() != mvccpb::Event::DELETE) return;
+          const std::string node = e.kv().key().substr(nodes.size());
+          if (node == cluster_->options().node_name) return;
+          COMMD_LOG(WARNING, "cluster") << "node " << node << " is gone: its lease in etcd ended";
+          watchdog_->OnNodeGone(node);
+        });
+  }
   health_service_ =
       std::make_unique<watchdog::HealthService>(rpc_.get(), watchdog_.get(), progress_.get());
   builder.RegisterService(health_service_.get());
@@ -348,6 +361,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   if (watchdog_ != nullptr && metrics_ != nullptr) metrics_->Unregister(watchdog_->group_metrics());
   if (span_ != nullptr) span_->Shutdown();  // the spanning groups' waits, before etcd goes
   // The cluster's waits end and its etcd calls drain before the timers and sessions go.
+  node_watch_.reset();  // it calls into the watchdog
   if (job_dumps_ != nullptr) {
     group_dumps_->set_publisher(nullptr);
     job_dumps_->Stop();

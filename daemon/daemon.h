@@ -21,6 +21,7 @@
 #include "daemon/cluster/cluster_store.h"
 #include "daemon/cluster/cluster_store_service.h"
 #include "daemon/cluster/job_dumps.h"
+#include "daemon/cluster/prefix_watch.h"
 #include "daemon/cluster/progress.h"
 #include "daemon/groups/group_registry.h"
 #include "daemon/groups/groups_service.h"
@@ -96,6 +97,7 @@ class Daemon {
   std::unique_ptr<cluster::ClusterStore> cluster_store_;  // the job store when clustered
   std::unique_ptr<cluster::JobDumps> job_dumps_;          // one dump for a job across nodes
   std::unique_ptr<cluster::ProgressBoard> progress_;      // every node's view of a job
+  std::unique_ptr<cluster::PrefixWatch> node_watch_;      // nodes whose lease ended
   std::unique_ptr<recorder::Dumper> dumper_;
   std::unique_ptr<recorder::GroupDumps> group_dumps_;  // every dump of groups goes through it
   std::unique_ptr<server::RpcContext> rpc_;

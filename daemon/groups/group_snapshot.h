@@ -53,6 +53,10 @@ struct GroupSnapshot {
   std::string description;    // at most kMaxGroupDescriptionBytes; "undefined" when none given
   uint64_t memory_bytes = 0;  // control blocks and symmetric buffers
   std::vector<MemberSnapshot> members;  // by rank
+  // A group that spans nodes: its size over every node (0 for a node-local group) and, once
+  // formed, which global ranks live on which node.
+  int global_world_size = 0;
+  v1::GroupLayout layout;
 };
 
 // Every group forming or active, by id.

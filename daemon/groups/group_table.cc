@@ -20,6 +20,8 @@ GroupSnapshot SnapshotOf(const Group& g) {
   s.timeout = g.timeout;
   s.policy = g.policy;
   s.description = g.description;
+  s.global_world_size = g.global_world_size;
+  s.layout = g.layout;
   for (int r = 0; r < g.world_size; ++r) {
     const Member& m = g.members[r];
     MemberSnapshot ms;

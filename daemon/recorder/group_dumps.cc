@@ -12,8 +12,16 @@
 namespace commd::recorder {
 
 std::vector<DumpSource> DumpSourcesOf(const groups::GroupSnapshot& g) {
+  // The group's global ranks (pg_config's "ranks"): every node's, for a group that spans nodes,
+  // so that the dumps of its nodes, collected, tell which ranks are missing.
   std::vector<int> global_ranks;
-  for (const groups::MemberSnapshot& m : g.members) global_ranks.push_back(m.global_rank);
+  for (const v1::NodeRanks& n : g.layout.nodes()) {
+    global_ranks.insert(global_ranks.end(), n.global_ranks().begin(), n.global_ranks().end());
+  }
+  std::sort(global_ranks.begin(), global_ranks.end());
+  if (global_ranks.empty()) {
+    for (const groups::MemberSnapshot& m : g.members) global_ranks.push_back(m.global_rank);
+  }
   std::vector<DumpSource> out;
   for (const groups::MemberSnapshot& m : g.members) {
     if (m.block == nullptr) continue;

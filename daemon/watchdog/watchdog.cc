@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/control_block_admin.h"
 #include "common/log.h"
@@ -189,7 +190,7 @@ void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
 }
 
 void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
-                   const groups::RankDeath* death) {
+                   const groups::RankDeath* death, const char* trigger) {
   const groups::GroupSnapshot& g = t.info;
   const v1::WatchdogPolicy policy = PolicyOf(g);
   group_metrics_->CountHang(g.job_id, g.name, KindLabel(d.kind()));
@@ -200,15 +201,16 @@ void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
   deferred.push_back(
       [this, group = death != nullptr ? std::optional(death->group) : std::nullopt,
        selector = groups::GroupSelector{.job = std::make_pair(g.uid, g.job_id), .group = g.name},
-       trigger = death != nullptr ? std::string("rank_death")
-                                  : absl::StrCat("hang-", KindLabel(d.kind())),
+       trigger = death != nullptr     ? std::string("rank_death")
+                 : trigger != nullptr ? std::string(trigger)
+                                      : absl::StrCat("hang-", KindLabel(d.kind())),
        json = ToJson(d)] {
         (void)(group ? dumps_->DumpGroups(*group, trigger, json)
                      : dumps_->DumpGroups(selector, trigger, json));
       });
   // A death is certain and the survivors can never complete with the dead rank: waiting out
   // their timeout would only hide what happened, so REPORT aborts it too.
-  if (death != nullptr || policy == v1::NOTIFY || policy == v1::TERMINATE) {
+  if (death != nullptr || trigger != nullptr || policy == v1::NOTIFY || policy == v1::TERMINATE) {
     t.abort_reason = AbortReasonName(static_cast<uint32_t>(ReasonOf(d.kind())));
     deferred.push_back([this, g, reason = ReasonOf(d.kind()), text = d.summary()] {
       signals_.Notify(g, reason, text);
@@ -219,6 +221,39 @@ void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
   if (policy == v1::TERMINATE) {
     deferred.push_back([this, g] { signals_.Terminate(g); });
   }
+}
+
+void Watchdog::OnNodeGone(const std::string& node) {
+  const uint64_t now_ns = clock_->NowNs();
+  Deferred deferred;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, t] : tracked_) {
+      const v1::GroupLayout& layout = t.info.layout;
+      int index = -1;
+      for (int i = 0; i < layout.nodes_size(); ++i) {
+        if (layout.nodes(i).node() == node && i != layout.this_node()) index = i;
+      }
+      if (index < 0 || !t.abort_reason.empty()) continue;
+      const v1::NodeRanks& lost = layout.nodes(index);
+      v1::Diagnosis d;
+      d.set_kind(v1::DEAD);
+      d.set_job_id(t.info.job_id);
+      d.set_uid(t.info.uid);
+      d.set_group(t.info.name);
+      d.set_detected_unix_ms(static_cast<int64_t>(now_ns / 1000000));
+      d.set_since_unix_ms(d.detected_unix_ms());
+      d.set_summary(absl::StrCat("group ", t.info.name, ": node ", node, " (global rank(s) [",
+                                 absl::StrJoin(lost.global_ranks(), ", "),
+                                 "]) is gone: its commd's lease in etcd ended"));
+      t.acted_key = absl::StrCat("node:", node);
+      t.last = d;
+      t.state = v1::ABORTED;
+      Act(t, d, deferred, nullptr, "node_lost");
+      PublishMetrics(t);
+    }
+  }
+  for (auto& f : deferred) f();
 }
 
 void Watchdog::OnRankDeath(const groups::RankDeath& death) {

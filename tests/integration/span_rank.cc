@@ -8,7 +8,9 @@
 //   "allreduce <CODE> <message>"  (an all-reduce on a symmetric host buffer)
 //   "barrier <CODE> <message>"
 //   "joined"
-// then, with LEAVE_FILE, stays in the group until that file exists; exits 0.
+// then, with LEAVE_FILE, stays in the group until that file exists, printing
+//   "aborted <reason>"  (once, if the daemon aborts the group meanwhile)
+// and exits 0.
 #include <unistd.h>
 
 #include <cstdio>
@@ -79,7 +81,14 @@ int main(int argc, char** argv) {
   Print(Said("barrier", (*group)->Barrier()));
   Print("joined");
   if (argc > 7) {
-    while (::access(argv[7], F_OK) != 0) absl::SleepFor(absl::Milliseconds(50));
+    bool said = false;
+    while (::access(argv[7], F_OK) != 0) {
+      if (!said && (*group)->abort_requested()) {
+        Print(absl::StrCat("aborted ", (*group)->abort_reason()));
+        said = true;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
   }
   return 0;
 }

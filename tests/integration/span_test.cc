@@ -380,6 +380,35 @@ TEST_F(SpanTest, ADeadDaemonsPartGoesWithItsLease) {
   EXPECT_TRUE(Eventually([&] { return etcd_->Keys(absl::StrCat(kPrefix, "/jobs/")).empty(); }));
 }
 
+// A node whose daemon dies after the group formed: its lease ends, and the group's ranks on the
+// other nodes are aborted naming the node and its global ranks, with a diagnosis and a dump.
+TEST_F(SpanTest, ADeadNodeAbortsTheGroupOnTheOtherNodesNamingIt) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  ChildProcess* on_a = StartRank({.node = n[0], .global_rank = 0, .global_world = 3});
+  ChildProcess* on_b0 =
+      StartRank({.node = n[1], .rank = 0, .world = 2, .global_rank = 1, .global_world = 3});
+  ChildProcess* on_b1 =
+      StartRank({.node = n[1], .rank = 1, .world = 2, .global_rank = 2, .global_world = 3});
+  ASSERT_TRUE(on_a && on_b0 && on_b1);
+  ASSERT_TRUE(on_a->WaitForLog("joined", absl::Seconds(60))) << on_a->Log();
+  ASSERT_TRUE(n[1]->Stop(SIGKILL).ok());
+  // Within the lease TTL (2 s) and a poll: generous here, the machine is shared.
+  ASSERT_TRUE(on_a->WaitForLog("aborted ", absl::Seconds(60))) << on_a->Log();
+  EXPECT_THAT(Line(on_a->Log(), "aborted "),
+              HasSubstr("node node-b (global rank(s) [1, 2]) is gone: its commd's lease in etcd "
+                        "ended"));
+  auto client = Client::Connect({.runtime_dir = n[0]->runtime_dir(), .job_id = "job"});
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto health = (*client)->GetHealth("g");
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(health->groups_size(), 1);
+  EXPECT_EQ(health->groups(0).state(), v1::ABORTED);
+  EXPECT_EQ(health->groups(0).last_diagnosis().kind(), v1::DEAD);
+  EXPECT_THAT(health->groups(0).last_diagnosis().summary(), HasSubstr("node node-b"));
+}
+
 TEST_F(SpanTest, WithoutAClusterASpanningJoinIsRefused) {
   DaemonProcess* node = StartNode("solo", "", "", /*clustered=*/false);
   ASSERT_NE(node, nullptr);
