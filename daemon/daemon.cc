@@ -277,7 +277,7 @@ absl::Status Daemon::StartServers() {
           const std::string node = e.kv().key().substr(nodes.size());
           if (node == cluster_->options().node_name) return;
           COMMD_LOG(WARNING, "cluster") << "node " << node << " is gone: its lease in etcd ended";
-          watchdog_->OnNodeGone(node);
+          watchdog_->OnNodeGone(node, e.kv().mod_revision());
         });
   }
   health_service_ =

@@ -226,7 +226,15 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(const std::s
   std::vector<std::string> argv = {binary, "--runtime-dir", runtime_dir, "--metrics-address",
                                    "127.0.0.1:0"};
   argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
-  RETURN_IF_ERROR(d->Spawn(argv, options.extra_env));
+  // Dumps a test does not direct elsewhere go beside the runtime dir (the test's temporary
+  // dir), never into the machine's default (/var/lib/commd/dumps as root).
+  std::vector<std::string> env = options.extra_env;
+  if (std::none_of(env.begin(), env.end(),
+                   [](const std::string& e) { return e.rfind("STATE_DIRECTORY=", 0) == 0; })) {
+    env.push_back("STATE_DIRECTORY=" +
+                  std::filesystem::path(runtime_dir).parent_path().append("state").string());
+  }
+  RETURN_IF_ERROR(d->Spawn(argv, env));
   if (!options.wait_ready) return d;
   if (!d->WaitForLog("commd ready", absl::Seconds(30))) {
     return absl::DeadlineExceededError(absl::StrCat("commd did not get ready: ", d->Log()));

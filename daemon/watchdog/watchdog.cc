@@ -190,7 +190,8 @@ void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
 }
 
 void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
-                   const groups::RankDeath* death, const char* trigger) {
+                   const groups::RankDeath* death, const char* trigger,
+                   const std::string& dump_id) {
   const groups::GroupSnapshot& g = t.info;
   const v1::WatchdogPolicy policy = PolicyOf(g);
   group_metrics_->CountHang(g.job_id, g.name, KindLabel(d.kind()));
@@ -204,9 +205,9 @@ void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
        trigger = death != nullptr     ? std::string("rank_death")
                  : trigger != nullptr ? std::string(trigger)
                                       : absl::StrCat("hang-", KindLabel(d.kind())),
-       json = ToJson(d)] {
-        (void)(group ? dumps_->DumpGroups(*group, trigger, json)
-                     : dumps_->DumpGroups(selector, trigger, json));
+       json = ToJson(d), how = recorder::DumpHow{.dump_id = dump_id}] {
+        (void)(group ? dumps_->DumpGroups(*group, trigger, json, how)
+                     : dumps_->DumpGroups(selector, trigger, json, how));
       });
   // A death is certain and the survivors can never complete with the dead rank: waiting out
   // their timeout would only hide what happened, so REPORT aborts it too.
@@ -223,7 +224,7 @@ void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
   }
 }
 
-void Watchdog::OnNodeGone(const std::string& node) {
+void Watchdog::OnNodeGone(const std::string& node, int64_t revision) {
   const uint64_t now_ns = clock_->NowNs();
   Deferred deferred;
   {
@@ -249,7 +250,7 @@ void Watchdog::OnNodeGone(const std::string& node) {
       t.acted_key = absl::StrCat("node:", node);
       t.last = d;
       t.state = v1::ABORTED;
-      Act(t, d, deferred, nullptr, "node_lost");
+      Act(t, d, deferred, nullptr, "node_lost", absl::StrCat("node_lost-", node, "-r", revision));
       PublishMetrics(t);
     }
   }

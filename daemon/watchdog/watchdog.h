@@ -96,10 +96,12 @@ class Watchdog {
   void OnRankDeath(const groups::RankDeath& death);
 
   // The cluster's hook: node `node`'s daemon is gone (its lease in etcd expired or was
-  // revoked). Every formed group spanning that node is aborted on this node's ranks under every
-  // policy, as for a rank's death, naming the node and its global ranks, with one dump
-  // (trigger node_lost). Never blocks.
-  void OnNodeGone(const std::string& node);
+  // revoked), as etcd's revision `revision` says. Every formed group spanning that node is
+  // aborted on this node's ranks under every policy, as for a rank's death, naming the node and
+  // its global ranks, with one dump (trigger node_lost) under an id every node derives alike
+  // from the node and the revision, so the nodes' dumps of it meet without announcing it
+  // (which every node would). Never blocks.
+  void OnNodeGone(const std::string& node, int64_t revision);
 
   // The registry's hook: a rendezvous timed out.
   void OnRendezvousTimeout(const groups::GroupSnapshot& group, const std::vector<int>& joined,
@@ -126,10 +128,10 @@ class Watchdog {
   void PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `death`: the finding is a rank's death, acted on under every policy; so is a finding
-  // with a `trigger` of its own (a node lost).
+  // with a `trigger` of its own (a node lost), dumped under `dump_id`.
   void Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
-           const groups::RankDeath* death = nullptr, const char* trigger = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+           const groups::RankDeath* death = nullptr, const char* trigger = nullptr,
+           const std::string& dump_id = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishMetrics(const Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::GroupHealth HealthOf(const Tracked& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands the group's view to options_.progress when it changed and the period has passed.

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -407,6 +408,21 @@ TEST_F(SpanTest, ADeadNodeAbortsTheGroupOnTheOtherNodesNamingIt) {
   EXPECT_EQ(health->groups(0).state(), v1::ABORTED);
   EXPECT_EQ(health->groups(0).last_diagnosis().kind(), v1::DEAD);
   EXPECT_THAT(health->groups(0).last_diagnosis().summary(), HasSubstr("node node-b"));
+  // Its dump, under the id every node derives alike from the loss (the dump dir is the
+  // default, $STATE_DIRECTORY/dumps, which the test launcher puts beside the runtime dir).
+  const std::string dumps =
+      (std::filesystem::path(n[0]->runtime_dir()).parent_path() / "state/dumps/job").string();
+  std::string id;
+  EXPECT_TRUE(Eventually([&] {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dumps, ec)) {
+      if (absl::StartsWith(e.path().filename().string(), "node_lost-node-b-r") &&
+          std::filesystem::exists(e.path() / "g" / "rank0.json")) {
+        id = e.path().filename().string();
+      }
+    }
+    return !id.empty();
+  })) << dumps;
 }
 
 TEST_F(SpanTest, WithoutAClusterASpanningJoinIsRefused) {
