@@ -645,6 +645,18 @@ TEST_F(ClusterTest, EveryNodesViewOfTheJobIsPublishedAndHealthClusterShowsIt) {
   EXPECT_TRUE(Eventually([&] {
     return etcd_->Keys(views) == std::vector<std::string>{views + "node-a"};
   })) << absl::StrJoin(etcd_->Keys(views), ", ");
+
+  // One read of the cluster's views in flight per uid: with etcd paused, a second read while
+  // the first waits is refused at once, so the daemon buffers at most one answer per uid.
+  etcd_->Pause(true);
+  std::thread first([&] { (void)health(*b); });
+  absl::SleepFor(absl::Milliseconds(300));
+  const ProcessResult second = health(*b);
+  etcd_->Pause(false);
+  first.join();
+  EXPECT_EQ(second.exit_code, 1) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("RESOURCE_EXHAUSTED: uid 0 has a read of the cluster's "
+                                       "views in flight already; one at a time per uid"));
 }
 
 }  // namespace

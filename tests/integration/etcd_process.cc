@@ -42,6 +42,10 @@ absl::Status Etcd::Start() {
   return absl::OkStatus();
 }
 
+void Etcd::Pause(bool paused) {
+  if (process_ != nullptr) ::kill(process_->pid(), paused ? SIGSTOP : SIGCONT);
+}
+
 void Etcd::Kill() {
   if (process_ != nullptr) (void)process_->Stop(SIGKILL);
   process_.reset();

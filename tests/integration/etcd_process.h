@@ -35,6 +35,8 @@ class Etcd {
   std::string endpoint() const;
   absl::Status Start();
   void Kill();
+  // SIGSTOP / SIGCONT: etcd stops answering (calls wait for their deadline) and then goes on.
+  void Pause(bool paused);
   // The keys under `prefix`, as etcdctl lists them.
   std::vector<std::string> Keys(const std::string& prefix) const;
   // The value of `key` ("" when absent).
