@@ -63,6 +63,12 @@ def test_groups_health_dump_abort(client, daemon, job):
     assert "python test says stop" in str(e.value)
     assert e.value.code == "ABORTED"
     assert g.abort_requested and "python test says stop" in g.abort_reason
+    # The callback comes with the abort event on the SDK's event thread, which may run after the
+    # barrier has already seen the abort word.
+    for _ in range(200):
+        if got:
+            break
+        time.sleep(0.05)
     assert len(got) == 1 and isinstance(got[0], commd.AbortedError)
 
 
