@@ -31,6 +31,7 @@ struct EtcdSpanRendezvous::Wait : groups::SpanWait, std::enable_shared_from_this
   std::function<void(Layout)> done ABSL_GUARDED_BY(mu);
   std::shared_ptr<EtcdWatch> watch ABSL_GUARDED_BY(mu);
   std::map<std::string, v1::SpanPart> parts ABSL_GUARDED_BY(mu);  // by node name
+  std::map<std::string, int64_t> revisions ABSL_GUARDED_BY(mu);   // each part's mod_revision
 
   std::string Missing() const override;
   void Withdraw() override;
@@ -245,8 +246,10 @@ void EtcdSpanRendezvous::Wait::Take(const mvccpb::KeyValue& kv, bool deleted) {
   const std::string node = kv.key().substr(prefix.size());
   if (deleted) {
     parts.erase(node);  // that node's ranks left (or its daemon died): wait for them again
+    revisions.erase(node);
     return;
   }
+  revisions[node] = kv.mod_revision();
   v1::SpanPart p;
   if (!p.ParseFromString(kv.value())) p.set_global_world_size(-1);  // Evaluate names it
   parts[node] = std::move(p);
@@ -282,6 +285,9 @@ std::optional<Layout> EtcdSpanRendezvous::Wait::Evaluate() const {
   }
   if (static_cast<int>(holder.size()) < size) return std::nullopt;
   v1::GroupLayout layout;
+  for (const auto& [node, revision] : revisions) {
+    layout.set_formation(std::max(layout.formation(), static_cast<uint64_t>(revision)));
+  }
   for (const auto& [node, p] : parts) {  // std::map: sorted by node name
     if (node == self) layout.set_this_node(layout.nodes_size());
     v1::NodeRanks* n = layout.add_nodes();
