@@ -18,6 +18,8 @@ _LIBRARIES = {
     "benchmark": ["benchmark", "-lpthread"],
     "dl": ["-ldl"],
     "gmock": ["gmock"],
+    # Facebook's gloo (libgloo-dev, no pkg-config file): the SDK's exchange between nodes.
+    "gloo": ["-lgloo"],
     "grpc++": ["grpc++"],
     "gtest": ["gtest"],
     "gtest_main": ["gtest_main"],

@@ -5,6 +5,7 @@ find_package(absl CONFIG REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
 find_package(nlohmann_json CONFIG REQUIRED)
+find_package(Gloo CONFIG REQUIRED)  # libgloo-dev: imported target `gloo`
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)

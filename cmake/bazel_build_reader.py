@@ -34,6 +34,7 @@ LABEL_TO_CMAKE = {
     "@system//:absl_time": "absl::time",
     "@system//:benchmark": "benchmark::benchmark",
     "@system//:dl": "${CMAKE_DL_LIBS}",
+    "@system//:gloo": "gloo",
     "@system//:gmock": "GTest::gmock",
     "@system//:grpc++": "gRPC::grpc++",
     "@system//:gtest": "GTest::gtest",

@@ -83,7 +83,9 @@ struct BufferViews {
 // What a checked call resolved to, for the backend.
 struct CheckedCall {
   const CollectiveCall& call;
-  const BufferViews& views;  // of call.in: its peers and signal pads form the view
+  const BufferViews& views;                 // of call.in: its peers and signal pads form the view
+  const BufferViews* out_views = nullptr;   // of call.out
+  const BufferViews* span_words = nullptr;  // a spanning group's words (span_collectives.h)
   kernels::Algorithm algorithm = kernels::Algorithm::kTwoShot;  // all-reduce only
   absl::Duration wait;                                          // how long each wait may take
 };

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/src/collective_call.h"
 #include "client/src/group_state.h"
+#include "client/src/span_collectives.h"
 #include "commd/group.h"
 #include "common/control_block.h"
 #include "common/status_macros.h"
@@ -181,31 +182,33 @@ absl::Status CheckHostPointer(const Side& what, const void* p, size_t bytes, siz
   return absl::OkStatus();
 }
 
-// The host-memory overloads: the input fits the staging buffer, and the pointers.
+// The host-memory overloads: the input fits the staging buffer (and the output, for a group
+// spanning nodes, whose results come back through it: `staged_out`), and the pointers.
 absl::Status CheckHostMemory(const CollectiveCall& c, const Shape& shape, size_t in_count,
-                             size_t out_count, int world_size) {
+                             size_t out_count, int local_world_size, bool staged_out) {
   SymmetricBuffer& staging = *c.in;
   const size_t es = ElementSize(c.dtype);
-  const size_t capacity = staging.size() / es / in_count;
+  const size_t slots = staged_out ? std::max(in_count, out_count) : in_count;
+  const size_t capacity = staging.size() / es / slots;
   if (c.count > capacity) {
     return absl::InvalidArgumentError(absl::StrCat(
         shape.words, ": count ", c.count, " x ", kernels::DataTypeName(ToKernel(c.dtype)),
-        in_count > 1 ? absl::StrCat(" x world size ", in_count) : "",
-        " does not fit staging buffer ", staging.id(), " of ", staging.size(),
-        " bytes per rank (allowed: count at most ", capacity, ")"));
+        slots > 1 ? absl::StrCat(" x world size ", slots) : "", " does not fit staging buffer ",
+        staging.id(), " of ", staging.size(), " bytes per rank (allowed: count at most ", capacity,
+        ")"));
   }
   if (c.count == 0) return absl::OkStatus();  // a no-op: no memory is read or written
   if (shape.in_place) {  // broadcast and all-reduce: input and output are the one buffer
     const bool one = c.input == c.output;
     RETURN_IF_ERROR(CheckHostPointer({shape.words, one ? "buffer" : "input"}, c.input, c.count * es,
-                                     es, staging, world_size));
+                                     es, staging, local_world_size));
     if (one) return absl::OkStatus();
   } else {
     RETURN_IF_ERROR(CheckHostPointer({shape.words, "input"}, c.input, c.count * in_count * es, es,
-                                     staging, world_size));
+                                     staging, local_world_size));
   }
   return CheckHostPointer({shape.words, "output"}, c.output, c.count * out_count * es, es, staging,
-                          world_size);
+                          local_world_size);
 }
 
 // The fused matmuls' operands and the room they take in the call's symmetric buffer (the
@@ -272,9 +275,10 @@ absl::Status CheckMatmul(const CollectiveCall& c, const Shape& shape, int world_
   return absl::OkStatus();
 }
 
-// The call's buffers and sizes (its options, types and op checked already).
+// The call's buffers and sizes (its options, types and op checked already). `world_size` is
+// the group's over every node; `local_world_size` this node's part of it.
 absl::Status CheckBuffers(const CollectiveCall& c, const Shape& shape, bool owns_in, bool owns_out,
-                          int world_size) {
+                          int local_world_size, int world_size) {
   const Side in{shape.words, c.host_memory ? "staging" : shape.in_place ? "" : "input"};
   const Side out{shape.words, "output"};
   RETURN_IF_ERROR(CheckOwned(in, owns_in, *c.in));
@@ -285,7 +289,7 @@ absl::Status CheckBuffers(const CollectiveCall& c, const Shape& shape, bool owns
           absl::StrCat(shape.words, ": input and output are the same buffer"));
     }
   }
-  if (c.matmul != nullptr) return CheckMatmul(c, shape, world_size);
+  if (c.matmul != nullptr) return CheckMatmul(c, shape, local_world_size);
   if (c.kind == CollectiveOp::kAllReduceCoalesced) {
     for (size_t i = 0; i < c.tensors.size(); ++i) {
       const CoalescedTensor& t = c.tensors[i];
@@ -302,13 +306,17 @@ absl::Status CheckBuffers(const CollectiveCall& c, const Shape& shape, bool owns
     return absl::InvalidArgumentError(absl::StrCat(
         shape.words, ": count ", c.count, " too large (allowed: at most ", SIZE_MAX / factor, ")"));
   }
-  if (c.host_memory) return CheckHostMemory(c, shape, in_count, out_count, world_size);
+  if (c.host_memory) {
+    return CheckHostMemory(c, shape, in_count, out_count, local_world_size,
+                           world_size > local_world_size);
+  }
   RETURN_IF_ERROR(CheckFits(in, -1, *c.in, 0, c.count * in_count, c.dtype));
   if (shape.in_place) return absl::OkStatus();
   return CheckFits(out, -1, *c.out, 0, c.count * out_count, c.dtype);
 }
 
-absl::Status CheckCall(const CollectiveCall& c, bool owns_in, bool owns_out, int world_size) {
+absl::Status CheckCall(const CollectiveCall& c, bool owns_in, bool owns_out, int local_world_size,
+                       int world_size) {
   const Shape shape = ShapeOf(c.kind);
   RETURN_IF_ERROR(CheckOptions(*c.options));
   if (shape.typed && c.kind != CollectiveOp::kAllReduceCoalesced) {
@@ -319,7 +327,7 @@ absl::Status CheckCall(const CollectiveCall& c, bool owns_in, bool owns_out, int
     return absl::InvalidArgumentError(
         absl::StrCat(shape.words, ": root ", c.root, " is out of range [0, ", world_size - 1, "]"));
   }
-  return CheckBuffers(c, shape, owns_in, owns_out, world_size);
+  return CheckBuffers(c, shape, owns_in, owns_out, local_world_size, world_size);
 }
 
 // The all-reduce algorithm by the group's one-shot threshold from the daemon's config
@@ -370,7 +378,7 @@ kernels::NanCheck ResolveNanCheck(const CollectiveOptions& o, const v1::Collecti
 
 CollectiveEntry::CollectiveEntry(const GroupParts& g, const CollectiveCall& call)
     : g_(g), call_(call) {
-  const int64_t n = g.group.world_size();
+  const int64_t n = g.group.global_world_size();
   const auto count = static_cast<int64_t>(call.count);
   const Shape shape = ShapeOf(call.kind);
   if (call.kind == CollectiveOp::kAllReduceCoalesced) {
@@ -455,12 +463,13 @@ absl::Status CollectiveEntry::Finish(absl::Status status, const kernels::Collect
 }
 
 absl::Status Group::Run(const CollectiveCall& c) {
-  // Running on this node's ranks alone would return a wrong answer as if it were the group's.
-  if (global_world_size() > world_size()) {
-    return absl::UnimplementedError(
-        absl::StrCat(ShapeOf(c.kind).words, " on group ", name(), ": the group spans ",
-                     layout().size(), " nodes (global world size ", global_world_size(),
-                     "), and collectives across nodes are not implemented yet"));
+  const bool spans = global_world_size() > world_size();
+  if (spans && !device().is_host()) {
+    return absl::UnimplementedError(absl::StrCat(
+        ShapeOf(c.kind).words, " on group ", name(), ": the group spans ", layout().size(),
+        " nodes on ", device().ToString(),
+        "; collectives across nodes run on host memory only in this SDK (NCCL between the "
+        "nodes' CUDA memory is not implemented yet)"));
   }
   if (c.host_memory && !device().is_host()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -468,12 +477,16 @@ absl::Status Group::Run(const CollectiveCall& c) {
         "; the overloads taking pointers and a staging buffer need a host group (device memory "
         "takes the SymmetricBuffer overloads)"));
   }
-  RETURN_IF_ERROR(CheckCall(c, owns(*c.in), owns(*c.out), world_size()));
+  RETURN_IF_ERROR(CheckCall(c, owns(*c.in), owns(*c.out), world_size(), global_world_size()));
   if (state_->backend == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
         ShapeOf(c.kind).words, " buffer ", c.in->id(), " is on ", c.in->device().ToString(),
         "; this SDK was built without CUDA (COMMD_CUDA=OFF or no nvcc), so it runs "
         "collectives on host buffers only"));
+  }
+  // A spanning group's words (span_collectives.h): allocated by every rank's first collective.
+  if (spans && state_->span_words == nullptr) {
+    ASSIGN_OR_RETURN(state_->span_words, AllocateSymmetric(kSpanWordsBytes));
   }
   const v1::CollectiveSettings& settings = state_->joined.collectives();
   const bool all_reduce =
@@ -481,6 +494,8 @@ absl::Status Group::Run(const CollectiveCall& c) {
   const CheckedCall checked{
       .call = c,
       .views = c.in->state_->views,
+      .out_views = &c.out->state_->views,
+      .span_words = spans ? &state_->span_words->state_->views : nullptr,
       .algorithm = all_reduce ? Choose(c, settings, world_size()) : kernels::Algorithm::kTwoShot,
       .wait = WaitLimit(collective_timeout(), *c.options)};
   CollectiveEntry entry(

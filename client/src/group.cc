@@ -46,6 +46,38 @@ std::unique_ptr<CollectiveBackend> MakeBackend(const GroupOptions& options, void
                                                      offsetof(ControlBlockProgress, heartbeat_ns)));
 }
 
+// A host group spanning nodes: its collectives meet the other nodes through gloo
+// (span_collectives.h). The join checked the control block's size.
+std::unique_ptr<SpanBackend> MakeSpan(const v1::JoinGroupResponse& joined,
+                                      const std::vector<NodeRanks>& layout, absl::Duration timeout,
+                                      void* block, const std::shared_ptr<Client::Impl>& client) {
+  auto* base = static_cast<std::byte*>(block);
+  const std::string group = joined.name();
+  std::weak_ptr<Client::Impl> weak = client;
+  return MakeSpanBackend(SpanSetup{
+      .group = group,
+      .formation = joined.layout().formation(),
+      .local_rank = joined.rank(),
+      .local_world_size = joined.world_size(),
+      .global_world_size = joined.global_world_size(),
+      .layout = layout,
+      .node_index = joined.layout().this_node(),
+      .store = client->store.get(),
+      .connect_wait = timeout,
+      .abort_word = reinterpret_cast<const uint32_t*>(base + kAbortOffset),
+      .heartbeat_ns = reinterpret_cast<uint64_t*>(base + kProgressOffset +
+                                                  offsetof(ControlBlockProgress, heartbeat_ns)),
+      .request_abort = [weak, group](const std::string& reason) {
+        if (auto c = weak.lock()) {
+          v1::AbortRequest request;
+          request.set_group(group);
+          request.set_reason(reason);
+          v1::AbortResponse response;
+          (void)c->health->Abort(c->Context().get(), request, &response);
+        }
+      }});
+}
+
 // What the collectives borrow of this rank's mapped `buffer`, built once: see BufferViews.
 void BuildViews(SymmetricBuffer& buffer, int rank, int world_size, BufferViews& v) {
   const int n = world_size;
@@ -130,10 +162,20 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   recorder->block = state->control_block->data();
   recorder->block_bytes = state->joined.control_block().mapped_bytes();
   state->recorder = std::make_unique<Recorder>(std::move(recorder));
-  state->backend = MakeBackend(options, state->control_block->data(),
-                               state->joined.control_block().mapped_bytes());
+  if (state->joined.global_world_size() > state->joined.world_size() && options.device.is_host()) {
+    auto span = MakeSpan(state->joined, state->layout, options.timeout,
+                         state->control_block->data(), impl_);
+    state->span = span.get();
+    state->backend = std::move(span);
+  } else {
+    state->backend = MakeBackend(options, state->control_block->data(),
+                                 state->joined.control_block().mapped_bytes());
+  }
   Group::State* raw = state.get();
-  state->hook = [raw](const std::string& reason) { raw->RunCallbackOnce(reason); };
+  state->hook = [raw](const std::string& reason) {
+    raw->RunCallbackOnce(reason);
+    if (raw->span != nullptr) raw->span->Close();
+  };
   {
     absl::MutexLock lock(&impl_->abort_mu);
     impl_->abort_hooks.emplace(state->joined.name(), &state->hook);
@@ -154,16 +196,20 @@ std::string PeerProcesses::Exited() const {
 
 Group::Group(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Group::~Group() {
-  state_->backend.reset();  // CUDA: waits for enqueued kernels before barrier_buffer_ is unmapped
-  Client::Impl& client = *state_->client;
-  absl::MutexLock lock(&client.abort_mu);
-  auto [begin, end] = client.abort_hooks.equal_range(state_->joined.name());
-  for (auto it = begin; it != end; ++it) {
-    if (it->second == &state_->hook) {
-      client.abort_hooks.erase(it);
-      break;
+  {
+    // First, so that no abort event reaches the backend while it goes.
+    Client::Impl& client = *state_->client;
+    absl::MutexLock lock(&client.abort_mu);
+    auto [begin, end] = client.abort_hooks.equal_range(state_->joined.name());
+    for (auto it = begin; it != end; ++it) {
+      if (it->second == &state_->hook) {
+        client.abort_hooks.erase(it);
+        break;
+      }
     }
   }
+  state_->span = nullptr;
+  state_->backend.reset();  // CUDA: waits for enqueued kernels before barrier_buffer_ is unmapped
 }
 
 bool Group::abort_requested() const {

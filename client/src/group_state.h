@@ -17,6 +17,7 @@
 #include "client/src/client_impl.h"
 #include "client/src/collective_call.h"
 #include "client/src/recorder_impl.h"
+#include "client/src/span_collectives.h"
 #include "commd/group.h"
 #include "commd/v1/groups.pb.h"
 #include "common/unique_fd.h"
@@ -72,6 +73,10 @@ struct Group::State {
         absl::AbortedError(absl::StrCat("group ", joined.name(), " aborted ",
                                         why.empty() ? absl::StrCat("(", event_text, ")") : why)));
   }
+  // A spanning group's words (span_collectives.h), allocated by its first collective.
+  std::unique_ptr<SymmetricBuffer> span_words;
+  // A spanning group's backend (also `backend`), closed when the group is aborted.
+  SpanBackend* span = nullptr;
   // How the group's collectives run on its device, chosen at join; null for CUDA groups in
   // an SDK built without CUDA. Last, so destroyed first: the CUDA backend waits for enqueued
   // kernels, which read the control block's abort word.

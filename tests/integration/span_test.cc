@@ -2,7 +2,9 @@
 // loopback: real daemons as nodes, real rank processes (span_rank) joining one group from
 // several nodes. Covers the layout every rank learns (2 nodes x 2 ranks, 3 uneven nodes), each
 // error of the rendezvous between nodes, what is left behind (nothing), the per-uid share and
-// what another uid sees (nothing), and that a collective on such a group is refused.
+// what another uid sees (nothing); and the collectives across nodes (span_collective_rank):
+// every collective, type and overload checked element by element, a call that differs across
+// nodes, NaN under policy FAIL, a node that never calls.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "commd/commd.h"
 #include "gmock/gmock.h"
@@ -40,6 +43,8 @@ struct RankSpec {
   std::string group = "g";
   std::string job = "job";
   bool as_nobody = false;  // run as uid 65534 (needs root)
+  // span_collective_rank and its mode instead of span_rank.
+  std::string mode;
 };
 
 // The first line of `log` starting with `prefix`, or "" when there is none.
@@ -80,11 +85,12 @@ class SpanTest : public ::testing::Test {
     ::chmod(dir->path().c_str(), 0755);  // another uid's client may reach the sockets
     std::string config = "socket_group: \"nogroup\"\n";
     if (clustered) {
-      absl::StrAppend(&config, "cluster {\n  etcd_endpoints: \"",
-                      endpoint.empty() ? etcd_->endpoint() : endpoint, "\"\n  node_name: \"", node,
-                      "\"\n  prefix: \"", kPrefix,
-                      "\"\n  lease_ttl_ms: 2000\n  call_timeout_ms: 2000\n"
-                      "  retry_initial_ms: 50\n  retry_max_ms: 400\n}\n");
+      absl::StrAppend(
+          &config, "cluster {\n  etcd_endpoints: \"",
+          endpoint.empty() ? etcd_->endpoint() : endpoint, "\"\n  node_name: \"", node,
+          "\"\n  prefix: \"", kPrefix,
+          "\"\n  lease_ttl_ms: 2000\n  job_lease_ttl_ms: 2000\n  call_timeout_ms: 2000\n"
+          "  retry_initial_ms: 50\n  retry_max_ms: 400\n}\n");
     }
     absl::StrAppend(&config, extra_config);
     auto d = StartDaemonWithConfig(*dir, config);
@@ -112,7 +118,7 @@ class SpanTest : public ::testing::Test {
   }
 
   ChildProcess* StartRank(const RankSpec& s) {
-    std::vector<std::string> argv = {SPAN_RANK,
+    std::vector<std::string> argv = {s.mode.empty() ? SPAN_RANK : SPAN_COLLECTIVE_RANK,
                                      s.group,
                                      absl::StrCat(s.rank),
                                      absl::StrCat(s.world),
@@ -120,12 +126,14 @@ class SpanTest : public ::testing::Test {
                                      absl::StrCat(s.global_world),
                                      absl::StrCat(s.timeout_ms),
                                      LeaveFile()};
+    if (!s.mode.empty()) argv.push_back(s.mode);
     if (s.as_nobody) {
       argv.insert(argv.begin(),
                   {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"});
     }
-    auto p = ChildProcess::Start(
-        argv, {"COMMD_RUNTIME_DIR=" + s.node->runtime_dir(), "COMMD_JOB_ID=" + s.job});
+    // Gloo between the nodes' leaders listens on loopback (all nodes are this machine).
+    auto p = ChildProcess::Start(argv, {"COMMD_RUNTIME_DIR=" + s.node->runtime_dir(),
+                                        "COMMD_JOB_ID=" + s.job, "COMMD_GLOO_IFACE=lo"});
     EXPECT_TRUE(p.ok()) << p.status();
     if (!p.ok()) return nullptr;
     ranks_.push_back(std::move(*p));
@@ -193,17 +201,16 @@ TEST_F(SpanTest, TwoNodesOfTwoRanksLearnOneLayout) {
   for (size_t i = 0; i < logs.size(); ++i) {
     EXPECT_EQ(Line(logs[i], "layout "), absl::StrCat("layout 4 ", i / 2, " node-a:0,2;node-b:1,3"))
         << logs[i];
-    // Never run on the node's two ranks as if they were the group.
-    EXPECT_EQ(Line(logs[i], "allreduce "),
-              "allreduce UNIMPLEMENTED all-reduce on group g: the group spans 2 nodes (global "
-              "world size 4), and collectives across nodes are not implemented yet");
-    EXPECT_THAT(Line(logs[i], "barrier "), StartsWith("barrier UNIMPLEMENTED barrier on group g"));
+    // Collectives run across the nodes (SpanTest.*Collectives* check their results).
+    EXPECT_EQ(Line(logs[i], "allreduce "), "allreduce OK ");
+    EXPECT_EQ(Line(logs[i], "barrier "), "barrier OK ");
   }
   EXPECT_THAT(etcd_->Keys(GroupKeys()),
               ::testing::ElementsAre(GroupKeys() + "node-a", GroupKeys() + "node-b"));
   // The node's key goes when the group's last local rank leaves.
   LeaveAll();
-  EXPECT_TRUE(Eventually([&] { return NothingLeft(); }));
+  EXPECT_TRUE(Eventually([&] { return NothingLeft(); }))
+      << absl::StrJoin(etcd_->Keys(absl::StrCat(kPrefix, "/jobs/")), " ");
 }
 
 TEST_F(SpanTest, ThreeUnevenNodesLearnOneLayout) {
@@ -503,6 +510,139 @@ TEST_F(SpanTest, AnotherUidsSameJobSeesNothing) {
   EXPECT_THAT(Line(logs[1], "join "),
               HasSubstr("global rank(s) [0] never joined (nodes joined: node-b [1])"));
   EXPECT_TRUE(Eventually([&] { return NothingLeft(); }));
+}
+
+// Every collective, type, count and overload across 2 nodes of 2 ranks (global ranks
+// interleaved) and 3 uneven nodes (1, 2 and 3 ranks), each element checked against what every
+// global rank contributed.
+TEST_F(SpanTest, CollectivesAcrossNodesGiveEveryGlobalRanksResult) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b", "node-c"}, &n);
+  if (HasFatalFailure()) return;
+  const std::vector<std::vector<RankSpec>> shapes = {
+      {{.node = n[0], .rank = 0, .world = 2, .global_rank = 0, .global_world = 4},
+       {.node = n[0], .rank = 1, .world = 2, .global_rank = 2, .global_world = 4},
+       {.node = n[1], .rank = 0, .world = 2, .global_rank = 1, .global_world = 4},
+       {.node = n[1], .rank = 1, .world = 2, .global_rank = 3, .global_world = 4}},
+      {{.node = n[2], .rank = 0, .world = 1, .global_rank = 5, .global_world = 6},
+       {.node = n[0], .rank = 0, .world = 2, .global_rank = 0, .global_world = 6},
+       {.node = n[0], .rank = 1, .world = 2, .global_rank = 3, .global_world = 6},
+       {.node = n[1], .rank = 0, .world = 3, .global_rank = 4, .global_world = 6},
+       {.node = n[1], .rank = 1, .world = 3, .global_rank = 1, .global_world = 6},
+       {.node = n[1], .rank = 2, .world = 3, .global_rank = 2, .global_world = 6}}};
+  int shape = 0;
+  for (std::vector<RankSpec> specs : shapes) {
+    std::vector<ChildProcess*> ranks;
+    for (RankSpec& s : specs) {
+      s.group = absl::StrCat("g", shape);
+      s.mode = "matrix";
+      ranks.push_back(StartRank(s));
+    }
+    for (ChildProcess* r : ranks) {
+      ASSERT_NE(r, nullptr);
+      ASSERT_TRUE(r->WaitForLog("matrix ", absl::Seconds(150))) << r->Log();
+      EXPECT_THAT(Line(r->Log(), "matrix "), StartsWith("matrix OK ")) << r->Log();
+    }
+    ++shape;
+  }
+  LeaveAll();
+  EXPECT_TRUE(Eventually([&] { return NothingLeft(); }));
+  // The leaders' rendezvous keys in the job's store went once they were connected.
+  EXPECT_THAT(etcd_->Keys(kPrefix), ::testing::Not(::testing::Contains(HasSubstr("commd.span"))));
+}
+
+// A call that differs on one rank of one node fails on every rank of every node before any
+// data moves, and the group stays usable.
+TEST_F(SpanTest, ACallThatDiffersOnOneNodeFailsEverywhereAndTheGroupGoesOn) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  std::vector<ChildProcess*> ranks;
+  for (int g = 0; g < 4; ++g) {
+    ranks.push_back(StartRank({.node = n[g / 2],
+                               .rank = g % 2,
+                               .world = 2,
+                               .global_rank = g,
+                               .global_world = 4,
+                               .mode = "mismatch"}));
+  }
+  for (ChildProcess* r : ranks) {
+    ASSERT_NE(r, nullptr);
+    ASSERT_TRUE(r->WaitForLog("after ", absl::Seconds(60))) << r->Log();
+    EXPECT_THAT(Line(r->Log(), "mismatch "),
+                StartsWith("mismatch INVALID_ARGUMENT all_reduce on group g: the ranks' calls "
+                           "differ"))
+        << r->Log();
+    EXPECT_EQ(Line(r->Log(), "after "), "after OK ") << r->Log();
+  }
+}
+
+// NaN on global rank 1 (node-a's second rank) under policy FAIL: every rank of both nodes
+// fails with DATA_LOSS naming global rank 1; the next clean call succeeds.
+TEST_F(SpanTest, NanOnOneNodeFailsEveryRankUnderPolicyFail) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  std::vector<ChildProcess*> ranks;
+  const int global[] = {0, 1, 2, 3};  // node-a holds 0 and 1
+  for (int i = 0; i < 4; ++i) {
+    ranks.push_back(StartRank({.node = n[i / 2],
+                               .rank = i % 2,
+                               .world = 2,
+                               .global_rank = global[i],
+                               .global_world = 4,
+                               .mode = "nan"}));
+  }
+  for (ChildProcess* r : ranks) {
+    ASSERT_NE(r, nullptr);
+    ASSERT_TRUE(r->WaitForLog("clean ", absl::Seconds(60))) << r->Log();
+    EXPECT_THAT(Line(r->Log(), "nan "),
+                StartsWith("nan DATA_LOSS all_reduce seq 1: NaN/Inf in the input of 1 rank(s), "
+                           "the first rank 1 (1 value(s) over the group"))
+        << r->Log();
+    EXPECT_EQ(Line(r->Log(), "clean "), "clean OK ") << r->Log();
+  }
+}
+
+// node-b's ranks stop calling: node-a's leader waits on it between the nodes (to connect, or
+// inside an exchange once connected), its other rank at the node's barrier. An abort of the
+// group on node-a ends both within about a second.
+TEST_F(SpanTest, AnAbortEndsACallBlockedOnAnotherNode) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  for (const std::string mode : {"hang-first", "hang"}) {
+    SCOPED_TRACE(mode);
+    std::vector<ChildProcess*> ranks;
+    for (int g = 0; g < 4; ++g) {
+      ranks.push_back(StartRank({.node = n[g / 2],
+                                 .rank = g % 2,
+                                 .world = 2,
+                                 .global_rank = g,
+                                 .global_world = 4,
+                                 .group = mode,
+                                 .mode = mode}));
+    }
+    for (ChildProcess* r : ranks) {
+      ASSERT_NE(r, nullptr);
+      ASSERT_TRUE(r->WaitForLog("joined", absl::Seconds(60)));
+      if (mode == "hang") {
+        ASSERT_TRUE(r->WaitForLog("first ", absl::Seconds(60))) << r->Log();
+        EXPECT_EQ(Line(r->Log(), "first "), "first OK ");
+      }
+    }
+    absl::SleepFor(absl::Seconds(1));  // both of node-a's ranks are inside the all-reduce
+    auto client = Connect(*n[0]);
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->Abort(mode, "stop the test's hang").ok());
+    for (int g = 0; g < 2; ++g) {
+      ASSERT_TRUE(ranks[g]->WaitForLog("hang ", absl::Seconds(20))) << ranks[g]->Log();
+      const std::string line = Line(ranks[g]->Log(), "hang ");
+      EXPECT_THAT(line, StartsWith("hang ABORTED ")) << line;
+      EXPECT_THAT(line, HasSubstr("stop the test's hang")) << line;
+      std::cerr << mode << ", global rank " << g << ": " << line << "\n";
+    }
+  }
 }
 
 }  // namespace

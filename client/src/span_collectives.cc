@@ -1,0 +1,594 @@
+// The collectives of a host group that spans nodes: see span_collectives.h.
+#include "client/src/span_collectives.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/src/collective_call.h"
+#include "common/status_macros.h"
+#include "gloo/allgatherv.h"
+#include "gloo/allreduce.h"
+#include "gloo/alltoallv.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/common/error.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "kernels/host/collectives.h"
+#include "kernels/host/element_loops.h"
+#include "kernels/types.h"
+
+namespace commd {
+namespace {
+
+using Bytes = std::byte;
+
+// One rank's words in the span words buffer: written by the rank before the first barrier
+// (signature, nonfinite), and by the leader before the second (the rest, read by every rank).
+struct SpanWords {
+  uint64_t signature;
+  uint64_t nonfinite;
+  int32_t code;  // absl::StatusCode of the call on this node
+  int32_t nonfinite_ranks;
+  int32_t first_nonfinite_rank;  // a global rank; -1: none
+  uint32_t text_bytes;
+  uint64_t group_nonfinite;
+  char text[kSpanWordsBytes - 40];
+};
+static_assert(sizeof(SpanWords) == kSpanWordsBytes);
+
+// What the leaders agree on before any data moves: the range of the call signatures over every
+// rank of every node (a call that differs anywhere makes min != max) and the NaN/Inf finding.
+struct Agreement {
+  uint64_t signature_min;
+  uint64_t signature_max;
+  uint64_t group_nonfinite;
+  int64_t nonfinite_ranks;
+  int64_t first_nonfinite_rank;  // INT64_MAX: none
+};
+
+void Agree(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<Agreement*>(c);
+  const auto* x = static_cast<const Agreement*>(a);
+  const auto* y = static_cast<const Agreement*>(b);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = {std::min(x[i].signature_min, y[i].signature_min),
+              std::max(x[i].signature_max, y[i].signature_max),
+              x[i].group_nonfinite + y[i].group_nonfinite,
+              x[i].nonfinite_ranks + y[i].nonfinite_ranks,
+              std::min(x[i].first_nonfinite_rank, y[i].first_nonfinite_rank)};
+  }
+}
+
+// A word-wise mix of the call's shape: what every rank of every node must agree on.
+uint64_t Mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdULL;
+}
+
+uint64_t Signature(const CollectiveCall& c) {
+  uint64_t h = Mix(1, static_cast<uint64_t>(c.kind));
+  h = Mix(h, c.count);
+  h = Mix(h, static_cast<uint64_t>(c.dtype));
+  h = Mix(h, static_cast<uint64_t>(c.op));
+  h = Mix(h, static_cast<uint64_t>(c.root + 1));
+  for (const CoalescedTensor& t : c.tensors) {
+    h = Mix(Mix(Mix(h, t.count), static_cast<uint64_t>(t.dtype)), t.offset);
+  }
+  return h;
+}
+
+size_t ElementSize(DataType t) { return kernels::DataTypeSize(static_cast<kernels::DataType>(t)); }
+
+// The job's store as gloo's rendezvous store: keys under `prefix`, failures thrown as gloo's.
+// Waits go in slices, so that `stop` (the group aborted) ends them within one.
+class GlooStore : public gloo::rendezvous::Store {
+ public:
+  GlooStore(commd::Store* store, std::string prefix, absl::Duration max_wait,
+            std::function<bool()> stop)
+      : store_(store), prefix_(std::move(prefix)), max_wait_(max_wait), stop_(std::move(stop)) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const std::string k = prefix_ + key;
+    Throw(store_->Set(k, std::string(data.begin(), data.end())), k);
+    mine_.push_back(k);
+  }
+  // Gloo's stores block until the key exists.
+  std::vector<char> get(const std::string& key) override {
+    wait({key}, std::chrono::milliseconds(absl::ToInt64Milliseconds(max_wait_)));
+    auto value = store_->Get(prefix_ + key);
+    Throw(value.status(), prefix_ + key);
+    return std::vector<char>(value->begin(), value->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
+    std::vector<std::string> full;
+    full.reserve(keys.size());
+    for (const std::string& k : keys) full.push_back(prefix_ + k);
+    const absl::Time deadline = absl::Now() + std::min(absl::FromChrono(t), max_wait_);
+    const std::string what = absl::StrCat(full.size(), " key(s) under ", prefix_);
+    for (;;) {
+      const absl::Duration left = deadline - absl::Now();
+      const absl::Status s = store_->Wait(full, std::clamp(left, absl::Milliseconds(1), kSlice));
+      if (s.ok() || !absl::IsDeadlineExceeded(s) || left <= kSlice) return Throw(s, what);
+      if (stop_()) throw gloo::IoException(absl::StrCat("aborted while waiting for ", what));
+    }
+  }
+  // Removes the keys this rank set (once every peer has read them).
+  void DeleteMine() {
+    for (const std::string& k : mine_) (void)store_->Delete(k);
+    mine_.clear();
+  }
+
+ private:
+  static constexpr absl::Duration kSlice = absl::Milliseconds(200);
+  static void Throw(const absl::Status& s, const std::string& what) {
+    if (!s.ok()) throw gloo::IoException(absl::StrCat("job store, ", what, ": ", s.ToString()));
+  }
+  commd::Store* store_;
+  std::string prefix_;
+  absl::Duration max_wait_;
+  std::function<bool()> stop_;
+  std::vector<std::string> mine_;
+};
+
+// The device gloo listens on and advertises: COMMD_GLOO_IFACE (an interface name), else
+// COMMD_GLOO_HOSTNAME, else this host's name (docs/cluster.md).
+gloo::transport::tcp::attr DeviceAttr() {
+  gloo::transport::tcp::attr attr;
+  if (const char* iface = std::getenv("COMMD_GLOO_IFACE"); iface != nullptr && *iface != '\0') {
+    attr.iface = iface;
+  } else if (const char* host = std::getenv("COMMD_GLOO_HOSTNAME");
+             host != nullptr && *host != '\0') {
+    attr.hostname = host;
+  } else {
+    char name[256] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    attr.hostname = name;
+  }
+  return attr;
+}
+
+// Fails every connection of `context`: a collective waiting on any of them (on this thread or
+// another) throws at once, and the peers see the connection go and fail theirs. Gloo's
+// Context::closeConnections does not wake a waiting collective; a tcp pair's
+// signalExceptionExternal (what a timed-out wait calls) does, but it is protected: reached
+// through a pointer to member named in a derived class.
+void Fail(gloo::Context& context, const std::string& group) { context.closeConnections(); }
+
+class HostSpanBackend : public SpanBackend {
+ public:
+  explicit HostSpanBackend(SpanSetup s) : s_(std::move(s)) {
+    for (const NodeRanks& n : s_.layout) {
+      node_elems_.push_back(n.global_ranks.size());
+      node_first_.push_back(node_ranks_total_);
+      node_ranks_total_ += n.global_ranks.size();
+    }
+  }
+
+  void Close() override {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    if (context_ != nullptr) Fail(*context_, s_.group);
+  }
+
+  absl::Status Run(const CheckedCall& c, CollectiveEntry& entry) override {
+    const CollectiveCall& call = c.call;
+    if (call.matmul != nullptr) {
+      return absl::UnimplementedError(
+          absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)), " on group ", s_.group,
+                       ": the fused matmuls run on groups within one node only (this one spans ",
+                       s_.layout.size(), " nodes)"));
+    }
+    if (!failed_.ok()) return failed_;
+    kernels::HostCommView view = c.views.host;
+    view.abort_word = s_.abort_word;
+    view.heartbeat_ns = s_.heartbeat_ns;
+    view.wait_limit = c.wait;
+    entry.BeginStarted();
+    kernels::CollectiveResult result;
+    absl::Status st = Collective(c, view, entry.nan(), &result);
+    return entry.Finish(std::move(st), result);
+  }
+
+ private:
+  bool leader() const { return s_.local_rank == 0; }
+  bool Aborted() {
+    if (s_.abort_word != nullptr && __atomic_load_n(s_.abort_word, __ATOMIC_ACQUIRE) != 0) {
+      return true;
+    }
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+  SpanWords& Words(const CheckedCall& c, int rank) const {
+    return *reinterpret_cast<SpanWords*>(c.span_words->data[rank]);
+  }
+  // Where rank `l`'s output goes: its staging region (host-memory overloads), its region of the
+  // call's buffer (in place), or of the output buffer.
+  static Bytes* Dest(const CheckedCall& c, int l) {
+    const CollectiveCall& call = c.call;
+    if (call.host_memory || call.in == call.out) return c.views.data[l];
+    return c.out_views->data[l];
+  }
+
+  absl::Status Collective(const CheckedCall& c, const kernels::HostCommView& v,
+                          kernels::NanCheck nan, kernels::CollectiveResult* r) {
+    const CollectiveCall& call = c.call;
+    const size_t es = call.kind == CollectiveOp::kBarrier ? 1 : ElementSize(call.dtype);
+    const auto g = static_cast<size_t>(s_.global_world_size);
+    const bool wide_in =
+        call.kind == CollectiveOp::kReduceScatter || call.kind == CollectiveOp::kAllToAll;
+    const bool wide_out =
+        call.kind == CollectiveOp::kAllGather || call.kind == CollectiveOp::kAllToAll;
+    const size_t in_bytes = call.count * es * (wide_in ? g : 1);
+    const size_t out_bytes = call.count * es * (wide_out ? g : 1);
+    const bool empty = call.kind == CollectiveOp::kAllReduceCoalesced
+                           ? std::all_of(call.tensors.begin(), call.tensors.end(),
+                                         [](const CoalescedTensor& t) { return t.count == 0; })
+                           : call.kind != CollectiveOp::kBarrier && call.count == 0;
+    if (empty) return absl::OkStatus();  // a no-op on every rank, as on one node
+
+    // Stage and count (the broadcast's input is the root's only).
+    const bool holds_input =
+        call.kind != CollectiveOp::kBroadcast || call.root == GlobalRank(s_.node_index, v.rank);
+    Bytes* own = v.data[v.rank];
+    uint64_t nonfinite = 0;
+    const auto dtype = static_cast<kernels::DataType>(call.dtype);
+    if (call.kind == CollectiveOp::kAllReduceCoalesced) {
+      for (const CoalescedTensor& t : call.tensors) {
+        nonfinite += kernels::CopyIn(static_cast<kernels::DataType>(t.dtype), own + t.offset,
+                                     own + t.offset, t.count, nan);
+      }
+    } else if (call.kind != CollectiveOp::kBarrier && holds_input) {
+      const auto* src = call.host_memory ? static_cast<const Bytes*>(call.input) : own;
+      nonfinite = kernels::CopyIn(dtype, src, own, in_bytes / es, nan);
+    }
+    SpanWords& mine = Words(c, v.rank);
+    mine.signature = Signature(call);
+    mine.nonfinite = nonfinite;
+    r->nonfinite_count = nonfinite;
+    RETURN_IF_ERROR(kernels::Barrier(v));
+
+    if (leader()) {
+      absl::Status st = Lead(c, v, in_bytes, out_bytes, es);
+      SpanWords& out = Words(c, 0);
+      out.code = static_cast<int32_t>(st.code());
+      const std::string text(st.message().substr(0, sizeof(out.text)));
+      std::memcpy(out.text, text.data(), text.size());
+      out.text_bytes = static_cast<uint32_t>(text.size());
+      if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument) {
+        // The leaders' exchanges are out of step from here on: the group is done, on every
+        // node (the daemon aborts it everywhere).
+        failed_ = absl::FailedPreconditionError(absl::StrCat(
+            "group ", s_.group, " failed for good at an earlier collective: ", st.message()));
+        if (s_.request_abort) {
+          s_.request_abort(absl::StrCat("the exchange between nodes failed on node ",
+                                        s_.layout[s_.node_index].node, ": ", st.message()));
+        }
+      }
+    }
+    RETURN_IF_ERROR(kernels::Barrier(v));
+
+    const SpanWords& outcome = Words(c, 0);
+    r->nonfinite_ranks = outcome.nonfinite_ranks;
+    r->first_nonfinite_rank = outcome.first_nonfinite_rank;
+    r->group_nonfinite_count = outcome.group_nonfinite;
+    if (outcome.code != 0) {
+      const absl::Status st(
+          static_cast<absl::StatusCode>(outcome.code),
+          std::string(outcome.text, std::min<size_t>(outcome.text_bytes, sizeof(outcome.text))));
+      if (!leader() && st.code() != absl::StatusCode::kInvalidArgument) {
+        failed_ = absl::FailedPreconditionError(absl::StrCat(
+            "group ", s_.group, " failed for good at an earlier collective: ", st.message()));
+      }
+      return st;
+    }
+    const bool root_here =
+        call.kind == CollectiveOp::kBroadcast && call.root == GlobalRank(s_.node_index, v.rank);
+    if (call.host_memory && call.kind != CollectiveOp::kBarrier && !root_here) {
+      std::memcpy(call.output, own, out_bytes);
+    }
+    return absl::OkStatus();
+  }
+
+  int GlobalRank(int node, int local) const {
+    return s_.layout[static_cast<size_t>(node)].global_ranks[static_cast<size_t>(local)];
+  }
+
+  // The leader's part, between the barriers: everything it says goes to every local rank.
+  absl::Status Lead(const CheckedCall& c, const kernels::HostCommView& v, size_t in_bytes,
+                    size_t out_bytes, size_t es) {
+    const CollectiveCall& call = c.call;
+    // Every local rank's call must be this one.
+    Agreement a{.signature_min = UINT64_MAX,
+                .signature_max = 0,
+                .group_nonfinite = 0,
+                .nonfinite_ranks = 0,
+                .first_nonfinite_rank = INT64_MAX};
+    for (int l = 0; l < v.world_size; ++l) {
+      const SpanWords& w = Words(c, l);
+      a.signature_min = std::min(a.signature_min, w.signature);
+      a.signature_max = std::max(a.signature_max, w.signature);
+      if (w.nonfinite > 0) {
+        a.group_nonfinite += std::min<uint64_t>(w.nonfinite, UINT32_MAX);
+        ++a.nonfinite_ranks;
+        a.first_nonfinite_rank =
+            std::min<int64_t>(a.first_nonfinite_rank, GlobalRank(s_.node_index, l));
+      }
+    }
+    SpanWords& out = Words(c, 0);
+    out.nonfinite_ranks = 0;
+    out.first_nonfinite_rank = -1;
+    out.group_nonfinite = 0;
+    try {
+      RETURN_IF_ERROR(Connect());
+      if (call.kind == CollectiveOp::kBarrier) {
+        gloo::BarrierOptions opts(context_);
+        gloo::barrier(opts);
+        return absl::OkStatus();
+      }
+      {
+        gloo::AllreduceOptions opts(context_);
+        opts.setOutput(&a, 1);
+        opts.setReduceFunction(&Agree);
+        gloo::allreduce(opts);
+      }
+      out.nonfinite_ranks = static_cast<int32_t>(a.nonfinite_ranks);
+      out.first_nonfinite_rank =
+          a.first_nonfinite_rank == INT64_MAX ? -1 : static_cast<int32_t>(a.first_nonfinite_rank);
+      out.group_nonfinite = a.group_nonfinite;
+      if (a.signature_min != a.signature_max) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            RecordOpTorchName(static_cast<uint32_t>(call.kind)), " on group ", s_.group,
+            ": the ranks' calls differ (collective, count, type, op, root or tensors; "
+            "signatures from ",
+            absl::Hex(a.signature_min), " to ", absl::Hex(a.signature_max),
+            "); every rank of every node must make the same call. Nothing was exchanged."));
+      }
+      return Exchange(c, v, in_bytes, out_bytes, es);
+    } catch (const std::exception& e) {
+      const bool aborted = Aborted();
+      const std::string what =
+          absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)), " on group ", s_.group,
+                       ": the exchange between nodes (node ", s_.layout[s_.node_index].node, ", ",
+                       s_.layout.size(), " nodes) failed: ", e.what());
+      return aborted ? absl::AbortedError(what) : absl::UnavailableError(what);
+    }
+  }
+
+  // Gloo's full mesh between the leaders, made on the first collective.
+  absl::Status Connect() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (context_ != nullptr) return absl::OkStatus();
+      if (closed_) return absl::AbortedError(absl::StrCat("group ", s_.group, " was aborted"));
+    }
+    auto device = gloo::transport::tcp::CreateDevice(DeviceAttr());
+    const int nodes = static_cast<int>(s_.layout.size());
+    auto context = std::make_shared<gloo::rendezvous::Context>(s_.node_index, nodes);
+    context->setTimeout(std::chrono::milliseconds(absl::ToInt64Milliseconds(s_.connect_wait)));
+    GlooStore store(s_.store, absl::StrCat("commd.span/", s_.group, "/", s_.formation, "/"),
+                    s_.connect_wait, [this] { return Aborted(); });
+    context->connectFullMesh(store, device);
+    {
+      gloo::BarrierOptions opts(context);  // every leader has read every address
+      gloo::barrier(opts);
+    }
+    store.DeleteMine();
+    absl::MutexLock lock(&mu_);
+    context_ = std::move(context);
+    if (closed_) Fail(*context_, s_.group);
+    return absl::OkStatus();
+  }
+
+  // The node's data with the other nodes', every local rank's result written to its output.
+  absl::Status Exchange(const CheckedCall& c, const kernels::HostCommView& v, size_t in_bytes,
+                        size_t out_bytes, size_t es) {
+    const CollectiveCall& call = c.call;
+    const int local = v.world_size;
+    Bytes* const* regions = v.data;
+    const auto dtype = static_cast<kernels::DataType>(call.dtype);
+    switch (call.kind) {
+      case CollectiveOp::kAllReduce:
+        AllReduce(regions, local, 0, call.count, dtype, c);
+        return absl::OkStatus();
+      case CollectiveOp::kAllReduceCoalesced:
+        for (const CoalescedTensor& t : call.tensors) {
+          AllReduce(regions, local, t.offset, t.count, static_cast<kernels::DataType>(t.dtype), c);
+        }
+        return absl::OkStatus();
+      case CollectiveOp::kBroadcast: {
+        const auto [root_node, root_local] = Locate(call.root);
+        if (root_node == s_.node_index && root_local != 0) {
+          std::memcpy(regions[0], regions[root_local], in_bytes);
+        }
+        gloo::BroadcastOptions opts(context_);
+        opts.setOutput(reinterpret_cast<uint8_t*>(regions[0]), in_bytes);
+        opts.setRoot(root_node);
+        gloo::broadcast(opts);
+        for (int l = 1; l < local; ++l) std::memcpy(Dest(c, l), regions[0], in_bytes);
+        return absl::OkStatus();
+      }
+      case CollectiveOp::kAllGather: {
+        const size_t block = in_bytes;
+        // This node's blocks in local order, then every node's in layout order.
+        std::vector<Bytes>& mine = Scratch(0, block * static_cast<size_t>(local));
+        for (int l = 0; l < local; ++l) std::memcpy(mine.data() + l * block, regions[l], block);
+        std::vector<Bytes>& all = Scratch(1, block * node_ranks_total_);
+        std::vector<size_t> counts;
+        for (size_t n : node_elems_) counts.push_back(n * block);
+        gloo::AllgathervOptions opts(context_);
+        opts.setInput(reinterpret_cast<uint8_t*>(mine.data()), block * static_cast<size_t>(local));
+        opts.setOutput(reinterpret_cast<uint8_t*>(all.data()), counts);
+        gloo::allgatherv(opts);
+        for (int l = 0; l < local; ++l) {
+          Bytes* dst = Dest(c, l);
+          for (size_t node = 0; node < s_.layout.size(); ++node) {
+            for (size_t p = 0; p < node_elems_[node]; ++p) {
+              const auto gr = static_cast<size_t>(s_.layout[node].global_ranks[p]);
+              std::memcpy(dst + gr * block, all.data() + (node_first_[node] + p) * block, block);
+            }
+          }
+        }
+        return absl::OkStatus();
+      }
+      case CollectiveOp::kReduceScatter: {
+        const size_t elems = in_bytes / es, block = out_bytes;
+        std::vector<Bytes>& sum = Scratch(0, in_bytes);
+        Reduce(regions, local, 0, elems, dtype, sum.data(), c.call.op);
+        AcrossNodes(sum.data(), elems, dtype, c.call.op);
+        for (int l = 0; l < local; ++l) {
+          const auto gr = static_cast<size_t>(GlobalRank(s_.node_index, l));
+          std::memcpy(Dest(c, l), sum.data() + gr * block, block);
+        }
+        return absl::OkStatus();
+      }
+      case CollectiveOp::kAllToAll: {
+        // To node k: for each of its ranks m, for each local rank l, l's block for m.
+        const size_t block = in_bytes / static_cast<size_t>(s_.global_world_size);
+        const auto l_here = static_cast<size_t>(local);
+        std::vector<Bytes>& send = Scratch(0, in_bytes * l_here);
+        std::vector<Bytes>& recv = Scratch(1, block * l_here * node_ranks_total_);
+        std::vector<int64_t> send_counts, recv_counts;
+        Bytes* p = send.data();
+        for (size_t node = 0; node < s_.layout.size(); ++node) {
+          for (int gr : s_.layout[node].global_ranks) {
+            for (int l = 0; l < local; ++l) {
+              std::memcpy(p, regions[l] + static_cast<size_t>(gr) * block, block);
+              p += block;
+            }
+          }
+          send_counts.push_back(static_cast<int64_t>(node_elems_[node] * l_here * block));
+          recv_counts.push_back(static_cast<int64_t>(l_here * node_elems_[node] * block));
+        }
+        gloo::AlltoallvOptions opts(context_);
+        opts.setInput(reinterpret_cast<uint8_t*>(send.data()), send_counts);
+        opts.setOutput(reinterpret_cast<uint8_t*>(recv.data()), recv_counts);
+        gloo::alltoallv(opts);
+        // From node k: for each local rank m, for each of k's ranks, its block for m.
+        const Bytes* q = recv.data();
+        for (size_t node = 0; node < s_.layout.size(); ++node) {
+          for (int m = 0; m < local; ++m) {
+            for (int gr : s_.layout[node].global_ranks) {
+              std::memcpy(Dest(c, m) + static_cast<size_t>(gr) * block, q, block);
+              q += block;
+            }
+          }
+        }
+        return absl::OkStatus();
+      }
+      default:
+        return absl::UnimplementedError(
+            absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)),
+                         " has no implementation across nodes in this SDK"));
+    }
+  }
+
+  // In place at `offset` of every region: the node's reduction into the leader's region, the
+  // nodes' over gloo, then copied to every local rank's output.
+  void AllReduce(Bytes* const* regions, int local, size_t offset, size_t count,
+                 kernels::DataType dtype, const CheckedCall& c) {
+    if (count == 0) return;
+    const size_t bytes = count * kernels::DataTypeSize(dtype);
+    Bytes* mine = regions[0] + offset;
+    Reduce(regions, local, offset, count, dtype, mine, c.call.op);
+    AcrossNodes(mine, count, dtype, c.call.op);
+    for (int l = 1; l < local; ++l) std::memcpy(Dest(c, l) + offset, mine, bytes);
+  }
+
+  // dst = the node's ranks' elements at `offset` reduced in local-rank order (kAvg: summed;
+  // AcrossNodes divides).
+  static void Reduce(Bytes* const* regions, int local, size_t offset, size_t count,
+                     kernels::DataType dtype, Bytes* dst, ReduceOp op) {
+    const kernels::ReduceOp k =
+        op == ReduceOp::kAvg ? kernels::ReduceOp::kSum : static_cast<kernels::ReduceOp>(op);
+    absl::InlinedVector<const Bytes*, 16> srcs;
+    for (int l = 0; l < local; ++l) srcs.push_back(regions[l] + offset);
+    kernels::ReduceInto(dtype, k, srcs.data(), local, 0, count, dst, 1);
+  }
+
+  // The nodes' reduction of `count` elements at `data` (in place), divided for kAvg by the
+  // global world size. Gloo splits the data at element boundaries of the type it is given, so
+  // it is given an unsigned type of the element's size, and our reduction.
+  void AcrossNodes(Bytes* data, size_t count, kernels::DataType dtype, ReduceOp op) {
+    const kernels::ReduceOp k =
+        op == ReduceOp::kAvg ? kernels::ReduceOp::kSum : static_cast<kernels::ReduceOp>(op);
+    gloo::AllreduceOptions opts(context_);
+    switch (kernels::DataTypeSize(dtype)) {
+      case 2:
+        opts.setOutput(reinterpret_cast<uint16_t*>(data), count);
+        break;
+      case 4:
+        opts.setOutput(reinterpret_cast<uint32_t*>(data), count);
+        break;
+      default:
+        opts.setOutput(reinterpret_cast<uint64_t*>(data), count);
+        break;
+    }
+    opts.setReduceFunction([dtype, k](void* out, const void* a, const void* b, size_t n) {
+      const Bytes* srcs[2] = {static_cast<const Bytes*>(a), static_cast<const Bytes*>(b)};
+      kernels::ReduceInto(dtype, k, srcs, 2, 0, n, static_cast<Bytes*>(out), 1);
+    });
+    gloo::allreduce(opts);
+    if (op == ReduceOp::kAvg) {
+      const Bytes* src = data;
+      kernels::ReduceInto(dtype, kernels::ReduceOp::kAvg, &src, 1, 0, count, data,
+                          s_.global_world_size);
+    }
+  }
+
+  std::pair<int, int> Locate(int global_rank) const {
+    for (size_t node = 0; node < s_.layout.size(); ++node) {
+      const auto& ranks = s_.layout[node].global_ranks;
+      for (size_t l = 0; l < ranks.size(); ++l) {
+        if (ranks[l] == global_rank) return {static_cast<int>(node), static_cast<int>(l)};
+      }
+    }
+    return {-1, -1};  // the funnel checked the root's range, and the layout covers every rank
+  }
+
+  // The leader's scratch `which`, at least `bytes` (kept: the next call of the size reuses it).
+  std::vector<Bytes>& Scratch(int which, size_t bytes) {
+    std::vector<Bytes>& s = scratch_[which];
+    if (s.size() < bytes) s.resize(bytes);
+    return s;
+  }
+
+  const SpanSetup s_;
+  std::vector<size_t> node_elems_;  // ranks per node, in layout order
+  std::vector<size_t> node_first_;  // the first rank of each node in layout order
+  size_t node_ranks_total_ = 0;
+  absl::Status failed_;  // set once an exchange failed: every later call fails
+  std::vector<Bytes> scratch_[2];
+  absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // Written once under mu_ (Connect), then read by the calling thread without it.
+  std::shared_ptr<gloo::Context> context_;
+};
+
+}  // namespace
+
+std::unique_ptr<SpanBackend> MakeSpanBackend(SpanSetup setup) {
+  return std::make_unique<HostSpanBackend>(std::move(setup));
+}
+
+}  // namespace commd

@@ -1,0 +1,74 @@
+// Internal to the SDK: the collectives of a host group that spans nodes (docs/cluster.md,
+// "Collectives across nodes").
+//
+// Each node's ranks meet over their symmetric memory and one rank per node, the leader (local
+// rank 0), exchanges the node's part with the other nodes' leaders over gloo's TCP transport:
+//
+//   every rank   stages its input in its region of the call's buffer (the host-memory
+//                overloads copy it into the staging buffer; NaN/Inf counted on the way) and
+//                writes its call's signature and count to its words (below); local barrier
+//   the leader   checks every local rank's signature; reduces or gathers the node's regions;
+//                one small all-reduce with the other leaders (signatures and NaN counts: a call
+//                that differs on any rank of any node fails everywhere before data move); the
+//                data exchange (gloo all-reduce, broadcast, all-gatherv or all-to-allv); writes
+//                every local rank's result into that rank's output region, and the outcome
+//                (status, the group-wide NaN finding) into its words; local barrier
+//   every rank   reads the outcome from the leader's words; the host-memory overloads copy
+//                the result out of the staging buffer
+//
+// The words are a small symmetric buffer of the group's (SpanWords per rank), allocated on the
+// group's first collective. Gloo's full mesh between the leaders is made on the first
+// collective too, its addresses exchanged through the job's store (the cluster's: the same on
+// every node) under "commd.span/<group>/<formation>/", keys deleted once every leader is
+// connected. An abort of the group (any node's, through the daemon) closes the leader's
+// connections, so a leader blocked on a peer node returns at once; a failed exchange between
+// nodes fails the call on every rank of the node, asks the daemon to abort the group (so every
+// node learns of it) and fails every later call of the group.
+#ifndef COMMD_CLIENT_SRC_SPAN_COLLECTIVES_H_
+#define COMMD_CLIENT_SRC_SPAN_COLLECTIVES_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "client/src/collective_call.h"
+#include "commd/group.h"
+#include "commd/store.h"
+
+namespace commd {
+
+// One rank's words of the group's span words buffer (kSpanWordsBytes per rank).
+inline constexpr size_t kSpanWordsBytes = 1024;
+
+struct SpanSetup {
+  std::string group;  // the group's name
+  uint64_t formation = 0;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int global_world_size = 1;
+  std::vector<NodeRanks> layout;  // sorted by node name, as the daemon answered
+  int node_index = 0;
+  Store* store = nullptr;       // the job's store, the same on every node
+  absl::Duration connect_wait;  // how long the leaders wait for each other to connect
+  const uint32_t* abort_word = nullptr;
+  uint64_t* heartbeat_ns = nullptr;
+  // Asks the daemon to abort the group (best effort), with this reason.
+  std::function<void(const std::string&)> request_abort;
+};
+
+class SpanBackend : public CollectiveBackend {
+ public:
+  virtual ~SpanBackend() = default;
+  // Ends the leader's connections to the other nodes: a leader blocked on a peer node returns
+  // with an error. Called from the client's event thread when the group is aborted.
+  virtual void Close() = 0;
+};
+
+std::unique_ptr<SpanBackend> MakeSpanBackend(SpanSetup setup);
+
+}  // namespace commd
+
+#endif  // COMMD_CLIENT_SRC_SPAN_COLLECTIVES_H_
