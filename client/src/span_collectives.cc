@@ -33,6 +33,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
+#include "gloo/transport/tcp/pair.h"
 #include "kernels/host/collectives.h"
 #include "kernels/host/element_loops.h"
 #include "kernels/types.h"
@@ -173,7 +174,27 @@ gloo::transport::tcp::attr DeviceAttr() {
 // Context::closeConnections does not wake a waiting collective; a tcp pair's
 // signalExceptionExternal (what a timed-out wait calls) does, but it is protected: reached
 // through a pointer to member named in a derived class.
-void Fail(gloo::Context& context, const std::string& group) { context.closeConnections(); }
+// Fails every connection of `context`: a collective waiting on any of them (on this thread or
+// another) throws at once, and the peers see the connection go and fail theirs. Gloo's
+// Context::closeConnections would not do: it closes the sockets without waking a waiting
+// collective. A tcp pair's signalExceptionExternal (what a timed-out wait calls) does, but it
+// is protected: reached through a pointer to member named in a derived class.
+struct PairAccess : gloo::transport::tcp::Pair {
+  static void Fail(gloo::transport::tcp::Pair* pair, const std::string& why) {
+    (pair->*(&PairAccess::signalExceptionExternal))(why);
+  }
+};
+
+void Fail(gloo::Context& context, const std::string& group) {
+  for (int peer = 0; peer < context.size; ++peer) {
+    if (peer == context.rank) continue;
+    std::unique_ptr<gloo::transport::Pair>& pair = context.getPair(peer);
+    if (pair != nullptr) {
+      PairAccess::Fail(static_cast<gloo::transport::tcp::Pair*>(pair.get()),
+                       absl::StrCat("group ", group, " was aborted"));
+    }
+  }
+}
 
 class HostSpanBackend : public SpanBackend {
  public:
