@@ -113,6 +113,42 @@ class Node:
         return scrape(self.metrics, [name])[name]
 
 
+def start_etcd(root):
+    """A one-member etcd on loopback with its data under `root`: (endpoint, process), once it
+    answers."""
+    if not os.access(ETCD, os.X_OK):
+        sys.exit(f"{ETCD} is missing: install Debian's etcd-server")
+    cport, pport = free_port(), free_port()
+    endpoint = f"127.0.0.1:{cport}"
+    log = open(os.path.join(root, "etcd.log"), "w")
+    proc = subprocess.Popen(
+        [ETCD, "--name", "s", "--data-dir", os.path.join(root, "etcd"),
+         "--listen-client-urls", f"http://{endpoint}",
+         "--advertise-client-urls", f"http://{endpoint}",
+         "--listen-peer-urls", f"http://127.0.0.1:{pport}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
+         "--initial-cluster", f"s=http://127.0.0.1:{pport}"],
+        stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(600):
+        try:
+            scrape(f"http://{endpoint}/metrics", [])
+            return endpoint, proc
+        except OSError:
+            time.sleep(0.1)
+    sys.exit("etcd did not start")
+
+
+def wait_connected(nodes, deadline):
+    """Every node ready, connected to etcd and watching for job dumps."""
+    for n in nodes:
+        n.wait_ready(deadline)
+    while any(n.value("commd_cluster_connected") != 1 or
+              n.value("commd_cluster_job_dumps_watching") != 1 for n in nodes):
+        if time.time() > deadline:
+            sys.exit("nodes did not connect")
+        time.sleep(0.2)
+
+
 def dump_files(nodes, dump_id):
     """Paths of every rank file of `dump_id` on every node."""
     out = []
@@ -142,39 +178,15 @@ def main():
     ap.add_argument("--dumps", type=int, default=3, help="job dumps asked on node 0")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
-    if not os.access(ETCD, os.X_OK):
-        sys.exit(f"{ETCD} is missing: install Debian's etcd-server")
     root = tempfile.mkdtemp(prefix="commd-scale-")
     procs = []
     try:
-        cport, pport = free_port(), free_port()
-        etcd_endpoint = f"127.0.0.1:{cport}"
-        etcd_log = open(os.path.join(root, "etcd.log"), "w")
-        procs.append(subprocess.Popen(
-            [ETCD, "--name", "s", "--data-dir", os.path.join(root, "etcd"),
-             "--listen-client-urls", f"http://{etcd_endpoint}",
-             "--advertise-client-urls", f"http://{etcd_endpoint}",
-             "--listen-peer-urls", f"http://127.0.0.1:{pport}",
-             "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
-             "--initial-cluster", f"s=http://127.0.0.1:{pport}"],
-            stdout=etcd_log, stderr=subprocess.STDOUT))
+        etcd_endpoint, etcd = start_etcd(root)
+        procs.append(etcd)
         etcd_metrics = f"http://{etcd_endpoint}/metrics"
-        for _ in range(600):
-            try:
-                scrape(etcd_metrics, [])
-                break
-            except OSError:
-                time.sleep(0.1)
         nodes = [Node(build, root, i, etcd_endpoint) for i in range(args.nodes)]
         procs += [n.proc for n in nodes]
-        deadline = time.time() + 120
-        for n in nodes:
-            n.wait_ready(deadline)
-        while any(n.value("commd_cluster_connected") != 1 or
-                  n.value("commd_cluster_job_dumps_watching") != 1 for n in nodes):
-            if time.time() > deadline:
-                sys.exit("nodes did not connect")
-            time.sleep(0.2)
+        wait_connected(nodes, time.time() + 120)
 
         env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"))
         go = os.path.join(root, "go")

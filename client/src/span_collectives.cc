@@ -200,6 +200,7 @@ class HostSpanBackend : public SpanBackend {
  public:
   explicit HostSpanBackend(SpanSetup s) : s_(std::move(s)) {
     for (const NodeRanks& n : s_.layout) {
+      uniform_ = uniform_ && n.global_ranks.size() == s_.layout[0].global_ranks.size();
       node_elems_.push_back(n.global_ranks.size());
       node_first_.push_back(node_ranks_total_);
       node_ranks_total_ += n.global_ranks.size();
@@ -286,60 +287,102 @@ class HostSpanBackend : public SpanBackend {
     SpanWords& mine = Words(c, v.rank);
     mine.signature = Signature(call);
     mine.nonfinite = nonfinite;
+    mine.code = 0;
     r->nonfinite_count = nonfinite;
     RETURN_IF_ERROR(kernels::Barrier(v));
 
-    if (leader()) {
-      absl::Status st = Lead(c, v, in_bytes, out_bytes, es);
-      SpanWords& out = Words(c, 0);
-      out.code = static_cast<int32_t>(st.code());
-      const std::string text(st.message().substr(0, sizeof(out.text)));
-      std::memcpy(out.text, text.data(), text.size());
-      out.text_bytes = static_cast<uint32_t>(text.size());
-      if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument) {
-        // The leaders' exchanges are out of step from here on: the group is done, on every
-        // node (the daemon aborts it everywhere).
-        failed_ = absl::FailedPreconditionError(absl::StrCat(
-            "group ", s_.group, " failed for good at an earlier collective: ", st.message()));
-        if (s_.request_abort) {
-          s_.request_abort(absl::StrCat("the exchange between nodes failed on node ",
-                                        s_.layout[s_.node_index].node, ": ", st.message()));
-        }
+    // Between the nodes: every rank its lane of a large all-reduce, else the leader for all.
+    const bool lanes = UsesLanes(call, v.world_size);
+    if (lanes || leader()) {
+      const absl::Status st = lanes ? Lane(c, v) : Lead(c, v, in_bytes, out_bytes, es);
+      mine.code = static_cast<int32_t>(st.code());
+      const std::string text(st.message().substr(0, sizeof(mine.text)));
+      std::memcpy(mine.text, text.data(), text.size());
+      mine.text_bytes = static_cast<uint32_t>(text.size());
+      if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument && s_.request_abort) {
+        // The exchanges between the nodes are out of step from here on: the group is done, on
+        // every node (the daemon aborts it everywhere).
+        s_.request_abort(absl::StrCat("the exchange between nodes failed on node ",
+                                      s_.layout[s_.node_index].node, ": ", st.message()));
       }
     }
     RETURN_IF_ERROR(kernels::Barrier(v));
 
-    const SpanWords& outcome = Words(c, 0);
-    r->nonfinite_ranks = outcome.nonfinite_ranks;
-    r->first_nonfinite_rank = outcome.first_nonfinite_rank;
-    r->group_nonfinite_count = outcome.group_nonfinite;
-    if (outcome.code != 0) {
-      const absl::Status st(
-          static_cast<absl::StatusCode>(outcome.code),
-          std::string(outcome.text, std::min<size_t>(outcome.text_bytes, sizeof(outcome.text))));
-      if (!leader() && st.code() != absl::StatusCode::kInvalidArgument) {
+    // The outcome on this node: the first local rank's failure, and the finding (the same in
+    // every rank's words that wrote one, the leader's always).
+    const SpanWords& first = Words(c, 0);
+    r->nonfinite_ranks = first.nonfinite_ranks;
+    r->first_nonfinite_rank = first.first_nonfinite_rank;
+    r->group_nonfinite_count = first.group_nonfinite;
+    for (int l = 0; l < v.world_size; ++l) {
+      const SpanWords& w = Words(c, l);
+      if (w.code == 0) continue;
+      const absl::Status st(static_cast<absl::StatusCode>(w.code),
+                            std::string(w.text, std::min<size_t>(w.text_bytes, sizeof(w.text))));
+      if (st.code() != absl::StatusCode::kInvalidArgument) {
         failed_ = absl::FailedPreconditionError(absl::StrCat(
             "group ", s_.group, " failed for good at an earlier collective: ", st.message()));
       }
       return st;
+    }
+    if (lanes) {
+      // Every other rank's slice, from where it reduced it; then nobody writes its region
+      // before every peer has read its slice.
+      for (int l = 0; l < v.world_size; ++l) {
+        if (l == v.rank) continue;
+        const auto [begin, n] = Slice(call.count, v.world_size, l);
+        std::memcpy(Dest(c, v.rank) + begin * es, v.data[l] + begin * es, n * es);
+      }
     }
     const bool root_here =
         call.kind == CollectiveOp::kBroadcast && call.root == GlobalRank(s_.node_index, v.rank);
     if (call.host_memory && call.kind != CollectiveOp::kBarrier && !root_here) {
       std::memcpy(call.output, own, out_bytes);
     }
+    if (lanes) RETURN_IF_ERROR(kernels::Barrier(v));
     return absl::OkStatus();
+  }
+
+  // A large all-reduce on nodes of equal size runs in lanes: local rank l of every node reduces
+  // the node's slice l and all-reduces it with the other nodes' rank l over its own gloo
+  // connections, so every rank and connection works on 1/local of the data at once. Small
+  // calls, other collectives and uneven nodes go through the leaders (one exchange).
+  static constexpr size_t kLaneMinBytes = 4 << 20;
+  bool UsesLanes(const CollectiveCall& call, int local) const {
+    return call.kind == CollectiveOp::kAllReduce && uniform_ && local > 1 &&
+           call.count * ElementSize(call.dtype) >= kLaneMinBytes;
+  }
+  // Lane l's elements of `count`: [begin, begin + n).
+  static std::pair<size_t, size_t> Slice(size_t count, int local, int l) {
+    const size_t chunk = (count + static_cast<size_t>(local) - 1) / static_cast<size_t>(local);
+    const size_t begin = std::min(count, chunk * static_cast<size_t>(l));
+    return {begin, std::min(count, begin + chunk) - begin};
+  }
+
+  // This rank's lane, between the barriers (see UsesLanes): its slice reduced in place in its
+  // own region, agreed on and all-reduced with the other nodes' same lane.
+  absl::Status Lane(const CheckedCall& c, const kernels::HostCommView& v) {
+    const CollectiveCall& call = c.call;
+    const auto dtype = static_cast<kernels::DataType>(call.dtype);
+    const size_t es = ElementSize(call.dtype);
+    const auto [begin, n] = Slice(call.count, v.world_size, v.rank);
+    return Guarded(call, [&]() -> absl::Status {
+      RETURN_IF_ERROR(Connect());
+      RETURN_IF_ERROR(AgreeAcrossNodes(call, NodeAgreement(c, v), Words(c, v.rank)));
+      if (n == 0) return absl::OkStatus();
+      Bytes* slice = v.data[v.rank] + begin * es;
+      Reduce(v.data, v.world_size, begin * es, n, dtype, slice, call.op);
+      AcrossNodes(slice, n, dtype, call.op);
+      return absl::OkStatus();
+    });
   }
 
   int GlobalRank(int node, int local) const {
     return s_.layout[static_cast<size_t>(node)].global_ranks[static_cast<size_t>(local)];
   }
 
-  // The leader's part, between the barriers: everything it says goes to every local rank.
-  absl::Status Lead(const CheckedCall& c, const kernels::HostCommView& v, size_t in_bytes,
-                    size_t out_bytes, size_t es) {
-    const CollectiveCall& call = c.call;
-    // Every local rank's call must be this one.
+  // What this node's ranks say about the call (every rank reads every local rank's words).
+  Agreement NodeAgreement(const CheckedCall& c, const kernels::HostCommView& v) const {
     Agreement a{.signature_min = UINT64_MAX,
                 .signature_max = 0,
                 .group_nonfinite = 0,
@@ -356,47 +399,70 @@ class HostSpanBackend : public SpanBackend {
             std::min<int64_t>(a.first_nonfinite_rank, GlobalRank(s_.node_index, l));
       }
     }
+    return a;
+  }
+
+  // The one small all-reduce before any data move: the finding into `out`, and
+  // INVALID_ARGUMENT when any rank of any node made another call.
+  absl::Status AgreeAcrossNodes(const CollectiveCall& call, Agreement a, SpanWords& out) {
+    out.nonfinite_ranks = 0;
+    out.first_nonfinite_rank = -1;
+    out.group_nonfinite = 0;
+    {
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(&a, 1);
+      opts.setReduceFunction(&Agree);
+      gloo::allreduce(opts);
+    }
+    out.nonfinite_ranks = static_cast<int32_t>(a.nonfinite_ranks);
+    out.first_nonfinite_rank =
+        a.first_nonfinite_rank == INT64_MAX ? -1 : static_cast<int32_t>(a.first_nonfinite_rank);
+    out.group_nonfinite = a.group_nonfinite;
+    if (a.signature_min == a.signature_max) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        RecordOpTorchName(static_cast<uint32_t>(call.kind)), " on group ", s_.group,
+        ": the ranks' calls differ (collective, count, type, op, root or tensors; signatures "
+        "from ",
+        absl::Hex(a.signature_min), " to ", absl::Hex(a.signature_max),
+        "); every rank of every node must make the same call. Nothing was exchanged."));
+  }
+
+  // `exchange` with gloo's failures as UNAVAILABLE (ABORTED once the group was aborted).
+  template <typename F>
+  absl::Status Guarded(const CollectiveCall& call, F exchange) {
+    try {
+      return exchange();
+    } catch (const std::exception& e) {
+      const std::string what =
+          absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)), " on group ", s_.group,
+                       ": the exchange between nodes (node ", s_.layout[s_.node_index].node, ", ",
+                       s_.layout.size(), " nodes) failed: ", e.what());
+      return Aborted() ? absl::AbortedError(what) : absl::UnavailableError(what);
+    }
+  }
+
+  // The leader's part, between the barriers: everything it says goes to every local rank.
+  absl::Status Lead(const CheckedCall& c, const kernels::HostCommView& v, size_t in_bytes,
+                    size_t out_bytes, size_t es) {
+    const CollectiveCall& call = c.call;
     SpanWords& out = Words(c, 0);
     out.nonfinite_ranks = 0;
     out.first_nonfinite_rank = -1;
     out.group_nonfinite = 0;
-    try {
+    return Guarded(call, [&]() -> absl::Status {
       RETURN_IF_ERROR(Connect());
       if (call.kind == CollectiveOp::kBarrier) {
         gloo::BarrierOptions opts(context_);
         gloo::barrier(opts);
         return absl::OkStatus();
       }
-      {
-        gloo::AllreduceOptions opts(context_);
-        opts.setOutput(&a, 1);
-        opts.setReduceFunction(&Agree);
-        gloo::allreduce(opts);
-      }
-      out.nonfinite_ranks = static_cast<int32_t>(a.nonfinite_ranks);
-      out.first_nonfinite_rank =
-          a.first_nonfinite_rank == INT64_MAX ? -1 : static_cast<int32_t>(a.first_nonfinite_rank);
-      out.group_nonfinite = a.group_nonfinite;
-      if (a.signature_min != a.signature_max) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            RecordOpTorchName(static_cast<uint32_t>(call.kind)), " on group ", s_.group,
-            ": the ranks' calls differ (collective, count, type, op, root or tensors; "
-            "signatures from ",
-            absl::Hex(a.signature_min), " to ", absl::Hex(a.signature_max),
-            "); every rank of every node must make the same call. Nothing was exchanged."));
-      }
+      RETURN_IF_ERROR(AgreeAcrossNodes(call, NodeAgreement(c, v), out));
       return Exchange(c, v, in_bytes, out_bytes, es);
-    } catch (const std::exception& e) {
-      const bool aborted = Aborted();
-      const std::string what =
-          absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)), " on group ", s_.group,
-                       ": the exchange between nodes (node ", s_.layout[s_.node_index].node, ", ",
-                       s_.layout.size(), " nodes) failed: ", e.what());
-      return aborted ? absl::AbortedError(what) : absl::UnavailableError(what);
-    }
+    });
   }
 
-  // Gloo's full mesh between the leaders, made on the first collective.
+  // Gloo's full mesh between this rank's lane of every node (the leaders' for local rank 0),
+  // made on the lane's first exchange.
   absl::Status Connect() {
     {
       absl::MutexLock lock(&mu_);
@@ -407,8 +473,9 @@ class HostSpanBackend : public SpanBackend {
     const int nodes = static_cast<int>(s_.layout.size());
     auto context = std::make_shared<gloo::rendezvous::Context>(s_.node_index, nodes);
     context->setTimeout(std::chrono::milliseconds(absl::ToInt64Milliseconds(s_.connect_wait)));
-    GlooStore store(s_.store, absl::StrCat("commd.span/", s_.group, "/", s_.formation, "/"),
-                    s_.connect_wait, [this] { return Aborted(); });
+    GlooStore store(
+        s_.store, absl::StrCat("commd.span/", s_.group, "/", s_.formation, "/", s_.local_rank, "/"),
+        s_.connect_wait, [this] { return Aborted(); });
     context->connectFullMesh(store, device);
     {
       gloo::BarrierOptions opts(context);  // every leader has read every address
@@ -598,6 +665,7 @@ class HostSpanBackend : public SpanBackend {
   std::vector<size_t> node_elems_;  // ranks per node, in layout order
   std::vector<size_t> node_first_;  // the first rank of each node in layout order
   size_t node_ranks_total_ = 0;
+  bool uniform_ = true;  // every node has as many ranks
   absl::Status failed_;  // set once an exchange failed: every later call fails
   std::vector<Bytes> scratch_[2];
   absl::Mutex mu_;

@@ -16,14 +16,21 @@
 //   every rank   reads the outcome from the leader's words; the host-memory overloads copy
 //                the result out of the staging buffer
 //
+// A large all-reduce (4 MiB and more) on nodes with equal numbers of ranks runs in lanes
+// instead: local rank l of every node reduces the node's slice l into its own region, agrees
+// and all-reduces it with rank l of the other nodes over its own gloo connections (lane 0 is
+// the leaders'), then every rank copies the other slices from their owners' regions and a
+// third barrier closes the call. Every rank and connection then works on 1/local of the data
+// at once (docs/PERFORMANCE.md, "Collectives across nodes").
+//
 // The words are a small symmetric buffer of the group's (SpanWords per rank), allocated on the
-// group's first collective. Gloo's full mesh between the leaders is made on the first
-// collective too, its addresses exchanged through the job's store (the cluster's: the same on
-// every node) under "commd.span/<group>/<formation>/", keys deleted once every leader is
-// connected. An abort of the group (any node's, through the daemon) closes the leader's
-// connections, so a leader blocked on a peer node returns at once; a failed exchange between
-// nodes fails the call on every rank of the node, asks the daemon to abort the group (so every
-// node learns of it) and fails every later call of the group.
+// group's first collective. Each lane's gloo full mesh is made on its first exchange, its
+// addresses exchanged through the job's store (the cluster's: the same on every node) under
+// "commd.span/<group>/<formation>/<local rank>/", keys deleted once every peer is connected. An
+// abort of the group (any node's, through the daemon) closes the leader's connections, so a leader
+// blocked on a peer node returns at once; a failed exchange between nodes fails the call on every
+// rank of the node, asks the daemon to abort the group (so every node learns of it) and fails every
+// later call of the group.
 #ifndef COMMD_CLIENT_SRC_SPAN_COLLECTIVES_H_
 #define COMMD_CLIENT_SRC_SPAN_COLLECTIVES_H_
 

@@ -6,8 +6,9 @@
 // Connects to $COMMD_RUNTIME_DIR (job $COMMD_JOB_ID), joins, prints "joined", runs MODE:
 //   matrix    every collective (barrier, all-reduce with every op, coalesced all-reduce,
 //             broadcast from the first and last global rank, all-gather, reduce-scatter with
-//             every op, all-to-all) on every type, counts 1, 3, 1000 and 40000, on symmetric
-//             buffers and through the host-memory overloads; prints "matrix OK <calls>" or
+//             every op, all-to-all) on every type, counts 1, 3, 1000 and 40000, and all-reduces
+//             of 1048577 (lanes for 4-byte and 8-byte types), on symmetric buffers and the
+//             host-memory overloads; prints "matrix OK <calls>" or
 //             "matrix FAIL <what>" at the first wrong element or failed call
 //   mismatch  one all-reduce of 8 floats, 9 on the last global rank: "mismatch <CODE> <msg>",
 //             then a barrier: "after <CODE> <msg>"
@@ -151,10 +152,19 @@ class Matrix {
         }
       }
     }
+    // Large all-reduces: on nodes of equal size they run in lanes (one per local rank).
+    for (DataType t : types) {
+      for (bool host : {false, true}) {
+        for (ReduceOp op : ops) {
+          if (std::string e = AllReduce(t, kLarge, op, host); !e.empty()) return e;
+        }
+      }
+    }
     if (std::string e = Coalesced(); !e.empty()) return e;
     return "";
   }
   int calls() const { return calls_; }
+  static constexpr size_t kLarge = 1048577;  // 4 MiB of float32 and more; odd: slices differ
 
  private:
   std::string Where(const char* what, DataType t, size_t count, bool host, size_t i, double got,
@@ -337,7 +347,9 @@ int main(int argc, char** argv) {
   Print("joined");
   // Room for 40000 x 8 bytes x global world size (all-gather's output, reduce-scatter's input).
   const size_t bytes =
-      mode == "bench" ? (64u << 20) : 40000u * 8u * static_cast<size_t>(global_world);
+      mode == "bench"
+          ? (64u << 20)
+          : std::max<size_t>(40000u * 8u * static_cast<size_t>(global_world), Matrix::kLarge * 8);
   auto a = g.AllocateSymmetric(bytes);
   auto b = g.AllocateSymmetric(bytes);
   if (!a.ok() || !b.ok()) {

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""The all-reduce across nodes (issue #16 section 7) against gloo: NODES daemons acting as
+nodes of one real etcd on this machine, RANKS rank processes on each, one group spanning them
+all. Each rank process runs, size by size and interleaved in the same run:
+
+  - commd through the host-memory overload (what commd.torch's CPU path calls): each node's
+    ranks meet over symmetric memory, the nodes' leaders over gloo (client/src/
+    span_collectives.cc);
+  - torch.distributed's gloo backend over the same NODES x RANKS processes (a flat ring over
+    TCP loopback between every rank), the baseline.
+
+float32 sum, 8 B to 64 MiB. Each figure is the time per call of ITERS calls back to back
+after a barrier, the slowest rank's, best of ROUNDS rounds. Prints one row per size with both
+times and commd's time as a fraction of gloo's.
+
+Usage: bench/span_allreduce.py BUILD_DIR [--nodes 2] [--ranks 2] [--rounds 3]
+Needs /usr/bin/etcd (Debian's etcd-server), torch (scripts/torch-venv; run this with that
+Python) and the Python binding built in BUILD_DIR. Everything listens on loopback.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster_scale  # noqa: E402 (etcd and the daemons as nodes)
+
+RANK = textwrap.dedent("""
+    import os, sys, time
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import commd
+    run, node_rank, local, per_node, global_rank, world, port, rounds = sys.argv[1:9]
+    local, per_node, g, world, rounds = int(local), int(per_node), int(global_rank), int(world), int(rounds)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=g,
+                            world_size=world)
+    client = commd.Client.connect(runtime_dir=run, job_id="bench")
+    group = client.join_group("span", local, per_node, global_rank=g, global_world_size=world,
+                              timeout=600)
+    staging = group.allocate_symmetric(64 << 20)
+    data = np.ones((64 << 20) // 4, dtype=np.float32)
+    tensor = torch.from_numpy(data)
+
+    def timed(fn, iters):
+        fn()
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        t = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.item()
+
+    for size in (8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20, 64 << 20):
+        n = size // 4
+        iters = 200 if size <= (64 << 10) else 20 if size <= (4 << 20) else 3
+        view = data[:n]
+        piece = tensor[:n]
+        best = {"commd": float("inf"), "gloo": float("inf")}
+        for _ in range(rounds):
+            best["commd"] = min(best["commd"], timed(
+                lambda: group.all_reduce(view, count=n, dtype="float32", op="sum",
+                                         staging=staging), iters))
+            best["gloo"] = min(best["gloo"], timed(lambda: dist.all_reduce(piece), iters))
+        if g == 0:
+            print(f"ROW {size} {best['commd'] * 1e6:.1f} {best['gloo'] * 1e6:.1f}", flush=True)
+    dist.barrier()
+    print("DONE", flush=True)
+""")
+
+
+def human(n):
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("build")
+    ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--ranks", type=int, default=2, help="rank processes per node")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    root = tempfile.mkdtemp(prefix="commd-span-bench-")
+    procs = []
+    try:
+        etcd_endpoint, etcd = cluster_scale.start_etcd(root)
+        procs.append(etcd)
+        nodes = [cluster_scale.Node(build, root, i, etcd_endpoint) for i in range(args.nodes)]
+        procs += [n.proc for n in nodes]
+        cluster_scale.wait_connected(nodes, time.time() + 120)
+        env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), OMP_NUM_THREADS="1",
+                   COMMD_GLOO_IFACE="lo")
+        port = cluster_scale.free_port()
+        world = args.nodes * args.ranks
+        ranks = []
+        for i, n in enumerate(nodes):
+            for r in range(args.ranks):
+                ranks.append(subprocess.Popen(
+                    [sys.executable, "-c", RANK, n.run, str(i), str(r), str(args.ranks),
+                     str(i * args.ranks + r), str(world), str(port), str(args.rounds)],
+                    env=env, stdout=subprocess.PIPE, text=True))
+        procs += ranks
+        print(f"all-reduce float32 sum, {args.nodes} nodes x {args.ranks} ranks, best of "
+              f"{args.rounds} rounds, the slowest rank's time per call")
+        print(f"{'size':>8} {'commd us':>10} {'gloo us':>10} {'commd/gloo':>10}")
+        for line in ranks[0].stdout:
+            if line.startswith("ROW"):
+                _, size, commd_us, gloo_us = line.split()
+                ratio = float(commd_us) / float(gloo_us)
+                print(f"{human(int(size)):>8} {commd_us:>10} {gloo_us:>10} {ratio:>10.2f}",
+                      flush=True)
+            elif line.startswith("DONE"):
+                break
+        for p in ranks:
+            if p.wait(timeout=600) != 0:
+                sys.exit("a rank failed")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            p.wait()
+
+
+if __name__ == "__main__":
+    main()
