@@ -632,6 +632,20 @@ TEST_F(SpanTest, AnAbortEndsACallBlockedOnAnotherNode) {
       }
     }
     absl::SleepFor(absl::Seconds(1));  // both of node-a's ranks are inside the all-reduce
+    if (mode == "hang") {
+      // Every node's view of the job names who holds the group back.
+      std::string said;
+      EXPECT_TRUE(Eventually([&] {
+        auto r = RunProcess({COMMCTL_BINARY, "--runtime-dir", n[0]->runtime_dir(), "health",
+                             "--cluster", "--job", "job"});
+        said = r.output;
+        return absl::StrContains(said,
+                                 "group hang: global rank(s) [2, 3] on node-b never "
+                                 "entered collective ");
+      })) << said;
+      EXPECT_THAT(said, HasSubstr("(2 of 4 rank(s) entered it)")) << said;
+      std::cerr << said;
+    }
     auto client = Connect(*n[0]);
     ASSERT_NE(client, nullptr);
     ASSERT_TRUE(client->Abort(mode, "stop the test's hang").ok());
