@@ -53,7 +53,9 @@ struct SpanWords {
   int32_t first_nonfinite_rank;  // a global rank; -1: none
   uint32_t text_bytes;
   uint64_t group_nonfinite;
-  char text[kSpanWordsBytes - 40];
+  uint32_t lanes;  // the leader's: this call runs in lanes
+  uint32_t pad;
+  char text[kSpanWordsBytes - 48];
 };
 static_assert(sizeof(SpanWords) == kSpanWordsBytes);
 
@@ -287,29 +289,32 @@ class HostSpanBackend : public SpanBackend {
     SpanWords& mine = Words(c, v.rank);
     mine.signature = Signature(call);
     mine.nonfinite = nonfinite;
-    mine.code = 0;
+    // The leader's code and lanes are its word for this call, written between the barriers
+    // (a peer may still be reading the last call's); the others' own code says how their lane
+    // went, and a rank whose lane failed runs no further call.
+    if (!leader()) mine.code = 0;
     r->nonfinite_count = nonfinite;
     RETURN_IF_ERROR(kernels::Barrier(v));
 
-    // Between the nodes: every rank its lane of a large all-reduce, else the leader for all.
-    const bool lanes = UsesLanes(call, v.world_size);
-    if (lanes || leader()) {
-      const absl::Status st = lanes ? Lane(c, v) : Lead(c, v, in_bytes, out_bytes, es);
-      mine.code = static_cast<int32_t>(st.code());
-      const std::string text(st.message().substr(0, sizeof(mine.text)));
-      std::memcpy(mine.text, text.data(), text.size());
-      mine.text_bytes = static_cast<uint32_t>(text.size());
-      if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument && s_.request_abort) {
-        // The exchanges between the nodes are out of step from here on: the group is done, on
-        // every node (the daemon aborts it everywhere).
-        s_.request_abort(absl::StrCat("the exchange between nodes failed on node ",
-                                      s_.layout[s_.node_index].node, ": ", st.message()));
-      }
+    // Between the nodes. The leader first agrees on the call with the other nodes' leaders
+    // (every path starts with that same exchange, so ranks that made different calls all stop
+    // there), then exchanges the node's data; or, for a large all-reduce on nodes of equal
+    // size, it says so and every rank then exchanges its lane. Every local rank follows the
+    // leader's word, so the node's ranks pass the same barriers whatever they called.
+    if (leader()) {
+      const bool lanes = UsesLanes(call, v.world_size);
+      const absl::Status st = Lead(c, v, in_bytes, out_bytes, es, lanes);
+      mine.lanes = st.ok() && lanes;
+      Publish(mine, st);
     }
     RETURN_IF_ERROR(kernels::Barrier(v));
+    const bool lanes = Words(c, 0).lanes != 0;
+    if (lanes) {
+      Publish(mine, Lane(c, v));
+      RETURN_IF_ERROR(kernels::Barrier(v));
+    }
 
-    // The outcome on this node: the first local rank's failure, and the finding (the same in
-    // every rank's words that wrote one, the leader's always).
+    // The outcome on this node: the first local rank's failure, and the leader's finding.
     const SpanWords& first = Words(c, 0);
     r->nonfinite_ranks = first.nonfinite_ranks;
     r->first_nonfinite_rank = first.first_nonfinite_rank;
@@ -323,6 +328,8 @@ class HostSpanBackend : public SpanBackend {
         failed_ = absl::FailedPreconditionError(absl::StrCat(
             "group ", s_.group, " failed for good at an earlier collective: ", st.message()));
       }
+      // After the lanes, a closing barrier as below: a peer may still read this region.
+      if (lanes) RETURN_IF_ERROR(kernels::Barrier(v));
       return st;
     }
     if (lanes) {
@@ -359,8 +366,8 @@ class HostSpanBackend : public SpanBackend {
     return {begin, std::min(count, begin + chunk) - begin};
   }
 
-  // This rank's lane, between the barriers (see UsesLanes): its slice reduced in place in its
-  // own region, agreed on and all-reduced with the other nodes' same lane.
+  // This rank's lane, once the leaders agreed (see UsesLanes): its slice reduced in place in
+  // its own region and all-reduced with the other nodes' same lane.
   absl::Status Lane(const CheckedCall& c, const kernels::HostCommView& v) {
     const CollectiveCall& call = c.call;
     const auto dtype = static_cast<kernels::DataType>(call.dtype);
@@ -368,7 +375,6 @@ class HostSpanBackend : public SpanBackend {
     const auto [begin, n] = Slice(call.count, v.world_size, v.rank);
     return Guarded(call, [&]() -> absl::Status {
       RETURN_IF_ERROR(Connect());
-      RETURN_IF_ERROR(AgreeAcrossNodes(call, NodeAgreement(c, v), Words(c, v.rank)));
       if (n == 0) return absl::OkStatus();
       Bytes* slice = v.data[v.rank] + begin * es;
       Reduce(v.data, v.world_size, begin * es, n, dtype, slice, call.op);
@@ -402,18 +408,9 @@ class HostSpanBackend : public SpanBackend {
     return a;
   }
 
-  // The one small all-reduce before any data move: the finding into `out`, and
-  // INVALID_ARGUMENT when any rank of any node made another call.
-  absl::Status AgreeAcrossNodes(const CollectiveCall& call, Agreement a, SpanWords& out) {
-    out.nonfinite_ranks = 0;
-    out.first_nonfinite_rank = -1;
-    out.group_nonfinite = 0;
-    {
-      gloo::AllreduceOptions opts(context_);
-      opts.setOutput(&a, 1);
-      opts.setReduceFunction(&Agree);
-      gloo::allreduce(opts);
-    }
+  // The group-wide agreement `a`: its NaN/Inf finding into `out`, and INVALID_ARGUMENT when
+  // any rank of any node made another call.
+  absl::Status Settle(const CollectiveCall& call, const Agreement& a, SpanWords& out) const {
     out.nonfinite_ranks = static_cast<int32_t>(a.nonfinite_ranks);
     out.first_nonfinite_rank =
         a.first_nonfinite_rank == INT64_MAX ? -1 : static_cast<int32_t>(a.first_nonfinite_rank);
@@ -425,6 +422,82 @@ class HostSpanBackend : public SpanBackend {
         "from ",
         absl::Hex(a.signature_min), " to ", absl::Hex(a.signature_max),
         "); every rank of every node must make the same call. Nothing was exchanged."));
+  }
+
+  // The leaders' first exchange of every collective but the barrier: each leader's node
+  // agreement in a slot of a size that depends on the layout only (never on the call, so that
+  // leaders that made different calls still make this same exchange), gathered from every
+  // node. A small all-reduce (InlineAllReduce) rides in the slot: each leader reduces every
+  // node's part in node order, so every node computes the same bits, and the call is done in
+  // this one exchange. At most kGatherMaxBytes gathered.
+  static constexpr size_t kGatherMaxBytes = 64 << 10;
+  static constexpr size_t kSlotHeader = 64;  // the Agreement, padded
+  static_assert(sizeof(Agreement) <= kSlotHeader);
+  size_t InlineBytes() const {
+    const size_t per_node =
+        std::min<size_t>(kSlotHeader + 4096, kGatherMaxBytes / s_.layout.size());
+    return per_node > kSlotHeader ? (per_node - kSlotHeader) / 64 * 64 : 0;
+  }
+  bool InlineAllReduce(const CollectiveCall& call) const {
+    return call.kind == CollectiveOp::kAllReduce &&
+           call.count * ElementSize(call.dtype) <= InlineBytes();
+  }
+  absl::Status GatherAgreement(const CheckedCall& c, const kernels::HostCommView& v,
+                               SpanWords& out) {
+    const CollectiveCall& call = c.call;
+    const bool with_data = InlineAllReduce(call);
+    const size_t slot = kSlotHeader + InlineBytes();
+    const size_t nodes = s_.layout.size();
+    std::vector<Bytes>& mine = Scratch(0, slot);
+    std::vector<Bytes>& all = Scratch(1, slot * nodes);
+    const Agreement here = NodeAgreement(c, v);
+    std::memcpy(mine.data(), &here, sizeof(here));
+    const auto dtype = static_cast<kernels::DataType>(call.dtype);
+    if (with_data) {
+      Reduce(v.data, v.world_size, 0, call.count, dtype, mine.data() + kSlotHeader, call.op);
+    }
+    gloo::AllgathervOptions opts(context_);
+    opts.setInput(reinterpret_cast<uint8_t*>(mine.data()), slot);
+    opts.setOutput(reinterpret_cast<uint8_t*>(all.data()), std::vector<size_t>(nodes, slot));
+    gloo::allgatherv(opts);
+    Agreement a;
+    std::memcpy(&a, all.data(), sizeof(a));
+    absl::InlinedVector<const Bytes*, 16> parts = {all.data() + kSlotHeader};
+    for (size_t k = 1; k < nodes; ++k) {
+      Agreement b;
+      std::memcpy(&b, all.data() + k * slot, sizeof(b));
+      Agree(&a, &a, &b, 1);
+      parts.push_back(all.data() + k * slot + kSlotHeader);
+    }
+    RETURN_IF_ERROR(Settle(call, a, out));
+    if (!with_data) return absl::OkStatus();
+    Bytes* result = v.data[0];
+    const kernels::ReduceOp op = call.op == ReduceOp::kAvg
+                                     ? kernels::ReduceOp::kSum
+                                     : static_cast<kernels::ReduceOp>(call.op);
+    kernels::ReduceInto(dtype, op, parts.data(), static_cast<int>(nodes), 0, call.count, result, 1);
+    if (call.op == ReduceOp::kAvg) {
+      const Bytes* src = result;
+      kernels::ReduceInto(dtype, kernels::ReduceOp::kAvg, &src, 1, 0, call.count, result,
+                          s_.global_world_size);
+    }
+    const size_t bytes = call.count * ElementSize(call.dtype);
+    for (int l = 1; l < v.world_size; ++l) std::memcpy(Dest(c, l), result, bytes);
+    return absl::OkStatus();
+  }
+
+  // Writes `st` to this rank's words for its node's ranks to read; a failure between the
+  // nodes (anything but a refused call) asks the daemon to abort the group, since the
+  // exchanges are out of step from there on (the daemon aborts it on every node).
+  void Publish(SpanWords& mine, const absl::Status& st) {
+    mine.code = static_cast<int32_t>(st.code());
+    const std::string text(st.message().substr(0, sizeof(mine.text)));
+    std::memcpy(mine.text, text.data(), text.size());
+    mine.text_bytes = static_cast<uint32_t>(text.size());
+    if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument && s_.request_abort) {
+      s_.request_abort(absl::StrCat("the exchange between nodes failed on node ",
+                                    s_.layout[s_.node_index].node, ": ", st.message()));
+    }
   }
 
   // `exchange` with gloo's failures as UNAVAILABLE (ABORTED once the group was aborted).
@@ -441,9 +514,10 @@ class HostSpanBackend : public SpanBackend {
     }
   }
 
-  // The leader's part, between the barriers: everything it says goes to every local rank.
+  // The leader's part, between the barriers: the agreement, and unless the lanes take over
+  // (`lanes`) the exchange, everything it says going to every local rank.
   absl::Status Lead(const CheckedCall& c, const kernels::HostCommView& v, size_t in_bytes,
-                    size_t out_bytes, size_t es) {
+                    size_t out_bytes, size_t es, bool lanes) {
     const CollectiveCall& call = c.call;
     SpanWords& out = Words(c, 0);
     out.nonfinite_ranks = 0;
@@ -456,7 +530,8 @@ class HostSpanBackend : public SpanBackend {
         gloo::barrier(opts);
         return absl::OkStatus();
       }
-      RETURN_IF_ERROR(AgreeAcrossNodes(call, NodeAgreement(c, v), out));
+      RETURN_IF_ERROR(GatherAgreement(c, v, out));
+      if (lanes || InlineAllReduce(call)) return absl::OkStatus();
       return Exchange(c, v, in_bytes, out_bytes, es);
     });
   }

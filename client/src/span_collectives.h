@@ -7,30 +7,34 @@
 //   every rank   stages its input in its region of the call's buffer (the host-memory
 //                overloads copy it into the staging buffer; NaN/Inf counted on the way) and
 //                writes its call's signature and count to its words (below); local barrier
-//   the leader   checks every local rank's signature; reduces or gathers the node's regions;
-//                one small all-reduce with the other leaders (signatures and NaN counts: a call
-//                that differs on any rank of any node fails everywhere before data move); the
-//                data exchange (gloo all-reduce, broadcast, all-gatherv or all-to-allv); writes
-//                every local rank's result into that rank's output region, and the outcome
-//                (status, the group-wide NaN finding) into its words; local barrier
+//   the leader   agrees with the other leaders: one gloo all-gatherv of a slot per node whose
+//                size depends on the layout only, holding the node's range of signatures and
+//                NaN/Inf counts (a call that differs on any rank of any node fails everywhere
+//                here, before data move, whatever each rank called); a small all-reduce (up to
+//                4 KiB) rides in the slot and is reduced in node order on every node, done in
+//                this one exchange. Else the data exchange (gloo all-reduce, broadcast,
+//                all-gatherv or all-to-allv) from and into the node's regions. The outcome
+//                (status, the group-wide NaN finding, whether lanes follow) into its words;
+//                local barrier
 //   every rank   reads the outcome from the leader's words; the host-memory overloads copy
 //                the result out of the staging buffer
 //
 // A large all-reduce (4 MiB and more) on nodes with equal numbers of ranks runs in lanes
-// instead: local rank l of every node reduces the node's slice l into its own region, agrees
-// and all-reduces it with rank l of the other nodes over its own gloo connections (lane 0 is
-// the leaders'), then every rank copies the other slices from their owners' regions and a
-// third barrier closes the call. Every rank and connection then works on 1/local of the data
-// at once (docs/PERFORMANCE.md, "Collectives across nodes").
+// after the agreement: local rank l of every node reduces the node's slice l into its own
+// region and all-reduces it with rank l of the other nodes over its own gloo connections
+// (lane 0 is the leaders'); a barrier; every rank copies the other slices from their owners'
+// regions; a closing barrier. Every rank and connection then works on 1/local of the data at
+// once (docs/PERFORMANCE.md, "Collectives across nodes"). The leader decides and every local
+// rank follows its word, so a node's ranks always pass the same barriers.
 //
 // The words are a small symmetric buffer of the group's (SpanWords per rank), allocated on the
 // group's first collective. Each lane's gloo full mesh is made on its first exchange, its
 // addresses exchanged through the job's store (the cluster's: the same on every node) under
-// "commd.span/<group>/<formation>/<local rank>/", keys deleted once every peer is connected. An
-// abort of the group (any node's, through the daemon) closes the leader's connections, so a leader
-// blocked on a peer node returns at once; a failed exchange between nodes fails the call on every
-// rank of the node, asks the daemon to abort the group (so every node learns of it) and fails every
-// later call of the group.
+// "commd.span/<group>/<formation>/<local rank>/", keys deleted once every peer is connected.
+// An abort of the group (any node's, through the daemon) fails the rank's gloo connections,
+// so a rank blocked on a peer node returns at once and its peers' waits on it fail too; a
+// failed exchange between nodes fails the call on every rank of the node, asks the daemon to
+// abort the group (so every node learns of it) and fails every later call of the group.
 #ifndef COMMD_CLIENT_SRC_SPAN_COLLECTIVES_H_
 #define COMMD_CLIENT_SRC_SPAN_COLLECTIVES_H_
 

@@ -10,8 +10,9 @@
 //             of 1048577 (lanes for 4-byte and 8-byte types), on symmetric buffers and the
 //             host-memory overloads; prints "matrix OK <calls>" or
 //             "matrix FAIL <what>" at the first wrong element or failed call
-//   mismatch  one all-reduce of 8 floats, 9 on the last global rank: "mismatch <CODE> <msg>",
-//             then a barrier: "after <CODE> <msg>"
+//   mismatch  one all-reduce of 8 floats, 9 on the last global rank: "mismatch <CODE> <msg>";
+//             one of 8 floats, 1048577 on global rank 2: "paths <CODE> <msg>"; then a
+//             barrier: "after <CODE> <msg>"
 //   nan       the group checks every input and fails on NaN/Inf; global rank 1 holds a NaN:
 //             "nan <CODE> <msg>", then a clean all-reduce: "clean <CODE> <msg>"
 //   hang      one all-reduce on every rank (the nodes' leaders connect); then the ranks on
@@ -363,8 +364,12 @@ int main(int argc, char** argv) {
     Print(failure.empty() ? absl::StrCat("matrix OK ", m.calls()) : "matrix FAIL " + failure);
     rc = failure.empty() ? 0 : 1;
   } else if (mode == "mismatch") {
+    // The last rank's count is one more; then global rank 2's so large that its node would
+    // run in lanes where the others' would ride with the agreement.
     const size_t count = global_rank == global_world - 1 ? 9 : 8;
     Print(Said("mismatch", g.AllReduce(**a, count, DataType::kFloat32, ReduceOp::kSum)));
+    const size_t paths = global_rank == 2 ? Matrix::kLarge : 8;
+    Print(Said("paths", g.AllReduce(**a, paths, DataType::kFloat32, ReduceOp::kSum)));
     Print(Said("after", g.Barrier()));
   } else if (mode == "nan") {
     auto* f = static_cast<float*>((*a)->data());

@@ -573,6 +573,9 @@ TEST_F(SpanTest, ACallThatDiffersOnOneNodeFailsEverywhereAndTheGroupGoesOn) {
                 StartsWith("mismatch INVALID_ARGUMENT all_reduce on group g: the ranks' calls "
                            "differ"))
         << r->Log();
+    EXPECT_THAT(Line(r->Log(), "paths "),
+                StartsWith("paths INVALID_ARGUMENT all_reduce on group g: the ranks' calls differ"))
+        << r->Log();
     EXPECT_EQ(Line(r->Log(), "after "), "after OK ") << r->Log();
   }
 }
