@@ -6,12 +6,14 @@ all. Each rank process runs, size by size and interleaved in the same run:
   - commd through the host-memory overload (what commd.torch's CPU path calls): each node's
     ranks meet over symmetric memory, the nodes' leaders over gloo (client/src/
     span_collectives.cc);
+  - commd on data already in a symmetric buffer (commd.torch.empty's zero-copy path: no
+    staging copies);
   - torch.distributed's gloo backend over the same NODES x RANKS processes (a flat ring over
     TCP loopback between every rank), the baseline.
 
 float32 sum, 8 B to 64 MiB. Each figure is the time per call of ITERS calls back to back
-after a barrier, the slowest rank's, best of ROUNDS rounds. Prints one row per size with both
-times and commd's time as a fraction of gloo's.
+after a barrier, the slowest rank's, best of ROUNDS rounds. Prints one row per size with
+commd's two times and gloo's, and each of commd's as a fraction of gloo's.
 
 Usage: bench/span_allreduce.py BUILD_DIR [--nodes 2] [--ranks 2] [--rounds 3]
 Needs /usr/bin/etcd (Debian's etcd-server), torch (scripts/torch-venv; run this with that
@@ -42,6 +44,7 @@ RANK = textwrap.dedent("""
     group = client.join_group("span", local, per_node, global_rank=g, global_world_size=world,
                               timeout=600)
     staging = group.allocate_symmetric(64 << 20)
+    symmetric = group.allocate_symmetric(64 << 20)
     data = np.ones((64 << 20) // 4, dtype=np.float32)
     tensor = torch.from_numpy(data)
 
@@ -60,14 +63,18 @@ RANK = textwrap.dedent("""
         iters = 200 if size <= (64 << 10) else 20 if size <= (4 << 20) else 3
         view = data[:n]
         piece = tensor[:n]
-        best = {"commd": float("inf"), "gloo": float("inf")}
+        typed = symmetric.view("float32", (n,))
+        best = {"commd": float("inf"), "zero": float("inf"), "gloo": float("inf")}
         for _ in range(rounds):
             best["commd"] = min(best["commd"], timed(
                 lambda: group.all_reduce(view, count=n, dtype="float32", op="sum",
                                          staging=staging), iters))
+            best["zero"] = min(best["zero"], timed(lambda: group.all_reduce(typed, op="sum"),
+                                                   iters))
             best["gloo"] = min(best["gloo"], timed(lambda: dist.all_reduce(piece), iters))
         if g == 0:
-            print(f"ROW {size} {best['commd'] * 1e6:.1f} {best['gloo'] * 1e6:.1f}", flush=True)
+            print(f"ROW {size} {best['commd'] * 1e6:.1f} {best['zero'] * 1e6:.1f} "
+                  f"{best['gloo'] * 1e6:.1f}", flush=True)
     dist.barrier()
     print("DONE", flush=True)
 """)
@@ -110,12 +117,13 @@ def main():
         procs += ranks
         print(f"all-reduce float32 sum, {args.nodes} nodes x {args.ranks} ranks, best of "
               f"{args.rounds} rounds, the slowest rank's time per call")
-        print(f"{'size':>8} {'commd us':>10} {'gloo us':>10} {'commd/gloo':>10}")
+        print(f"{'size':>8} {'staged us':>10} {'zero-copy':>10} {'gloo us':>10} "
+              f"{'staged/gloo':>11} {'zero/gloo':>10}")
         for line in ranks[0].stdout:
             if line.startswith("ROW"):
-                _, size, commd_us, gloo_us = line.split()
-                ratio = float(commd_us) / float(gloo_us)
-                print(f"{human(int(size)):>8} {commd_us:>10} {gloo_us:>10} {ratio:>10.2f}",
+                _, size, staged, zero, gloo = line.split()
+                print(f"{human(int(size)):>8} {staged:>10} {zero:>10} {gloo:>10} "
+                      f"{float(staged) / float(gloo):>11.2f} {float(zero) / float(gloo):>10.2f}",
                       flush=True)
             elif line.startswith("DONE"):
                 break
