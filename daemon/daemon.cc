@@ -142,7 +142,7 @@ absl::Status Daemon::StartMemory() {
       .max_bytes_per_uid = per_uid.store_bytes(),
       .max_wait = absl::Milliseconds(config_.groups().max_timeout_ms())};
   store_ = std::make_unique<store::KvStore>(store_limits, timers_.get());
-  if (config_.cluster().etcd_endpoints_size() > 0) StartCluster(store_limits);
+  if (config_.cluster().etcd_endpoints_size() > 0) RETURN_IF_ERROR(StartCluster(store_limits));
   sessions_->AddEndListener([this](const server::Session& s, const server::SessionEnd& end) {
     groups_->OnSessionEnd(s, end);
     persistent_->OnSessionEnd(s);
@@ -151,16 +151,17 @@ absl::Status Daemon::StartMemory() {
   return absl::OkStatus();
 }
 
-void Daemon::StartCluster(const store::StoreLimits& limits) {
-  cluster::ClusterOptions options =
-      cluster::ClusterOptionsFromConfig(config_.cluster(), Hostname());
+absl::Status Daemon::StartCluster(const store::StoreLimits& limits) {
+  ASSIGN_OR_RETURN(cluster::ClusterOptions options,
+                   cluster::ClusterOptionsFromConfig(config_.cluster(), Hostname()));
   // "owner" first: Cluster tells a restart of this daemon from another daemon by it.
   options.node_info = absl::StrCat("{\"owner\":\"", Hostname(), ":", dir_->dir(),
                                    "\",\"pid\":", ::getpid(), ",\"version\":\"", DaemonVersion(),
                                    "\",\"metrics\":\"", metrics_->bound_address(), "\"}");
   COMMD_LOG(INFO, "cluster") << "node " << options.node_name
                              << " joins the cluster through etcd at "
-                             << absl::StrJoin(options.endpoints, ", ") << " under "
+                             << absl::StrJoin(options.endpoints, ", ")
+                             << (options.tls.has_value() ? " (TLS)" : "") << " under "
                              << options.prefix;
   cluster_ = cluster::Cluster::Start(std::move(options), &metrics_->registry());
   // Groups that span nodes rendezvous through etcd (docs/cluster.md).
@@ -190,6 +191,7 @@ void Daemon::StartCluster(const store::StoreLimits& limits) {
   group_dumps_->set_publisher(job_dumps_.get());
   // Every node's view of a job's groups: the watchdog writes this node's, health reads them.
   progress_ = std::make_unique<cluster::ProgressBoard>(cluster_.get(), &metrics_->registry());
+  return absl::OkStatus();
 }
 
 absl::Status Daemon::StartServers() {

@@ -75,7 +75,7 @@ class Daemon {
   absl::Status StartMemory();
   absl::Status StartServers();
   // With cluster.etcd_endpoints: the etcd connection and the job store it serves.
-  void StartCluster(const store::StoreLimits& limits);
+  absl::Status StartCluster(const store::StoreLimits& limits);
   // Bounds on what gRPC connections may cost: memory quota, streams, ping policy, idleness.
   void ConfigureGrpcTransport(grpc::ServerBuilder* builder);
   void FillStatus(v1::NodeStatus* status) const;

@@ -1,6 +1,10 @@
 #include "daemon/cluster/cluster.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -25,9 +29,42 @@ int64_t LeaseSeconds(absl::Duration ttl) {
   return std::max<int64_t>(1, absl::ToInt64Milliseconds(ttl + absl::Milliseconds(999)) / 1000);
 }
 
-ClusterOptions ClusterOptionsFromConfig(const v1::ClusterConfig& config,
-                                        const std::string& hostname) {
+namespace {
+
+// The PEM text of TLS file `field` ("cluster.tls.ca_file") at `path`; "" for no path.
+absl::StatusOr<std::string> ReadPem(const char* field, const std::string& path) {
+  if (path.empty()) return std::string();
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " \"", path, "\" cannot be read: ", std::strerror(errno)));
+  }
+  if (text.find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " \"", path, "\" holds no PEM block (allowed: a PEM file, -----BEGIN ...)"));
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<ClusterOptions> ClusterOptionsFromConfig(const v1::ClusterConfig& config,
+                                                        const std::string& hostname) {
   ClusterOptions o;
+  if (config.has_tls()) {
+    const v1::EtcdTlsConfig& t = config.tls();
+    if (t.cert_file().empty() != t.key_file().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("cluster.tls: cert_file \"", t.cert_file(),
+                                                     "\" and key_file \"", t.key_file(),
+                                                     "\" go together (allowed: both or neither)"));
+    }
+    EtcdTls tls{.server_name = t.server_name()};
+    ASSIGN_OR_RETURN(tls.ca_pem, ReadPem("cluster.tls.ca_file", t.ca_file()));
+    ASSIGN_OR_RETURN(tls.cert_pem, ReadPem("cluster.tls.cert_file", t.cert_file()));
+    ASSIGN_OR_RETURN(tls.key_pem, ReadPem("cluster.tls.key_file", t.key_file()));
+    o.tls = std::move(tls);
+  }
   o.endpoints.assign(config.etcd_endpoints().begin(), config.etcd_endpoints().end());
   o.node_name = config.node_name().empty() ? hostname : config.node_name();
   o.prefix = config.prefix();
@@ -41,6 +78,7 @@ ClusterOptions ClusterOptionsFromConfig(const v1::ClusterConfig& config,
 Cluster::Cluster(ClusterOptions options, prometheus::Registry* registry)
     : options_(std::move(options)),
       etcd_(EtcdOptions{.endpoints = options_.endpoints,
+                        .tls = options_.tls,
                         .call_timeout = options_.call_timeout,
                         .reconnect_initial = options_.retry_initial,
                         .reconnect_max = options_.retry_max}) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +36,7 @@ namespace commd::cluster {
 
 struct ClusterOptions {
   std::vector<std::string> endpoints;
+  std::optional<EtcdTls> tls;  // unset: plain gRPC
   std::string node_name;
   std::string prefix = "/commd";
   absl::Duration lease_ttl = absl::Seconds(10);
@@ -45,9 +47,10 @@ struct ClusterOptions {
 };
 
 // Options from the config's cluster section; `hostname` names the node when node_name is
-// empty.
-ClusterOptions ClusterOptionsFromConfig(const v1::ClusterConfig& config,
-                                        const std::string& hostname);
+// empty. Reads the TLS files: INVALID_ARGUMENT naming the field and the file when one cannot
+// be read, or when only one of cert_file and key_file is set.
+absl::StatusOr<ClusterOptions> ClusterOptionsFromConfig(const v1::ClusterConfig& config,
+                                                        const std::string& hostname);
 
 // etcd counts lease TTLs in whole seconds: `ttl` rounded up, at least 1.
 int64_t LeaseSeconds(absl::Duration ttl);

@@ -115,11 +115,19 @@ EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {
               static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_initial)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_max)));
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (options_.tls.has_value()) {
+    credentials = grpc::SslCredentials({.pem_root_certs = options_.tls->ca_pem,
+                                        .pem_private_key = options_.tls->key_pem,
+                                        .pem_cert_chain = options_.tls->cert_pem});
+    if (!options_.tls->server_name.empty()) {
+      args.SetSslTargetNameOverride(options_.tls->server_name);
+    }
+  }
   for (const std::string& address : options_.endpoints) {
     auto e = std::make_shared<Endpoint>();
     e->address = address;
-    e->channel = grpc::CreateCustomChannel(absl::StrCat("dns:///", address),
-                                           grpc::InsecureChannelCredentials(), args);
+    e->channel = grpc::CreateCustomChannel(absl::StrCat("dns:///", address), credentials, args);
     e->kv = pb::KV::NewStub(e->channel);
     e->lease = pb::Lease::NewStub(e->channel);
     e->watch = pb::Watch::NewStub(e->channel);

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,17 @@ namespace commd::cluster {
 
 namespace pb = ::etcdserverpb;
 
+// TLS to etcd: PEM text (not file names); empty fields as EtcdTlsConfig says.
+struct EtcdTls {
+  std::string ca_pem;
+  std::string cert_pem;
+  std::string key_pem;
+  std::string server_name;
+};
+
 struct EtcdOptions {
   std::vector<std::string> endpoints;  // HOST:PORT
+  std::optional<EtcdTls> tls;          // unset: plain gRPC
   absl::Duration call_timeout = absl::Seconds(5);
   absl::Duration reconnect_initial = absl::Milliseconds(200);  // the channels' own back-off
   absl::Duration reconnect_max = absl::Seconds(10);

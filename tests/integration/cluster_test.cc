@@ -50,8 +50,10 @@ class ClusterTest : public ::testing::Test {
     if (etcd_ != nullptr) etcd_->Kill();
   }
 
-  // A daemon named `node` on its own runtime dir, pointed at the test's etcd.
-  DaemonProcess* StartNode(const std::string& node, const std::string& extra_config = "") {
+  // A daemon named `node` on its own runtime dir, pointed at the test's etcd; `in_cluster` goes
+  // inside its cluster section.
+  DaemonProcess* StartNode(const std::string& node, const std::string& extra_config = "",
+                           const std::string& in_cluster = "") {
     auto dir = std::make_unique<TempDir>("commd-node");
     ::chmod(dir->path().c_str(), 0755);  // another uid's client may reach the sockets
     const std::string config = absl::StrCat(R"(socket_group: "nogroup"
@@ -67,9 +69,8 @@ cluster {
   call_timeout_ms: 2000
   retry_initial_ms: 50
   retry_max_ms: 400
-}
 )",
-                                            extra_config);
+                                            in_cluster, "}\n", extra_config);
     auto d = StartDaemonWithConfig(*dir, config, {"--dump-dir", dir->Join("dumps")});
     EXPECT_TRUE(d.ok()) << d.status();
     if (!d.ok()) return nullptr;
@@ -663,6 +664,55 @@ TEST_F(ClusterTest, EveryNodesViewOfTheJobIsPublishedAndHealthClusterShowsIt) {
   EXPECT_TRUE(absl::StrContains(first.output, refused) || absl::StrContains(second.output, refused))
       << first.output << "\n"
       << second.output;
+}
+
+// TLS to etcd with client certificates (etcd --client-cert-auth): a node with the CA and a
+// client certificate connects and its job store works; a node speaking plain gRPC, or TLS
+// without a client certificate, stays disconnected and serves its node; a TLS file that cannot
+// be read stops the daemon naming it.
+TEST_F(ClusterTest, TlsToEtcdWithClientCertificates) {
+  auto files = MakeTlsFiles(tmp_.path());
+  ASSERT_TRUE(files.ok()) << files.status();
+  etcd_->UseTls(*files);
+  ASSERT_TRUE(etcd_->Start().ok());
+  const std::string tls =
+      absl::StrCat("  tls { ca_file: \"", files->ca, "\" cert_file: \"", files->client_cert,
+                   "\" key_file: \"", files->client_key, "\" }\n");
+  DaemonProcess* a = StartNode("node-a", "", tls);
+  DaemonProcess* plain = StartNode("node-plain");
+  DaemonProcess* anonymous =
+      StartNode("node-anon", "", absl::StrCat("  tls { ca_file: \"", files->ca, "\" }\n"));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(plain, nullptr);
+  ASSERT_NE(anonymous, nullptr);
+  ASSERT_TRUE(Eventually([&] { return Connected(*a); }));
+  auto client = Connect(*a);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->store().Set("over-tls", "v").ok());
+  EXPECT_THAT(etcd_->Keys(kPrefix), ::testing::Contains(HasSubstr("over-tls")));
+  EXPECT_THAT(etcd_->Keys(kPrefix), ::testing::Contains(NodeKey("node-a")));
+  // Several retries later the other two are still out, and still serve their node.
+  absl::SleepFor(absl::Seconds(2));
+  for (DaemonProcess* d : {plain, anonymous}) {
+    EXPECT_EQ(MetricValue(*d, "commd_cluster_connected"), 0);
+    EXPECT_THAT(StatusJson(*d), HasSubstr("disconnected"));
+    auto c = Connect(*d);
+    ASSERT_NE(c, nullptr);
+    EXPECT_TRUE(LocalGroupWorks(*c, "local").ok());
+    const absl::Status set = c->store().Set("k", "v");
+    EXPECT_EQ(set.code(), absl::StatusCode::kUnavailable) << set;
+    EXPECT_THAT(set.message(), HasSubstr(etcd_->endpoint()));
+  }
+  EXPECT_THAT(etcd_->Keys(kPrefix), ::testing::Not(::testing::Contains(NodeKey("node-plain"))));
+  // A missing key file: the daemon does not start, and says which file.
+  TempDir dir("commd-node");
+  auto bad = StartDaemonWithConfig(
+      dir, absl::StrCat("cluster { etcd_endpoints: \"", etcd_->endpoint(), "\" tls { cert_file: \"",
+                        files->client_cert, "\" key_file: \"", tmp_.Join("none.key"), "\" } }\n"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr(absl::StrCat("cluster.tls.key_file \"", tmp_.Join("none.key"),
+                                     "\" cannot be read: No such file or directory")));
 }
 
 }  // namespace

@@ -5,7 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 
@@ -28,14 +31,52 @@ Etcd::Etcd(std::string dir)
 
 std::string Etcd::endpoint() const { return absl::StrCat("127.0.0.1:", client_port_); }
 
+absl::StatusOr<TlsFiles> MakeTlsFiles(const std::string& dir) {
+  const TlsFiles f{.ca = dir + "/ca.pem",
+                   .server_cert = dir + "/server.pem",
+                   .server_key = dir + "/server.key",
+                   .client_cert = dir + "/client.pem",
+                   .client_key = dir + "/client.key"};
+  const std::string ca_key = dir + "/ca.key", ext = dir + "/server.ext";
+  std::ofstream(ext) << "subjectAltName=IP:127.0.0.1\n";
+  const std::vector<std::vector<std::string>> steps = {
+      {"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+       "-nodes", "-keyout", ca_key, "-out", f.ca, "-days", "2", "-subj", "/CN=commd-test-ca"},
+      {"openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+       "-keyout", f.server_key, "-out", dir + "/server.csr", "-subj", "/CN=etcd"},
+      {"openssl", "x509", "-req", "-in", dir + "/server.csr", "-CA", f.ca, "-CAkey", ca_key,
+       "-CAcreateserial", "-out", f.server_cert, "-days", "2", "-extfile", ext},
+      {"openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+       "-keyout", f.client_key, "-out", dir + "/client.csr", "-subj", "/CN=commd"},
+      {"openssl", "x509", "-req", "-in", dir + "/client.csr", "-CA", f.ca, "-CAkey", ca_key,
+       "-CAcreateserial", "-out", f.client_cert, "-days", "2"},
+  };
+  for (const auto& argv : steps) {
+    const ProcessResult r = RunProcess(argv);
+    if (r.exit_code != 0) {
+      return absl::InternalError(absl::StrCat(absl::StrJoin(argv, " "), ": ", r.output));
+    }
+  }
+  return f;
+}
+
 absl::Status Etcd::Start() {
-  const std::string client = "http://" + endpoint();
+  const std::string scheme = tls_.has_value() ? "https://" : "http://";
+  const std::string client = scheme + endpoint();
   const std::string peer = absl::StrCat("http://127.0.0.1:", peer_port_);
-  ASSIGN_OR_RETURN(process_,
-                   ChildProcess::Start(
-                       {kEtcd, "--name", "t", "--data-dir", dir_, "--listen-client-urls", client,
-                        "--advertise-client-urls", client, "--listen-peer-urls", peer,
-                        "--initial-advertise-peer-urls", peer, "--initial-cluster", "t=" + peer}));
+  std::vector<std::string> argv = {kEtcd,      "--name",
+                                   "t",        "--data-dir",
+                                   dir_,       "--listen-client-urls",
+                                   client,     "--advertise-client-urls",
+                                   client,     "--listen-peer-urls",
+                                   peer,       "--initial-advertise-peer-urls",
+                                   peer,       "--initial-cluster",
+                                   "t=" + peer};
+  if (tls_.has_value()) {
+    argv.insert(argv.end(), {"--cert-file", tls_->server_cert, "--key-file", tls_->server_key,
+                             "--trusted-ca-file", tls_->ca, "--client-cert-auth"});
+  }
+  ASSIGN_OR_RETURN(process_, ChildProcess::Start(argv));
   if (!process_->WaitForLog("ready to serve client requests", absl::Seconds(60))) {
     return absl::UnavailableError("etcd did not start: " + process_->Log());
   }
@@ -51,10 +92,19 @@ void Etcd::Kill() {
   process_.reset();
 }
 
+std::vector<std::string> Etcd::Etcdctl(std::vector<std::string> args) const {
+  std::vector<std::string> argv = {kEtcdctl, "--endpoints", endpoint()};
+  if (tls_.has_value()) {
+    argv.insert(argv.end(),
+                {"--cacert", tls_->ca, "--cert", tls_->client_cert, "--key", tls_->client_key});
+  }
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
 std::vector<std::string> Etcd::Keys(const std::string& prefix) const {
-  ProcessResult r =
-      RunProcess({kEtcdctl, "--endpoints", endpoint(), "get", "--prefix", "--keys-only", prefix},
-                 absl::Seconds(30), {"ETCDCTL_API=3"});
+  ProcessResult r = RunProcess(Etcdctl({"get", "--prefix", "--keys-only", prefix}),
+                               absl::Seconds(30), {"ETCDCTL_API=3"});
   std::vector<std::string> keys;
   for (absl::string_view line : absl::StrSplit(r.output, '\n', absl::SkipEmpty())) {
     keys.emplace_back(line);
@@ -64,14 +114,12 @@ std::vector<std::string> Etcd::Keys(const std::string& prefix) const {
 
 std::string Etcd::Get(const std::string& key) const {
   ProcessResult r =
-      RunProcess({kEtcdctl, "--endpoints", endpoint(), "get", "--print-value-only", key},
-                 absl::Seconds(30), {"ETCDCTL_API=3"});
+      RunProcess(Etcdctl({"get", "--print-value-only", key}), absl::Seconds(30), {"ETCDCTL_API=3"});
   return r.output;
 }
 
 void Etcd::Delete(const std::string& key) const {
-  (void)RunProcess({kEtcdctl, "--endpoints", endpoint(), "del", key}, absl::Seconds(30),
-                   {"ETCDCTL_API=3"});
+  (void)RunProcess(Etcdctl({"del", key}), absl::Seconds(30), {"ETCDCTL_API=3"});
 }
 
 }  // namespace commd::testing

@@ -12,10 +12,12 @@
 #define COMMD_TESTS_INTEGRATION_ETCD_PROCESS_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/testing/child_process.h"
@@ -28,11 +30,24 @@ inline constexpr char kEtcdctl[] = "/usr/bin/etcdctl";
 // A loopback port nobody listens on now (the kernel's pick; it is not reused at once).
 int FreePort();
 
+// A test CA and the certificates it signs (PEM files in one dir), made with openssl: etcd's
+// server certificate for 127.0.0.1, and a client certificate whose common name is the etcd
+// user.
+struct TlsFiles {
+  std::string ca;
+  std::string server_cert, server_key;
+  std::string client_cert, client_key;
+};
+absl::StatusOr<TlsFiles> MakeTlsFiles(const std::string& dir);
+
 // One etcd member on loopback with its data in `dir`; Start again after Kill keeps the data.
 class Etcd {
  public:
   explicit Etcd(std::string dir);
   std::string endpoint() const;
+  // Before Start: serve clients over TLS with `files`' server certificate, and ask every
+  // client for a certificate signed by its CA (--client-cert-auth).
+  void UseTls(TlsFiles files) { tls_ = std::move(files); }
   absl::Status Start();
   void Kill();
   // SIGSTOP / SIGCONT: etcd stops answering (calls wait for their deadline) and then goes on.
@@ -45,7 +60,11 @@ class Etcd {
   void Delete(const std::string& key) const;
 
  private:
+  // etcdctl and its flags (TLS: the CA and the client certificate).
+  std::vector<std::string> Etcdctl(std::vector<std::string> args) const;
+
   std::string dir_;
+  std::optional<TlsFiles> tls_;
   int client_port_;
   int peer_port_;
   std::unique_ptr<ChildProcess> process_;
