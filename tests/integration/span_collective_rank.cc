@@ -19,6 +19,8 @@
 //             node index 1 stop calling, the others all-reduce again and print
 //             "hang <CODE> <ms> <msg>" (ms: how long the call took)
 //   hang-first  the same without the first all-reduce (the leader waits to connect)
+//   skip      5 all-reduces of 8 floats, 4 on the last global rank (it skips one, and the
+//             others wait in the fifth); prints "ran <n>" before the last one it makes
 //   bench     all-reduce of float32 at 8 B .. 64 MiB through the host-memory overloads; the
 //             first global rank prints "bench <bytes> <iterations> <median us>" per size
 // Then waits for LEAVE_FILE and exits 0 (1 when a call the mode needs failed).
@@ -386,6 +388,12 @@ int main(int argc, char** argv) {
       const absl::Status s = g.AllReduce(**a, 8, DataType::kFloat32, ReduceOp::kSum);
       Print(absl::StrCat("hang ", absl::StatusCodeToString(s.code()), " ",
                          absl::ToInt64Milliseconds(absl::Now() - start), " ", s.message()));
+    }
+  } else if (mode == "skip") {
+    const int calls = global_rank == global_world - 1 ? 4 : 5;
+    for (int i = 0; i < calls; ++i) {
+      if (i == calls - 1) Print(absl::StrCat("ran ", i));
+      (void)g.AllReduce(**a, 8, DataType::kFloat32, ReduceOp::kSum);
     }
   } else if (mode == "bench") {
     std::vector<float> data((64u << 20) / sizeof(float), 1.0f);

@@ -662,5 +662,80 @@ TEST_F(SpanTest, AnAbortEndsACallBlockedOnAnotherNode) {
   }
 }
 
+// One dump of the job covers every global rank of a spanning group: asked on node-a, both
+// nodes dump under one id, `commctl fr collect` gathers the 4 files, `commctl fr export` makes
+// torchfrtrace's files, and torchfrtrace names the global rank (on node-b) that skipped the
+// fifth all-reduce.
+TEST_F(SpanTest, OneDumpCoversEveryGlobalRankAndTorchfrtraceNamesTheSkipper) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  std::vector<ChildProcess*> ranks;
+  for (int g = 0; g < 4; ++g) {
+    ranks.push_back(StartRank({.node = n[g / 2],
+                               .rank = g % 2,
+                               .world = 2,
+                               .global_rank = g,
+                               .global_world = 4,
+                               .mode = "skip"}));
+  }
+  for (int g = 0; g < 4; ++g) {
+    ASSERT_NE(ranks[g], nullptr);
+    ASSERT_TRUE(ranks[g]->WaitForLog(g == 3 ? "ran 3" : "ran 4", absl::Seconds(60)))
+        << ranks[g]->Log();
+  }
+  absl::SleepFor(absl::Seconds(1));  // the others are inside the fifth all-reduce
+  const ProcessResult dump =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", n[0]->runtime_dir(), "dump", "--job", "job"});
+  ASSERT_EQ(dump.exit_code, 0) << dump.output;
+  std::string id;
+  for (absl::string_view line : absl::StrSplit(dump.output, '\n')) {
+    if (absl::StrContains(line, "-request-node-a")) {
+      for (absl::string_view word : absl::StrSplit(line, absl::ByAnyChar(" /"))) {
+        if (absl::EndsWith(word, "-request-node-a")) id = std::string(word);
+      }
+    }
+  }
+  ASSERT_FALSE(id.empty()) << dump.output;
+  // Each node's dumps beside its runtime dir (the test launcher's STATE_DIRECTORY).
+  auto dumps = [](const DaemonProcess& d) {
+    return (std::filesystem::path(d.runtime_dir()).parent_path() / "state" / "dumps").string();
+  };
+  const std::string out = tmp_.Join("collected");
+  ProcessResult collect;
+  EXPECT_TRUE(Eventually([&] {
+    std::filesystem::remove_all(out);
+    collect = RunProcess({COMMCTL_BINARY, "fr", "collect", "--dump-id", id, "--out", out,
+                          dumps(*n[0]), dumps(*n[1])});
+    return collect.exit_code == 0 && absl::StrContains(collect.output, "global ranks 0-3");
+  })) << collect.output;
+  EXPECT_THAT(collect.output, HasSubstr("group g: global ranks 0-3 (4 of 4)"));
+  const std::string torch = tmp_.Join("torch");
+  const ProcessResult exported = RunProcess(
+      {COMMCTL_BINARY, "fr", "export", "--in", out + "/g", "--out", torch, "--format", "torch"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  for (int g = 0; g < 4; ++g) {
+    EXPECT_TRUE(std::filesystem::exists(absl::StrCat(torch, "/nccl_trace_rank_", g)));
+  }
+#ifdef COMMD_TORCH_PYTHON
+  const ProcessResult report =
+      RunProcess({COMMD_TORCH_PYTHON, "-m", "torch.distributed.flight_recorder.fr_trace", torch,
+                  "--prefix", "nccl_trace_rank_", "-o", tmp_.Join("db")},
+                 absl::Seconds(300));
+  ASSERT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_THAT(report.output, HasSubstr("collective: nccl:all_reduce")) << report.output;
+  EXPECT_THAT(report.output, HasSubstr("missing ranks: {3}")) << report.output;
+  std::cerr << report.output;
+#else
+  std::cerr << "torchfrtrace not run: this build has no COMMD_TORCH_PYTHON\n";
+#endif
+  // The waiting ranks go at once rather than at their wait limit.
+  for (DaemonProcess* node : n) {
+    auto client = Connect(*node);
+    ASSERT_NE(client, nullptr);
+    EXPECT_TRUE(client->Abort("g", "the test is done").ok());
+  }
+}
+
 }  // namespace
 }  // namespace commd::testing
