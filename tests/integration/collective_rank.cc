@@ -42,10 +42,6 @@ namespace collective_rank {
 
 namespace k = commd::kernels;
 
-size_t Size(DataType t) {
-  return t == DataType::kFloat16 || t == DataType::kBFloat16 ? 2 : t == DataType::kInt64 ? 8 : 4;
-}
-
 // Input value i of rank r for test `tag`: nonzero; exactly representable in the type.
 double Input(const Run& run, int r, uint64_t tag, size_t i, DataType t) {
   std::mt19937_64 g(run.args.seed ^ (tag * 0x9E3779B97F4A7C15ull) ^ (uint64_t(r) << 48) ^ i);
@@ -63,42 +59,6 @@ double Input(const Run& run, int r, uint64_t tag, size_t i, DataType t) {
       return static_cast<double>((static_cast<int32_t>((v >> 8) % 2000001) - 1000000) | 1);
     case DataType::kInt64:
       return static_cast<double>((static_cast<int64_t>((v >> 8) % 2000000001) - 1000000000) | 1);
-  }
-  return 0;
-}
-
-void Store(void* p, size_t i, DataType t, double v) {
-  switch (t) {
-    case DataType::kFloat32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat16:
-      static_cast<k::Half*>(p)[i] = k::FloatToHalf(static_cast<float>(v));
-      break;
-    case DataType::kBFloat16:
-      static_cast<k::BFloat16*>(p)[i] = k::FloatToBFloat16(static_cast<float>(v));
-      break;
-    case DataType::kInt32:
-      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kInt64:
-      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-      break;
-  }
-}
-
-double Load(const void* p, size_t i, DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return static_cast<const float*>(p)[i];
-    case DataType::kFloat16:
-      return k::HalfToFloat(static_cast<const k::Half*>(p)[i]);
-    case DataType::kBFloat16:
-      return k::BFloat16ToFloat(static_cast<const k::BFloat16*>(p)[i]);
-    case DataType::kInt32:
-      return static_cast<const int32_t*>(p)[i];
-    case DataType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
   }
   return 0;
 }

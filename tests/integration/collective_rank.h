@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "commd/commd.h"
+#include "tests/integration/typed_elements.h"
 
 namespace collective_rank {
 
@@ -57,11 +58,11 @@ struct Run {
   }
 };
 
-size_t Size(DataType t);
+using commd::testing::Load;
+using commd::testing::Size;
+using commd::testing::Store;
 // Input value i of rank r for test `tag` (exactly representable in the type).
 double Input(const Run& run, int r, uint64_t tag, size_t i, DataType t);
-void Store(void* p, size_t i, DataType t, double v);
-double Load(const void* p, size_t i, DataType t);
 void Poison(void* p, size_t bytes);
 // Fail `what` unless the result matches the reference of `tag`: `n` reduced elements from
 // reference element `first`; every rank's `n` inputs by rank; chunk p = chunk `rank` of rank

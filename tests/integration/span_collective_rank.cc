@@ -39,12 +39,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "commd/commd.h"
-#include "kernels/element_ops.h"
+#include "tests/integration/typed_elements.h"
 
 namespace {
 
 using commd::DataType;
 using commd::ReduceOp;
+using commd::testing::Load;
+using commd::testing::Size;
+using commd::testing::Store;
 
 void Print(const std::string& line) {
   std::printf("%s\n", line.c_str());
@@ -57,48 +60,6 @@ std::string Said(absl::string_view what, const absl::Status& s) {
 
 // Global rank g's element i: small integers, exact in every type, and distinct per rank.
 double Value(int g, size_t i) { return static_cast<double>((g + 1) * static_cast<int>(i % 7 + 1)); }
-
-size_t Size(DataType t) {
-  return commd::kernels::DataTypeSize(static_cast<commd::kernels::DataType>(t));
-}
-
-void Store(DataType t, void* base, size_t i, double v) {
-  namespace k = commd::kernels;
-  switch (t) {
-    case DataType::kFloat32:
-      static_cast<float*>(base)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat16:
-      static_cast<k::Half*>(base)[i] = k::FloatToHalf(static_cast<float>(v));
-      break;
-    case DataType::kBFloat16:
-      static_cast<k::BFloat16*>(base)[i] = k::FloatToBFloat16(static_cast<float>(v));
-      break;
-    case DataType::kInt32:
-      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kInt64:
-      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
-      break;
-  }
-}
-
-double Load(DataType t, const void* base, size_t i) {
-  namespace k = commd::kernels;
-  switch (t) {
-    case DataType::kFloat32:
-      return static_cast<const float*>(base)[i];
-    case DataType::kFloat16:
-      return k::HalfToFloat(static_cast<const k::Half*>(base)[i]);
-    case DataType::kBFloat16:
-      return k::BFloat16ToFloat(static_cast<const k::BFloat16*>(base)[i]);
-    case DataType::kInt32:
-      return static_cast<const int32_t*>(base)[i];
-    case DataType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-  }
-  return 0;
-}
 
 // The reduction over every global rank of Value(g, i), as type t rounds or truncates it.
 double Reduced(DataType t, ReduceOp op, int world, size_t i) {
@@ -188,12 +149,12 @@ class Matrix {
     ++calls_;
     void* data = a_.data();
     if (host) data = Host(in_, count * Size(t)).data();
-    for (size_t i = 0; i < count; ++i) Store(t, data, i, Value(me_, i));
+    for (size_t i = 0; i < count; ++i) Store(data, i, t, Value(me_, i));
     const absl::Status s =
         host ? group_.AllReduce(data, data, count, t, op, a_) : group_.AllReduce(a_, count, t, op);
     if (!s.ok()) return Failed("all-reduce", t, count, s);
     for (size_t i = 0; i < count; ++i) {
-      const double want = Reduced(t, op, world_, i), got = Load(t, data, i);
+      const double want = Reduced(t, op, world_, i), got = Load(data, i, t);
       if (!Close(t, got, want)) return Where("all-reduce", t, count, host, i, got, want);
     }
     return "";
@@ -204,19 +165,19 @@ class Matrix {
     const size_t n = count * static_cast<size_t>(world_);
     void* in = host ? Host(in_, n * Size(t)).data() : a_.data();
     void* out = host ? Host(out_, count * Size(t)).data() : b_.data();
-    for (size_t i = 0; i < n; ++i) Store(t, in, i, Value(me_, i));
+    for (size_t i = 0; i < n; ++i) Store(in, i, t, Value(me_, i));
     const absl::Status s = host ? group_.ReduceScatter(in, out, count, t, op, a_)
                                 : group_.ReduceScatter(a_, b_, count, t, op);
     if (!s.ok()) return Failed("reduce-scatter", t, count, s);
     for (size_t i = 0; i < count; ++i) {
       const size_t at = static_cast<size_t>(me_) * count + i;
-      const double want = Reduced(t, op, world_, at), got = Load(t, out, i);
+      const double want = Reduced(t, op, world_, at), got = Load(out, i, t);
       if (!Close(t, got, want)) return Where("reduce-scatter", t, count, host, i, got, want);
     }
     if (!host) {  // the input is left as it was
       for (size_t i = 0; i < n; ++i) {
-        if (Load(t, in, i) != Value(me_, i)) {
-          return Where("reduce-scatter input", t, count, host, i, Load(t, in, i), Value(me_, i));
+        if (Load(in, i, t) != Value(me_, i)) {
+          return Where("reduce-scatter input", t, count, host, i, Load(in, i, t), Value(me_, i));
         }
       }
     }
@@ -226,13 +187,13 @@ class Matrix {
   std::string Broadcast(DataType t, size_t count, int root, bool host) {
     ++calls_;
     void* data = host ? Host(in_, count * Size(t)).data() : a_.data();
-    for (size_t i = 0; i < count; ++i) Store(t, data, i, me_ == root ? Value(root, i) : -1);
+    for (size_t i = 0; i < count; ++i) Store(data, i, t, me_ == root ? Value(root, i) : -1);
     const absl::Status s =
         host ? group_.Broadcast(data, count, t, root, a_) : group_.Broadcast(a_, count, t, root);
     if (!s.ok()) return Failed("broadcast", t, count, s);
     for (size_t i = 0; i < count; ++i) {
-      if (!Close(t, Load(t, data, i), Value(root, i))) {
-        return Where("broadcast", t, count, host, i, Load(t, data, i), Value(root, i));
+      if (!Close(t, Load(data, i, t), Value(root, i))) {
+        return Where("broadcast", t, count, host, i, Load(data, i, t), Value(root, i));
       }
     }
     return "";
@@ -243,14 +204,14 @@ class Matrix {
     const size_t n = count * static_cast<size_t>(world_);
     void* in = host ? Host(in_, count * Size(t)).data() : a_.data();
     void* out = host ? Host(out_, n * Size(t)).data() : b_.data();
-    for (size_t i = 0; i < count; ++i) Store(t, in, i, Value(me_, i));
+    for (size_t i = 0; i < count; ++i) Store(in, i, t, Value(me_, i));
     const absl::Status s =
         host ? group_.AllGather(in, out, count, t, a_) : group_.AllGather(a_, b_, count, t);
     if (!s.ok()) return Failed("all-gather", t, count, s);
     for (size_t i = 0; i < n; ++i) {
       const double want = Value(static_cast<int>(i / count), i % count);
-      if (!Close(t, Load(t, out, i), want)) {
-        return Where("all-gather", t, count, host, i, Load(t, out, i), want);
+      if (!Close(t, Load(out, i, t), want)) {
+        return Where("all-gather", t, count, host, i, Load(out, i, t), want);
       }
     }
     return "";
@@ -261,7 +222,7 @@ class Matrix {
     const size_t n = count * static_cast<size_t>(world_);
     void* in = host ? Host(in_, n * Size(t)).data() : a_.data();
     void* out = host ? Host(out_, n * Size(t)).data() : b_.data();
-    for (size_t i = 0; i < n; ++i) Store(t, in, i, Value(me_, i));
+    for (size_t i = 0; i < n; ++i) Store(in, i, t, Value(me_, i));
     const absl::Status s =
         host ? group_.AllToAll(in, out, count, t, a_) : group_.AllToAll(a_, b_, count, t);
     if (!s.ok()) return Failed("all-to-all", t, count, s);
@@ -269,8 +230,8 @@ class Matrix {
       // Block p came from rank p: its block for this rank.
       const size_t p = i / count, at = static_cast<size_t>(me_) * count + i % count;
       const double want = Value(static_cast<int>(p), at);
-      if (!Close(t, Load(t, out, i), want)) {
-        return Where("all-to-all", t, count, host, i, Load(t, out, i), want);
+      if (!Close(t, Load(out, i, t), want)) {
+        return Where("all-to-all", t, count, host, i, Load(out, i, t), want);
       }
     }
     return "";
@@ -285,7 +246,7 @@ class Matrix {
         {.offset = 192, .count = 9, .dtype = DataType::kBFloat16}};
     auto* base = static_cast<std::byte*>(a_.data());
     for (const auto& t : tensors) {
-      for (size_t i = 0; i < t.count; ++i) Store(t.dtype, base + t.offset, i, Value(me_, i));
+      for (size_t i = 0; i < t.count; ++i) Store(base + t.offset, i, t.dtype, Value(me_, i));
     }
     if (auto s = group_.AllReduceCoalesced(a_, tensors, ReduceOp::kMax); !s.ok()) {
       return Said("coalesced", s);
@@ -293,8 +254,8 @@ class Matrix {
     for (const auto& t : tensors) {
       for (size_t i = 0; i < t.count; ++i) {
         const double want = Reduced(t.dtype, ReduceOp::kMax, world_, i);
-        if (!Close(t.dtype, Load(t.dtype, base + t.offset, i), want)) {
-          return Where("coalesced", t.dtype, t.count, false, i, Load(t.dtype, base + t.offset, i),
+        if (!Close(t.dtype, Load(base + t.offset, i, t.dtype), want)) {
+          return Where("coalesced", t.dtype, t.count, false, i, Load(base + t.offset, i, t.dtype),
                        want);
         }
       }

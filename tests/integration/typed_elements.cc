@@ -1,0 +1,49 @@
+#include "tests/integration/typed_elements.h"
+
+#include <cstdint>
+
+#include "kernels/element_ops.h"
+
+namespace commd::testing {
+
+namespace k = commd::kernels;
+
+size_t Size(DataType t) { return k::DataTypeSize(static_cast<k::DataType>(t)); }
+
+void Store(void* p, size_t i, DataType t, double v) {
+  switch (t) {
+    case DataType::kFloat32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat16:
+      static_cast<k::Half*>(p)[i] = k::FloatToHalf(static_cast<float>(v));
+      break;
+    case DataType::kBFloat16:
+      static_cast<k::BFloat16*>(p)[i] = k::FloatToBFloat16(static_cast<float>(v));
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
+  }
+}
+
+double Load(const void* p, size_t i, DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+      return static_cast<const float*>(p)[i];
+    case DataType::kFloat16:
+      return k::HalfToFloat(static_cast<const k::Half*>(p)[i]);
+    case DataType::kBFloat16:
+      return k::BFloat16ToFloat(static_cast<const k::BFloat16*>(p)[i]);
+    case DataType::kInt32:
+      return static_cast<const int32_t*>(p)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+  }
+  return 0;
+}
+
+}  // namespace commd::testing

@@ -1,0 +1,19 @@
+// Elements of commd's data types as doubles, for the rank programs that check collectives'
+// results (collective_rank, span_collective_rank): every value they use is exact in its type.
+#ifndef COMMD_TESTS_INTEGRATION_TYPED_ELEMENTS_H_
+#define COMMD_TESTS_INTEGRATION_TYPED_ELEMENTS_H_
+
+#include <cstddef>
+
+#include "commd/types.h"
+
+namespace commd::testing {
+
+size_t Size(DataType t);
+// Element i of the array of type `t` at `p`, written (rounded to the type) or read.
+void Store(void* p, size_t i, DataType t, double v);
+double Load(const void* p, size_t i, DataType t);
+
+}  // namespace commd::testing
+
+#endif  // COMMD_TESTS_INTEGRATION_TYPED_ELEMENTS_H_
