@@ -157,6 +157,22 @@ class SpanTest : public ::testing::Test {
     }
     return logs;
   }
+  // 2 nodes x 2 ranks of group `group` running span_collective_rank's `mode`: node n[g / 2],
+  // local rank g % 2, global rank g.
+  std::vector<ChildProcess*> TwoByTwo(const std::vector<DaemonProcess*>& n, const std::string& mode,
+                                      const std::string& group = "g") {
+    std::vector<ChildProcess*> ranks;
+    for (int g = 0; g < 4; ++g) {
+      ranks.push_back(StartRank({.node = n[g / 2],
+                                 .rank = g % 2,
+                                 .world = 2,
+                                 .global_rank = g,
+                                 .global_world = 4,
+                                 .group = group,
+                                 .mode = mode}));
+    }
+    return ranks;
+  }
   std::string LeaveFile() const { return tmp_.Join("leave"); }
   // Every rank still in its group leaves (and exits).
   void LeaveAll() {
@@ -557,15 +573,7 @@ TEST_F(SpanTest, ACallThatDiffersOnOneNodeFailsEverywhereAndTheGroupGoesOn) {
   std::vector<DaemonProcess*> n;
   StartNodes({"node-a", "node-b"}, &n);
   if (HasFatalFailure()) return;
-  std::vector<ChildProcess*> ranks;
-  for (int g = 0; g < 4; ++g) {
-    ranks.push_back(StartRank({.node = n[g / 2],
-                               .rank = g % 2,
-                               .world = 2,
-                               .global_rank = g,
-                               .global_world = 4,
-                               .mode = "mismatch"}));
-  }
+  const std::vector<ChildProcess*> ranks = TwoByTwo(n, "mismatch");
   for (ChildProcess* r : ranks) {
     ASSERT_NE(r, nullptr);
     ASSERT_TRUE(r->WaitForLog("after ", absl::Seconds(60))) << r->Log();
@@ -586,16 +594,8 @@ TEST_F(SpanTest, NanOnOneNodeFailsEveryRankUnderPolicyFail) {
   std::vector<DaemonProcess*> n;
   StartNodes({"node-a", "node-b"}, &n);
   if (HasFatalFailure()) return;
-  std::vector<ChildProcess*> ranks;
-  const int global[] = {0, 1, 2, 3};  // node-a holds 0 and 1
-  for (int i = 0; i < 4; ++i) {
-    ranks.push_back(StartRank({.node = n[i / 2],
-                               .rank = i % 2,
-                               .world = 2,
-                               .global_rank = global[i],
-                               .global_world = 4,
-                               .mode = "nan"}));
-  }
+  // node-a holds global ranks 0 and 1.
+  const std::vector<ChildProcess*> ranks = TwoByTwo(n, "nan");
   for (ChildProcess* r : ranks) {
     ASSERT_NE(r, nullptr);
     ASSERT_TRUE(r->WaitForLog("clean ", absl::Seconds(60))) << r->Log();
@@ -616,16 +616,7 @@ TEST_F(SpanTest, AnAbortEndsACallBlockedOnAnotherNode) {
   if (HasFatalFailure()) return;
   for (const std::string mode : {"hang-first", "hang"}) {
     SCOPED_TRACE(mode);
-    std::vector<ChildProcess*> ranks;
-    for (int g = 0; g < 4; ++g) {
-      ranks.push_back(StartRank({.node = n[g / 2],
-                                 .rank = g % 2,
-                                 .world = 2,
-                                 .global_rank = g,
-                                 .global_world = 4,
-                                 .group = mode,
-                                 .mode = mode}));
-    }
+    const std::vector<ChildProcess*> ranks = TwoByTwo(n, mode, mode);
     for (ChildProcess* r : ranks) {
       ASSERT_NE(r, nullptr);
       ASSERT_TRUE(r->WaitForLog("joined", absl::Seconds(60)));
@@ -670,15 +661,7 @@ TEST_F(SpanTest, OneDumpCoversEveryGlobalRankAndTorchfrtraceNamesTheSkipper) {
   std::vector<DaemonProcess*> n;
   StartNodes({"node-a", "node-b"}, &n);
   if (HasFatalFailure()) return;
-  std::vector<ChildProcess*> ranks;
-  for (int g = 0; g < 4; ++g) {
-    ranks.push_back(StartRank({.node = n[g / 2],
-                               .rank = g % 2,
-                               .world = 2,
-                               .global_rank = g,
-                               .global_world = 4,
-                               .mode = "skip"}));
-  }
+  const std::vector<ChildProcess*> ranks = TwoByTwo(n, "skip");
   for (int g = 0; g < 4; ++g) {
     ASSERT_NE(ranks[g], nullptr);
     ASSERT_TRUE(ranks[g]->WaitForLog(g == 3 ? "ran 3" : "ran 4", absl::Seconds(60)))
