@@ -163,8 +163,11 @@ class COMMD_API Group {
   int global_world_size() const;
   // A group spanning nodes: every node with its ranks' global ranks, sorted by node name, the
   // same on every rank; node_index() is this node's place in it. Empty (and node_index() -1)
-  // for a group on this node only. Collectives on a spanning group are not implemented yet:
-  // they fail UNIMPLEMENTED naming the call (never run on this node's ranks alone).
+  // for a group on this node only. Collectives on a spanning host group run across the nodes
+  // with the whole group's meaning (counts per global rank, wide buffers in global-rank
+  // order, a global root; the host-memory overloads' staging buffer holds the input and the
+  // output): docs/cluster.md, "Collectives across nodes". The fused matmuls and CUDA groups
+  // spanning nodes fail UNIMPLEMENTED.
   const std::vector<NodeRanks>& layout() const;
   int node_index() const;
   const std::string& name() const;
