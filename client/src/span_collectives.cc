@@ -333,20 +333,23 @@ class HostSpanBackend : public SpanBackend {
       return st;
     }
     if (lanes) {
-      // Every other rank's slice, from where it reduced it; then nobody writes its region
-      // before every peer has read its slice.
+      // Every slice from the region where it was reduced, straight into the output (the
+      // host-memory overloads' too: one copy); then nobody writes its region before every
+      // peer has read its slice.
+      auto* target = call.host_memory ? static_cast<Bytes*>(call.output) : Dest(c, v.rank);
       for (int l = 0; l < v.world_size; ++l) {
-        if (l == v.rank) continue;
         const auto [begin, n] = Slice(call.count, v.world_size, l);
-        std::memcpy(Dest(c, v.rank) + begin * es, v.data[l] + begin * es, n * es);
+        if (target + begin * es != v.data[l] + begin * es) {
+          std::memcpy(target + begin * es, v.data[l] + begin * es, n * es);
+        }
       }
+      return kernels::Barrier(v);
     }
     const bool root_here =
         call.kind == CollectiveOp::kBroadcast && call.root == GlobalRank(s_.node_index, v.rank);
     if (call.host_memory && call.kind != CollectiveOp::kBarrier && !root_here) {
       std::memcpy(call.output, own, out_bytes);
     }
-    if (lanes) RETURN_IF_ERROR(kernels::Barrier(v));
     return absl::OkStatus();
   }
 
