@@ -325,8 +325,12 @@ class HostSpanBackend : public SpanBackend {
       const absl::Status st(static_cast<absl::StatusCode>(w.code),
                             std::string(w.text, std::min<size_t>(w.text_bytes, sizeof(w.text))));
       if (st.code() != absl::StatusCode::kInvalidArgument) {
-        failed_ = absl::FailedPreconditionError(absl::StrCat(
-            "group ", s_.group, " failed for good at an earlier collective: ", st.message()));
+        // An aborted group stays ABORTED; any other failure leaves it out of step for good.
+        failed_ = absl::Status(
+            st.code() == absl::StatusCode::kAborted ? st.code()
+                                                    : absl::StatusCode::kFailedPrecondition,
+            absl::StrCat("group ", s_.group,
+                         " failed for good at an earlier collective: ", st.message()));
       }
       // After the lanes, a closing barrier as below: a peer may still read this region.
       if (lanes) RETURN_IF_ERROR(kernels::Barrier(v));
