@@ -178,11 +178,12 @@ absl::Status Daemon::StartCluster(const store::StoreLimits& limits) {
       [this](const cluster::RemoteDump& d) {
         auto r = group_dumps_->DumpGroups(
             groups::GroupSelector{.job = std::make_pair(d.uid, d.job_id), .group = d.group},
-            d.trigger, d.diagnosis, {.dump_id = d.dump_id});
+            d.trigger, d.diagnosis, {.shared_id = d.dump_id, .local_only = true});
         if (r.ok()) {
           COMMD_LOG(INFO, "recorder") << "dumping job " << d.job_id << " under " << d.dump_id
                                       << " (" << d.trigger << " on node " << d.node << ")";
-        } else if (!absl::IsNotFound(r.status())) {  // no ranks of that job here: nothing to do
+        } else if (!absl::IsNotFound(r.status()) &&       // no ranks of that job here
+                   !absl::IsAlreadyExists(r.status())) {  // this node found it too
           COMMD_LOG(WARNING, "recorder") << "dump " << d.dump_id << " of job " << d.job_id
                                          << " from node " << d.node << ": " << r.status();
         }

@@ -52,6 +52,10 @@ std::string NewDumpId(const std::string& trigger, const std::string& node) {
   std::string id = absl::StrCat(
       absl::FormatTime("%Y%m%dT%H%M%E3SZ", absl::Now(), absl::UTCTimeZone()), "-", trigger);
   if (!node.empty()) absl::StrAppend(&id, "-", node);
+  return DumpIdOf(std::move(id));
+}
+
+std::string DumpIdOf(std::string id) {
   // A job id's alphabet, so that an id read back from etcd can be checked with ValidateJobId.
   for (char& c : id) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-' &&

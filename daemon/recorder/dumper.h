@@ -75,6 +75,9 @@ struct DumperOptions {
 // apart. Not pure (reads the clock).
 inline constexpr size_t kMaxDumpIdBytes = 128;
 std::string NewDumpId(const std::string& trigger, const std::string& node);
+// `text` as a dump id: a job id's alphabet (others become '_'), at most kMaxDumpIdBytes. For
+// ids every node derives alike from what they all see (a finding on a group spanning them).
+std::string DumpIdOf(std::string text);
 
 // dump_dir when the config names none: $STATE_DIRECTORY/dumps under systemd, else
 // /var/lib/commd/dumps as root, else $XDG_STATE_HOME (or ~/.local/state)/commd/dumps.

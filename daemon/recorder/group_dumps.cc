@@ -83,8 +83,19 @@ absl::StatusOr<DumpResult> GroupDumps::DumpSources(std::vector<DumpSource> sourc
   const bool one_job = std::all_of(sources.begin(), sources.end(), [&](const DumpSource& s) {
     return s.uid == sources.front().uid && s.job_id == sources.front().job_id;
   });
+  // A shared id (one every node derives alike, or another node's announcement) is dumped
+  // once per node, by whichever comes first.
+  if (!how.shared_id.empty() && one_job &&
+      AlreadyDumped(sources.front().uid, sources.front().job_id, how.shared_id)) {
+    return absl::AlreadyExistsError(absl::StrCat("dump ", how.shared_id, " of job ",
+                                                 sources.front().job_id, " is written here"));
+  }
   const bool announce = publisher_ != nullptr && how.dump_id.empty() && !how.local_only && one_job;
-  if (announce) how.dump_id = MintDumpId(trigger);
+  if (!how.shared_id.empty()) {
+    how.dump_id = how.shared_id;
+  } else if (announce) {
+    how.dump_id = MintDumpId(trigger);
+  }
   if (announce && !how.announce_group_only) {
     // The job's dump, here as on the other nodes: its other formed groups too.
     const uid_t uid = sources.front().uid;
@@ -128,6 +139,15 @@ absl::StatusOr<DumpResult> GroupDumps::DumpSources(std::vector<DumpSource> sourc
                         std::move(done));
   }
   return result;
+}
+
+bool GroupDumps::AlreadyDumped(uid_t uid, const std::string& job, const std::string& id) {
+  std::string key = absl::StrCat(uid, "/", job, "/", id);
+  absl::MutexLock lock(&mint_mu_);
+  if (std::find(remembered_.begin(), remembered_.end(), key) != remembered_.end()) return true;
+  remembered_.push_back(std::move(key));
+  if (remembered_.size() > kRememberedIds) remembered_.pop_front();
+  return false;
 }
 
 }  // namespace commd::recorder

@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -55,8 +56,12 @@ struct DumpHow {
   // or written now and the result returned.
   bool now = false;
   std::optional<uid_t> charge;  // now only: the uid whose dump rate it takes (none: free)
-  // A dump another node announced: written under its id and not announced again.
+  // Written under this id and not announced (a node loss: every node derives it alike).
   std::string dump_id;
+  // Written under this id once per node (the first time; ALREADY_EXISTS after), and announced
+  // unless local_only: another node's announcement (with local_only), or an id every node
+  // derives alike for what they all see (a finding on a group spanning them).
+  std::string shared_id;
   // This node only, even when a publisher is set.
   bool local_only = false;
   // The nodes (this one too) dump only the group named here (an operator's request for one
@@ -78,10 +83,11 @@ class GroupDumps {
   void set_publisher(DumpPublisher* publisher) { publisher_ = publisher; }
 
   // Dumps the formed groups `selector` picks as they are now. NOT_FOUND ("no formed group 'g'
-  // to dump") when it picks none; a queued dump returns a result with only its dump_id (when it
-  // has one). The dump is announced when a publisher is set, the groups are of one job, and
-  // `how` neither carries another node's id nor says local_only; the result's dump_id and
-  // announced say so.
+  // to dump") when it picks none; ALREADY_EXISTS when `how.shared_id` names a dump this node
+  // has already written for the job (of the last kRememberedIds shared ids); a queued dump returns
+  // a result with only its dump_id (when it has one). The dump is announced when a publisher is
+  // set, the groups are of one job, and `how` neither carries another node's id nor says
+  // local_only; the result's dump_id and announced say so.
   absl::StatusOr<DumpResult> DumpGroups(const groups::GroupSelector& selector,
                                         const std::string& trigger,
                                         std::optional<nlohmann::json> diagnosis, DumpHow how = {});
@@ -101,9 +107,15 @@ class GroupDumps {
   const groups::GroupRegistry* const groups_;
   Dumper* const dumper_;
   DumpPublisher* publisher_ = nullptr;
+  // Whether this node dumped `id` of the job already (and remembers it from now on).
+  bool AlreadyDumped(uid_t uid, const std::string& job, const std::string& id);
+
   absl::Mutex mint_mu_;
   std::string last_minted_ ABSL_GUARDED_BY(mint_mu_);  // before any "-<n>"
   int repeats_ ABSL_GUARDED_BY(mint_mu_) = 0;
+  // The last kRememberedIds shared ids dumped ("<uid>/<job>/<id>"), oldest first.
+  static constexpr size_t kRememberedIds = 1024;
+  std::deque<std::string> remembered_ ABSL_GUARDED_BY(mint_mu_);
 };
 
 }  // namespace commd::recorder

@@ -189,6 +189,22 @@ void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
   PublishProgress(t, now_ns, deferred);
 }
 
+namespace {
+
+// How a finding is dumped: under `dump_id` when it has one (a node lost); a hang on a group
+// spanning nodes under an id every node derives alike (the group, its formation and the
+// collective), so that nodes that find the same hang make one dump of the job between them;
+// else under a fresh id.
+recorder::DumpHow DumpHowOf(const groups::GroupSnapshot& g, const v1::Diagnosis& d, bool certain,
+                            const std::string& dump_id) {
+  if (!dump_id.empty()) return {.dump_id = dump_id};
+  if (certain || g.layout.nodes_size() == 0) return {};
+  return {.shared_id = recorder::DumpIdOf(
+              absl::StrCat("hang-", g.name, "-f", g.layout.formation(), "-s", d.seq()))};
+}
+
+}  // namespace
+
 void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
                    const groups::RankDeath* death, const char* trigger,
                    const std::string& dump_id) {
@@ -205,7 +221,7 @@ void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
        trigger = death != nullptr     ? std::string("rank_death")
                  : trigger != nullptr ? std::string(trigger)
                                       : absl::StrCat("hang-", KindLabel(d.kind())),
-       json = ToJson(d), how = recorder::DumpHow{.dump_id = dump_id}] {
+       json = ToJson(d), how = DumpHowOf(g, d, death != nullptr || trigger != nullptr, dump_id)] {
         (void)(group ? dumps_->DumpGroups(*group, trigger, json, how)
                      : dumps_->DumpGroups(selector, trigger, json, how));
       });

@@ -720,5 +720,58 @@ TEST_F(SpanTest, OneDumpCoversEveryGlobalRankAndTorchfrtraceNamesTheSkipper) {
   }
 }
 
+// A hang on a group spanning nodes that both nodes' watchdogs find (node-b: global rank 3
+// never entered the fifth all-reduce; node-a: its ranks entered it and did not finish) makes
+// one dump of the job, under one id both derive from the group and the collective, not one
+// per node.
+TEST_F(SpanTest, AHangBothNodesFindIsDumpedOnceUnderOneId) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n, "watchdog { poll_interval_ms: 100 }\n");
+  if (HasFatalFailure()) return;
+  std::vector<ChildProcess*> ranks;
+  for (int g = 0; g < 4; ++g) {
+    ranks.push_back(StartRank({.node = n[g / 2],
+                               .rank = g % 2,
+                               .world = 2,
+                               .global_rank = g,
+                               .global_world = 4,
+                               .timeout_ms = 2000,
+                               .mode = "skip"}));
+  }
+  for (ChildProcess* r : ranks)
+    ASSERT_TRUE(r != nullptr && r->WaitForLog("ran ", absl::Seconds(60)));
+  // Each node's job dumps (directories of job "job" beside its runtime dir).
+  auto dumps = [](const DaemonProcess& d) {
+    std::vector<std::string> ids;
+    std::error_code ec;
+    const auto dir =
+        std::filesystem::path(d.runtime_dir()).parent_path() / "state" / "dumps" / "job";
+    for (auto it = std::filesystem::directory_iterator(dir, ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      ids.push_back(it->path().filename().string());
+    }
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  };
+  // Both watchdogs find it (each logs its finding); then a few polls more for any second dump.
+  EXPECT_TRUE(Eventually([&] {
+    return absl::StrContains(n[0]->Log(), "job/g: stuck") &&
+           absl::StrContains(n[1]->Log(), "job/g: lagging");
+  })) << n[0]->Log()
+      << n[1]->Log();
+  absl::SleepFor(absl::Seconds(2));
+  const std::vector<std::string> a = dumps(*n[0]), b = dumps(*n[1]);
+  ASSERT_EQ(a.size(), 1u) << absl::StrJoin(a, " ");
+  EXPECT_EQ(a, b);
+  EXPECT_THAT(a[0], ::testing::MatchesRegex("hang-g-f[0-9]+-s5"));
+  EXPECT_THAT(etcd_->Keys(absl::StrCat(kPrefix, "/dumps/")),
+              ::testing::ElementsAre(absl::StrCat(kPrefix, "/dumps/0/job/", a[0])));
+  for (DaemonProcess* node : n) {
+    auto client = Connect(*node);
+    ASSERT_NE(client, nullptr);
+    EXPECT_TRUE(client->Abort("g", "the test is done").ok());
+  }
+}
+
 }  // namespace
 }  // namespace commd::testing
