@@ -211,8 +211,12 @@ py::object AllReduce(const GroupObject& g, const py::object& buf, const py::obje
   return py::cast(c.finding);
 }
 
+// The ranks a call's wide operands hold a part for: the group's size over every node (a group
+// spanning nodes takes counts per global rank, its wide buffers one part per global rank).
+size_t Parts(const GroupObject& g) { return static_cast<size_t>(g.get().global_world_size()); }
+
 // The operands of all_gather / reduce_scatter: `small` holds count elements per rank, `big`
-// world_size times that; views must start at offset 0 (the SDK's calls take no offsets).
+// Parts() times that; views must start at offset 0 (the SDK's calls take no offsets).
 struct PairCall {
   Operand in, out;
   const ElementType* type;
@@ -225,7 +229,7 @@ PairCall ResolvePair(const GroupObject& g, const char* call, const py::object& i
   NeedOffsetZero(p.in, call, "input");
   NeedOffsetZero(p.out, call, "output");
   p.type = &CallType(dtype, {&p.in, &p.out});
-  const size_t world = g.get().world_size();
+  const size_t world = Parts(g);
   const Operand& small = gather ? p.in : p.out;
   const Operand& big = gather ? p.out : p.in;
   p.count = !count.is_none()        ? count.cast<size_t>()
@@ -260,7 +264,7 @@ py::object AllGather(const GroupObject& g, const py::object& in, const py::objec
   ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
   if (!staging.is_none()) {
     return HostPairCall(
-        g, "all_gather", in, out, count, dtype, staging, 1, g.get().world_size(), c,
+        g, "all_gather", in, out, count, dtype, staging, 1, Parts(g), c,
         [&](Group& group, auto&&... a) { return group.AllGather(a..., c.options); });
   }
   const PairCall p = ResolvePair(g, "all_gather", in, out, count, dtype, /*gather=*/true);
@@ -279,7 +283,7 @@ py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::o
   ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
   if (!staging.is_none()) {
     return HostPairCall(
-        g, "reduce_scatter", in, out, count, dtype, staging, g.get().world_size(), 1, c,
+        g, "reduce_scatter", in, out, count, dtype, staging, Parts(g), 1, c,
         [&](Group& group, const void* i, void* o, size_t n, DataType t, SymmetricBuffer& s) {
           return group.ReduceScatter(i, o, n, t, reduce, s, c.options);
         });
@@ -323,7 +327,7 @@ py::object AllToAll(const GroupObject& g, const py::object& in, const py::object
   if (!staging.is_none()) {
     CallOptions c;
     ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
-    const size_t world = g.get().world_size();
+    const size_t world = Parts(g);
     return HostPairCall(g, "all_to_all", in, out, count, dtype, staging, world, world, c,
                         [&](Group& group, auto&&... a) { return group.AllToAll(a..., c.options); });
   }
@@ -331,7 +335,7 @@ py::object AllToAll(const GroupObject& g, const py::object& in, const py::object
   NeedOffsetZero(i, "all_to_all", "input");
   NeedOffsetZero(o, "all_to_all", "output");
   const ElementType& type = CallType(dtype, {&i, &o});
-  const size_t world = g.get().world_size();
+  const size_t world = Parts(g);
   const size_t n =
       count.is_none() ? std::min(Fit(i, type, world), Fit(o, type, world)) : count.cast<size_t>();
   CheckFits(i, n, world, "input");
@@ -656,7 +660,9 @@ void BindGroup(py::module_& m) {
       "memory instead (C-contiguous buffer-protocol objects such as numpy arrays, or "
       "TensorViews; dtype, when given, reinterprets their bytes), which the call stages "
       "through `staging` and writes results to directly (Group::AllReduce(input, output, "
-      "..., staging) and friends).";
+      "..., staging) and friends). A group spanning nodes (global_world_size > world_size) "
+      "runs with the whole group's meaning: world_size below is global_world_size, ranks and "
+      "`root` are global ranks, and `staging` must hold the call's output too.";
   auto doc = [&](const char* head) { return absl::StrCat(head, kCallDoc); };
   static const std::string all_reduce_doc =
       doc("all_reduce(buf, count=None, dtype=None, op='sum', *, timeout=None, nan_check=None, "
