@@ -150,8 +150,10 @@ def _reduce_op_name(op: Any, what: str) -> str:
     for torch_op, name in _REDUCE_OPS:
         if op == torch_op:
             return name
+    # torch hands a ReduceOp object whose repr names no op; its `op` (a RedOpType) does.
+    name = getattr(getattr(op, "op", op), "name", op)
     raise NotImplementedError(
-        f"commd {what}: reduce op {op} is not supported; allowed SUM, AVG, MIN, MAX, PRODUCT")
+        f"commd {what}: reduce op {name} is not supported; allowed SUM, AVG, MIN, MAX, PRODUCT")
 
 
 def _completed(result: Any) -> dist.Work:
