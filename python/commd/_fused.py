@@ -58,6 +58,18 @@ def _col_scale(op: str, scale: torch.Tensor | None, n: int):
     return _host(scale.to(torch.float32).contiguous().reshape(-1))
 
 
+def _backend_on_one_node(op: str, group: dist.ProcessGroup | None):
+    """The group's commd backend; NotImplementedError for a group spanning nodes (the SDK's
+    fused matmuls run over one node's symmetric memory), before anything is allocated."""
+    backend = backend_of(group)
+    if backend.nodes > 1:
+        raise NotImplementedError(
+            f"commd {op}: process group {backend._name!r} spans {backend.nodes} nodes; the "
+            "fused matmuls run within one node (use a node-local new_group, or the unfused "
+            "collective and matmul)")
+    return backend
+
+
 def _shard_buffer(backend, a: torch.Tensor, rows: int, scaled: bool):
     """The symmetric buffer the shard is multiplied from: the one `a` already starts (a tensor
     of commd.torch.empty, moved to dim 0 without a copy), when it has room for the row scales
@@ -88,7 +100,7 @@ def fused_all_gather_matmul(A_shard: torch.Tensor, Bs: Sequence[torch.Tensor],  
     op = "fused_all_gather_matmul"
     dtype = _check(op, [A_shard, *Bs])
     d = _leading(op, A_shard, gather_dim, "gather_dim")
-    backend = backend_of(group)
+    backend = _backend_on_one_node(op, group)
     world = backend.commd_group.world_size
     a = A_shard.detach().movedim(d, 0).contiguous()
     rows, k = math.prod(a.shape[:-1]), a.shape[-1]
@@ -127,7 +139,7 @@ def fused_matmul_reduce_scatter(A: torch.Tensor, B: torch.Tensor, reduce_op: str
     d = _leading(op, A, scatter_dim, "scatter_dim")
     if reduce_op not in ("sum", "avg"):
         raise ValueError(f"commd {op}: reduce_op {reduce_op!r}; allowed 'sum', 'avg'")
-    backend = backend_of(group)
+    backend = _backend_on_one_node(op, group)
     world = backend.commd_group.world_size
     a = A.detach().movedim(d, 0).contiguous()
     if a.shape[0] % world != 0:

@@ -8,7 +8,9 @@ Importing this module registers the backend ``"commd"`` for CPU tensors:
 
 Every process group is a commd group of the same name in one commd job, so the node's
 daemon sees a torch job as it sees a C++ one: one flight-recorder entry per collective,
-hang and dead-rank diagnosis, NaN checks, abort, metrics. Tensors are staged through the
+hang and dead-rank diagnosis, NaN checks, abort, metrics. A process group whose ranks are on
+several commd nodes (daemons of one cluster) is a commd group spanning them, each node's
+ranks its node-local part (see _placement); CPU tensors only. Tensors are staged through the
 group's symmetric buffer in chunks of ``Options.chunk_bytes``; tensors allocated with
 :func:`empty` live in a symmetric buffer and skip the staging copies. docs/python.md has
 the options, the supported operations and what each error means.
@@ -127,14 +129,47 @@ def _connect(store: dist.Store, group_rank: int, world_size: int) -> Client:
     return _client
 
 
-def _check_on_this_node(world_size: int) -> None:
-    local = os.environ.get("LOCAL_WORLD_SIZE")
-    total = os.environ.get("WORLD_SIZE")
-    if local is not None and total is not None and int(total) > int(local):
-        raise RuntimeError(
-            f"commd: WORLD_SIZE={total} exceeds LOCAL_WORLD_SIZE={local}: the backend runs "
-            "the ranks of one node only (jobs spanning nodes are not supported yet); use "
-            "\"cpu:commd\" within a node and another backend across nodes")
+# The commd node this process is attached to (see _node_of).
+_node: str | None = None
+
+
+def _node_of(client: Client) -> str:
+    """The commd node this process's daemon is: its cluster node name (unique within a
+    cluster), else the daemon itself (host, runtime dir, pid), so that ranks attached to two
+    daemons without a cluster are two nodes and their group fails to join naming the missing
+    cluster instead of running as two unrelated groups."""
+    global _node
+    if _node is None:
+        status = client.status()
+        cluster = status.get("cluster")
+        if cluster and cluster.get("node_name"):
+            _node = "node " + cluster["node_name"]
+        else:
+            _node = (f"daemon {status['hostname']}:{status['runtime_dir']} (pid "
+                     f"{status['pid']}, no cluster)")
+    return _node
+
+
+@dataclasses.dataclass(frozen=True)
+class _Placement:
+    """Where a process group's ranks are: this rank's place among the group's ranks on its
+    node (sorted by group rank) and how many nodes hold the group's ranks."""
+
+    node: str
+    local_rank: int
+    local_size: int
+    nodes: int
+
+
+def _placement(store: dist.Store, rank: int, size: int, node: str) -> _Placement:
+    """Every rank of the group publishes its node through the group's store and reads its
+    peers': one round of the store per group, as torch's own backends exchange addresses."""
+    store.set(f"commd/node_of_rank/{rank}", node)
+    nodes = [v.decode() for v in
+             store.multi_get([f"commd/node_of_rank/{r}" for r in range(size)])]
+    mine = [r for r in range(size) if nodes[r] == node]
+    return _Placement(node=node, local_rank=mine.index(rank), local_size=len(mine),
+                      nodes=len(set(nodes)))
 
 
 def _commd_dtype(t: torch.Tensor, op: str) -> str:
@@ -257,31 +292,43 @@ class ProcessGroupCommd(_C10dBackend):
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
                  group_name: str, global_rank: int, options: Options | None = None,
-                 description: str = "", device: str = "host"):
+                 description: str = "", device: str = "host",
+                 placement: _Placement | None = None):
         super().__init__(rank, size)
         opts = (options or Options()).resolved()
         client = self._client = _connect(store, rank, size)
         self._name = group_name
         self._device = device
+        place = self._placement = placement or _placement(store, rank, size, _node_of(client))
         # A CUDA process group's commd group: its own, on this rank's GPU, joined at the
         # first collective on CUDA tensors (see _on_device).
         self._make_cuda = functools.partial(
             ProcessGroupCommd, store, rank, size, timeout, group_name, global_rank, options,
-            description)
+            description, placement=place)
         self._cuda: ProcessGroupCommd | None = None
         commd_name = group_name if device == "host" else f"{group_name}.cuda"
+        if place.nodes > 1:
+            # A group spanning nodes: this node's ranks are a node-local group of the commd
+            # group, every rank named by its group rank (counts, shapes and roots of its
+            # collectives are the whole group's: docs/cluster.md).
+            where = dict(rank=place.local_rank, world_size=place.local_size, global_rank=rank,
+                         global_world_size=size)
+        else:
+            where = dict(rank=rank, world_size=size, global_rank=global_rank)
         try:
             group = client.join_group(
-                commd_name, rank, size, global_rank=global_rank,
+                commd_name, **where,
                 timeout=timeout.total_seconds(), watchdog_policy=opts.watchdog_policy,
                 nan_check=opts.nan_check, nan_sample_period=opts.nan_sample_period,
                 nan_policy=opts.nan_policy, description=description, device=device)
         except Error as e:
             # Which job and group: a second torchrun job under the same COMMD_JOB_ID meets
             # the first one's group here (AlreadyExistsError), for one.
+            spans = (f" (spanning {place.nodes} nodes: local rank {place.local_rank} of "
+                     f"{place.local_size} on {place.node})" if place.nodes > 1 else "")
             raise dist.DistBackendError(
                 f"commd: rank {rank} of {size} could not join group {commd_name!r} of commd "
-                f"job {client.job_id!r}: {e}") from e
+                f"job {client.job_id!r}{spans}: {e}") from e
         self._group = group if device == "host" else _OnCurrentStream(group)
         self._staging = _Staging(self._group, opts.chunk_bytes)
         self._symmetric: list[tuple[int, int, SymmetricBuffer]] = []  # (start, end, buffer)
@@ -297,6 +344,12 @@ class ProcessGroupCommd(_C10dBackend):
                              "takes tensors of one device")
         if not devices or not devices[0].startswith("cuda") or self._device != "host":
             return self
+        if self.nodes > 1:
+            raise NotImplementedError(
+                f"commd {op}: CUDA tensors on process group {self._name!r}, which spans "
+                f"{self.nodes} nodes; commd runs collectives across nodes on CPU tensors only "
+                "(NCCL between the nodes' GPUs is not implemented yet): use "
+                "\"cpu:commd,cuda:nccl\" to send CUDA tensors to NCCL")
         if self._cuda is None:
             self._cuda = self._make_cuda(device=f"cuda:{torch.cuda.current_device()}")
         return self._cuda
@@ -315,6 +368,11 @@ class ProcessGroupCommd(_C10dBackend):
     def commd_group(self) -> Group:
         """The commd group behind this process group."""
         return self._group
+
+    @property
+    def nodes(self) -> int:
+        """How many commd nodes hold this process group's ranks (1: a node-local group)."""
+        return self._placement.nodes
 
     def _fused_buffer(self, role: int, nbytes: int) -> SymmetricBuffer:
         """The fused matmuls' symmetric buffer `role` (0: A's shard, 1: the workspace), grown
@@ -556,8 +614,10 @@ class ProcessGroupCommd(_C10dBackend):
             return
         flat = _flat(output)
         n = t.numel()
-        # What one call stages: the input on CPU, the gathered output on CUDA too.
-        staged = n * t.element_size() * (1 if self._device == "host" else self.size())
+        # What one call stages: the input on CPU, the gathered output on CUDA and on a group
+        # spanning nodes (whose results come back through the staging buffer) too.
+        node_local_host = self._device == "host" and self.nodes == 1
+        staged = n * t.element_size() * (1 if node_local_host else self.size())
         if output.is_contiguous() and 0 < staged <= self._staging.nbytes:
             # One call: on CPU the kernels stage the input and gather straight into the output.
             self._outside("all_gather", _flat(t), flat, n, cdtype, out_slots=self.size())
@@ -742,8 +802,6 @@ def _create(dist_opts: Any, options: Any) -> ProcessGroupCommd:
                         "commd.torch.Options")
     rank, size = dist_opts.group_rank, dist_opts.group_size
     ranks = list(dist_opts.global_ranks_in_group)
-    if not ranks:  # the default group
-        _check_on_this_node(size)
     global_rank = ranks[rank] if ranks else rank
     return ProcessGroupCommd(dist_opts.store, rank, size, dist_opts.timeout,
                              str(dist_opts.group_id), global_rank, options,

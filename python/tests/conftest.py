@@ -15,18 +15,23 @@ sys.path.insert(0, os.path.dirname(__file__))  # ranks.py, for spawned rank proc
 
 
 class Daemon:
-    def __init__(self, tmp: str) -> None:
+    def __init__(self, tmp: str, config: str | None = None) -> None:
+        """A daemon on `tmp`, with `config` (textproto of commd.v1.DaemonConfig) when given."""
         self.runtime_dir = os.path.join(tmp, "run")
         self.dump_dir = os.path.join(tmp, "dumps")
         self.log_path = os.path.join(tmp, "commd.log")
         binary = os.environ.get("COMMD_BINARY")
         if not binary:
             pytest.fail("COMMD_BINARY is not set (run these tests through ctest)")
+        args = [binary, "--runtime-dir", self.runtime_dir, "--metrics-address", "127.0.0.1:0",
+                "--dump-dir", self.dump_dir]
+        if config is not None:
+            path = os.path.join(tmp, "commd.textproto")
+            with open(path, "w") as f:
+                f.write(config)
+            args += ["--config", path]
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [binary, "--runtime-dir", self.runtime_dir, "--metrics-address", "127.0.0.1:0",
-             "--dump-dir", self.dump_dir],
-            stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while b"commd ready" not in self.log():
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -106,21 +106,6 @@ def test_bad_arguments_raise_clear_errors(daemon, tmp_path):
         assert r["mismatch"]["raised"] == "DistBackendError", results
 
 
-def test_world_larger_than_the_node_fails_at_init(daemon):
-    code = subprocess.run(
-        [sys.executable, "-c", """
-import os, torch.distributed as dist, commd.torch
-os.environ.update(WORLD_SIZE="4", LOCAL_WORLD_SIZE="2")
-try:
-    dist.init_process_group("commd", store=dist.HashStore(), rank=0, world_size=4)
-except RuntimeError as e:
-    print(e)
-"""], env=dict(os.environ, COMMD_RUNTIME_DIR=daemon.runtime_dir), capture_output=True,
-        text=True, timeout=120)
-    assert code.returncode == 0, code.stderr
-    assert "WORLD_SIZE=4" in code.stdout and "LOCAL_WORLD_SIZE=2" in code.stdout, code.stdout
-
-
 @pytest.mark.parametrize("world", [2, 3])
 def test_fused_matmul_against_the_unfused_reference(daemon, tmp_path, world):
     code, results = torchrun(daemon, tmp_path, "fused_matmul", world)
