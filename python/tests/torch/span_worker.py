@@ -1,7 +1,8 @@
 """One rank of a torch.distributed job on backend commd whose ranks are on two commd nodes
 (two daemons of one etcd cluster), started by test_span.py as one torchrun per node:
-`span_worker.py SCENARIO OUT_DIR`. As worker.py, each rank checks its results itself
-(AssertionError: exit 1) and writes what the test reads back to OUT_DIR/rank<N>.json."""
+`span_worker.py SCENARIO OUT_DIR [ARGS...]`, a scenario of this file or worker.py's ddp and
+death. As worker.py, each rank checks its results itself (AssertionError: exit 1) and writes
+what the test reads back to OUT_DIR/rank<N>.json."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import commd.torch as ct
-from worker import DTYPES, FACTORS, OPS, check, inputs
+from worker import DTYPES, FACTORS, OPS, check, ddp, death, inputs
 
 # A staging buffer large enough for one all-reduce to run in lanes across the nodes (the SDK
 # runs all-reduces of 4 MiB and more that way; smaller ones through the nodes' leaders).
@@ -108,7 +109,8 @@ def non_contiguous(group, members: list[int]) -> int:
 
 def zero_copy(group, members: list[int]) -> int:
     """commd.torch.empty tensors (symmetric buffers of the group): no staging copies; counts
-    per global rank across the nodes, a large all-reduce in lanes."""
+    per global rank across the nodes; the 5 MiB all-reduce runs in lanes on nodes of two or
+    more ranks each (the default group), through the leaders otherwise."""
     me, world = members.index(dist.get_rank()), len(members)
     n = 1001
     everyone = torch.stack([inputs(r, n) for r in range(world)])
@@ -216,19 +218,20 @@ def no_cluster(out_dir: str) -> None:
     write(out_dir, {"raised": None})
 
 
-SCENARIOS = {f.__name__: f for f in (spanning, no_cluster)}
+SCENARIOS = {f.__name__: f for f in (spanning, no_cluster, ddp, death)}
 
 
 def main() -> None:
-    scenario, out_dir = sys.argv[1:]
+    scenario, out_dir, *args = sys.argv[1:]
     try:
         dist.init_process_group("commd", timeout=datetime.timedelta(seconds=60))
     except dist.DistBackendError as e:
         write(out_dir, {"raised": type(e).__name__, "message": str(e),
                         "cause": type(e.__cause__).__name__})
         return
-    SCENARIOS[scenario](out_dir)
-    dist.destroy_process_group()
+    SCENARIOS[scenario](out_dir, *args)
+    if scenario != "death":
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

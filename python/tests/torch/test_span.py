@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -88,35 +89,52 @@ def nodes(tmp_path_factory):
         etcd.stop()
 
 
-def torchrun_nodes(daemons, tmp_path, scenario: str, nproc: int,
-                   timeout: float = 600) -> tuple[list[int], list]:
+def torchrun_nodes(daemons, tmp_path, scenario: str, nproc: int, *args: str,
+                   until: list[int] | None = None,
+                   timeout: float = 600) -> tuple[list[int | None], list]:
     """One torchrun per daemon (node rank i on daemons[i]), `nproc` ranks each; returns each
-    torchrun's exit code and each global rank's JSON (None for a rank that wrote none)."""
+    torchrun's exit code and each global rank's JSON (None for a rank that wrote none). With
+    `until`, the torchruns are ended (exit code None) once those ranks wrote theirs: a
+    torchrun whose peer node failed otherwise waits out its agents' exit barrier (300 s)."""
     out = tmp_path / scenario
     out.mkdir()
     port = free_port()
-    procs = []
+    procs, logs = [], []
     for node_rank, d in enumerate(daemons):
         env = dict(os.environ, COMMD_RUNTIME_DIR=d.runtime_dir, COMMD_GLOO_IFACE="lo",
-                   OMP_NUM_THREADS="1", COMMD_TORCH_CHUNK_BYTES=str(1 << 20))
+                   GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
+                   COMMD_TORCH_CHUNK_BYTES=str(1 << 20))
         env.pop("COMMD_JOB_ID", None)  # rank 0 makes one and hands it to every node
+        logs.append(open(tmp_path / f"{scenario}-{NODES[node_rank]}.log", "w+"))
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(daemons)}",
              f"--node-rank={node_rank}", f"--nproc-per-node={nproc}",
              "--master-addr=127.0.0.1", f"--master-port={port}", "--monitor-interval=1",
-             WORKER, scenario, str(out)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    codes = []
-    for node_rank, p in enumerate(procs):
-        try:
-            log, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        codes.append(p.returncode)
-        if p.returncode != 0:
-            print(f"--- torchrun of {NODES[node_rank]}:\n{log[-20000:]}")
+             WORKER, scenario, str(out), *args],
+            env=env, stdout=logs[-1], stderr=subprocess.STDOUT, start_new_session=True))
+    deadline = time.monotonic() + timeout
+    try:
+        while any(p.poll() is None for p in procs):
+            if until is not None and all((out / f"rank{r}.json").exists() for r in until):
+                break
+            assert time.monotonic() < deadline, f"torchrun {scenario} took over {timeout} s"
+            time.sleep(0.2)
+    finally:
+        for p in procs:  # each torchrun with its workers (a session of its own)
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    codes = [None if until is not None else p.returncode for p in procs]
+    for node_rank, log in enumerate(logs):
+        if until is None and procs[node_rank].returncode != 0:
+            log.seek(0)
+            print(f"--- torchrun of {NODES[node_rank]}:\n{log.read()[-20000:]}")
+        log.close()
     results = []
     for r in range(nproc * len(daemons)):
         path = out / f"rank{r}.json"
@@ -153,6 +171,31 @@ def test_every_op_across_two_nodes(nodes, tmp_path):
     # Checks per rank: the default group's, then each subgroup the rank is in (span_worker).
     memberships = [1, 1, 3, 2]
     assert [res["checked"] for res in results] == [165 + 86 * m for m in memberships]
+
+
+def test_ddp_across_two_nodes_reaches_the_same_parameters_as_gloo(nodes, tmp_path):
+    codes, results = torchrun_nodes(nodes, tmp_path, "ddp", 2, "10")
+    assert codes == [0, 0]
+    assert [r["parameters"] for r in results] == [16 * 32 + 32 + 32 * 4 + 4] * 4, results
+
+
+def test_a_killed_rank_on_one_node_makes_every_rank_of_both_nodes_raise(nodes, tmp_path):
+    """Rank 3 (node-b) is SIGKILLed in a loop of all-reduces: its node-mate's call raises the
+    daemon's abort naming the death; node-a's ranks' calls raise too (the exchange between the
+    nodes broken, or the abort announced across nodes, whichever reaches them first); all
+    within seconds, not at the group's timeout (60 s)."""
+    start = time.monotonic()
+    _, results = torchrun_nodes(nodes, tmp_path, "death", 2, until=[0, 1, 2], timeout=120)
+    elapsed = time.monotonic() - start
+    assert results[3] is None, results
+    for r in (0, 1, 2):
+        assert results[r] is not None and results[r]["raised"] == "DistBackendError", results
+    assert results[2]["cause"] == "AbortedError", results
+    assert "killed by SIGKILL" in results[2]["message"], results
+    for r in (0, 1):
+        assert results[r]["cause"] in ("UnavailableError", "AbortedError"), results
+        assert "group 0" in results[r]["message"], results
+    assert elapsed < 50, elapsed
 
 
 def test_ranks_on_two_daemons_without_a_cluster_fail_at_init(tmp_path_factory, tmp_path):
