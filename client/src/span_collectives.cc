@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "client/src/collective_call.h"
 #include "common/status_macros.h"
 #include "gloo/allgatherv.h"
@@ -513,6 +514,10 @@ class HostSpanBackend : public SpanBackend {
     try {
       return exchange();
     } catch (const std::exception& e) {
+      // A peer that went away has usually been aborted: its node tells every node within a
+      // few milliseconds (docs/cluster.md), and the abort's reason says more than a closed
+      // connection. Wait for it a little.
+      for (int i = 0; i < 100 && !Aborted(); ++i) absl::SleepFor(absl::Milliseconds(10));
       const std::string what =
           absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)), " on group ", s_.group,
                        ": the exchange between nodes (node ", s_.layout[s_.node_index].node, ", ",

@@ -61,7 +61,7 @@ void GroupRegistry::MemberGone(Group& g, int rank, const server::SessionEnd& end
   Member& m = g.members[rank];
   m.gone = true;
   m.died = end.process_exited();
-  const std::string text = DepartureText(rank, m.session->pid, end);
+  const std::string text = DepartureText(rank, m.session->pid, end, &g);
   if (m.died && options_.on_rank_death) {
     // The dead rank's last entries, and its peers' view of the same moment.
     deferred.push_back(

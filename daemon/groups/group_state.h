@@ -117,7 +117,9 @@ GroupSnapshot SnapshotOf(const Group& group);
 
 // "rank 2 (pid 4711) exited: killed by SIGKILL", "rank 2 (pid 4711) exited with status 3",
 // "rank 2 (pid 4711) closed its session".
-std::string DepartureText(int rank, int64_t pid, const server::SessionEnd& end);
+// `spanning`: the rank's group, named by global rank and node when it spans nodes.
+std::string DepartureText(int rank, int64_t pid, const server::SessionEnd& end,
+                          const Group* spanning = nullptr);
 // "[0, 2]"
 std::string RankList(const std::vector<int>& ranks);
 

@@ -204,8 +204,18 @@ std::string RankList(const std::vector<int>& ranks) {
   return absl::StrCat("[", absl::StrJoin(ranks, ", "), "]");
 }
 
-std::string DepartureText(int rank, int64_t pid, const server::SessionEnd& end) {
-  const std::string who = absl::StrCat("rank ", rank, " (pid ", pid, ")");
+std::string DepartureText(int rank, int64_t pid, const server::SessionEnd& end,
+                          const Group* spanning) {
+  std::string who = absl::StrCat("rank ", rank, " (pid ", pid, ")");
+  if (spanning != nullptr && spanning->spanning()) {
+    // The other nodes know the rank by its global rank and this node's name.
+    const v1::GroupLayout& l = spanning->layout;
+    who = absl::StrCat("global rank ", spanning->members[rank].global_rank,
+                       l.this_node() >= 0 && l.this_node() < l.nodes_size()
+                           ? absl::StrCat(" on node ", l.nodes(l.this_node()).node())
+                           : "",
+                       " (local rank ", rank, ", pid ", pid, ")");
+  }
   if (!end.process_exited()) return absl::StrCat(who, " closed its session");
   const std::string how = end.exit.ToString();
   return absl::StartsWith(how, "exited") ? absl::StrCat(who, " ", how)
