@@ -25,6 +25,12 @@ v1::GroupInfo InfoOf(const GroupSnapshot& g) {
   }
   info.set_memory_bytes(g.memory_bytes);
   info.set_description(g.description);
+  if (g.global_world_size > g.world_size) {
+    info.set_global_world_size(g.global_world_size);
+    info.set_node_count(g.layout.nodes_size());  // 0 until the nodes met
+    info.set_node_index(g.layout.nodes_size() > 0 ? g.layout.this_node() : -1);
+    info.set_formation(g.layout.formation());
+  }
   return info;
 }
 

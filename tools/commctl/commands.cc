@@ -65,16 +65,38 @@ absl::Status Topo(const GlobalOptions& options, std::ostream& out) {
   return Print(options, topology, topology::RenderTopologyText(topology), out);
 }
 
+namespace {
+
+// A spanning group's shape: "4 over 2 nodes (this is node 1)", "4 (nodes meeting)" while the
+// nodes rendezvous, "-" for a group on this node only.
+std::string GlobalShape(const v1::GroupInfo& g) {
+  if (g.global_world_size() <= g.world_size()) return "-";
+  if (g.node_count() == 0) return absl::StrCat(g.global_world_size(), " (nodes meeting)");
+  return absl::StrCat(g.global_world_size(), " over ", g.node_count(), " nodes (this is node ",
+                      g.node_index(), ")");
+}
+
+}  // namespace
+
 std::string FormatGroups(const v1::ListGroupsResponse& groups) {
   if (groups.groups().empty()) return "no groups\n";
-  std::string out = absl::StrFormat("%-24s %-16s %-16s %-10s %-7s %-12s %s\n", "JOB", "GROUP",
-                                    "DESC", "STATE", "RANKS", "MEMORY", "PIDS");
+  // The GLOBAL column only when a group spans nodes: a node-local listing reads as it always did.
+  bool spanning = false;
+  for (const v1::GroupInfo& g : groups.groups()) {
+    spanning = spanning || g.global_world_size() > g.world_size();
+  }
+  std::string out = absl::StrFormat("%-24s %-16s %-16s %-10s %-7s %-12s ", "JOB", "GROUP", "DESC",
+                                    "STATE", "RANKS", "MEMORY");
+  if (spanning) absl::StrAppendFormat(&out, "%-32s ", "GLOBAL");
+  absl::StrAppend(&out, "PIDS\n");
   for (const v1::GroupInfo& g : groups.groups()) {
     std::vector<std::string> pids;
     for (const v1::Member& m : g.members()) pids.push_back(absl::StrCat(m.rank(), ":", m.pid()));
-    absl::StrAppendFormat(&out, "%-24s %-16s %-16s %-10s %-7s %-12d %s\n", g.job_id(), g.name(),
+    absl::StrAppendFormat(&out, "%-24s %-16s %-16s %-10s %-7s %-12d ", g.job_id(), g.name(),
                           g.description(), g.state(), absl::StrCat(g.joined(), "/", g.world_size()),
-                          g.memory_bytes(), absl::StrJoin(pids, " "));
+                          g.memory_bytes());
+    if (spanning) absl::StrAppendFormat(&out, "%-32s ", GlobalShape(g));
+    absl::StrAppend(&out, absl::StrJoin(pids, " "), "\n");
   }
   return out;
 }
