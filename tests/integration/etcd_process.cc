@@ -7,7 +7,9 @@
 
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
@@ -120,6 +122,39 @@ std::string Etcd::Get(const std::string& key) const {
 
 void Etcd::Delete(const std::string& key) const {
   (void)RunProcess(Etcdctl({"del", key}), absl::Seconds(30), {"ETCDCTL_API=3"});
+}
+
+absl::Status Etcd::Put(const std::string& key, const std::string& value) const {
+  ProcessResult r = RunProcess({kEtcdctl, "--endpoints", endpoint(), "put", key, value},
+                               absl::Seconds(30), {"ETCDCTL_API=3"});
+  if (r.exit_code != 0) return absl::InternalError("etcdctl put " + key + ": " + r.output);
+  return absl::OkStatus();
+}
+
+int64_t Etcd::LeaseTtl(const std::string& key) const {
+  // {"header":{...},"kvs":[{"key":"...",...,"lease":7587869191435616267}],"count":1}
+  ProcessResult r = RunProcess({kEtcdctl, "--endpoints", endpoint(), "get", "-w", "json", key},
+                               absl::Seconds(30), {"ETCDCTL_API=3"});
+  const size_t kvs = r.output.find("\"kvs\"");
+  if (r.exit_code != 0 || kvs == std::string::npos) return -1;
+  const size_t at = r.output.find("\"lease\":", kvs);
+  if (at == std::string::npos) return 0;
+  int64_t lease = 0;
+  const size_t start = at + 8;
+  const size_t end = r.output.find_first_not_of("0123456789", start);
+  if (!absl::SimpleAtoi(r.output.substr(start, end - start), &lease)) return -1;
+  // "lease 694d7bb1e6d8bc0b granted with TTL(60s), remaining(58s)"
+  r = RunProcess(
+      {kEtcdctl, "--endpoints", endpoint(), "lease", "timetolive", absl::StrFormat("%x", lease)},
+      absl::Seconds(30), {"ETCDCTL_API=3"});
+  const size_t ttl = r.output.find("TTL(");
+  int64_t seconds = -1;
+  if (ttl == std::string::npos ||
+      !absl::SimpleAtoi(r.output.substr(ttl + 4, r.output.find('s', ttl + 4) - ttl - 4),
+                        &seconds)) {
+    return -1;
+  }
+  return seconds;
 }
 
 }  // namespace commd::testing

@@ -11,6 +11,7 @@
 #ifndef COMMD_TESTS_INTEGRATION_ETCD_PROCESS_H_
 #define COMMD_TESTS_INTEGRATION_ETCD_PROCESS_H_
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +59,11 @@ class Etcd {
   std::string Get(const std::string& key) const;
   // Deletes `key`, as an operator (or an expired lease) would.
   void Delete(const std::string& key) const;
+  // Writes `value` (any bytes but NUL) at `key`, as another writer of etcd would.
+  absl::Status Put(const std::string& key, const std::string& value) const;
+  // The TTL the lease `key` hangs on was granted with, in seconds: 0 when the key has no lease,
+  // -1 when it is absent or etcdctl's answer does not say.
+  int64_t LeaseTtl(const std::string& key) const;
 
  private:
   // etcdctl and its flags (TLS: the CA and the client certificate).
