@@ -192,6 +192,10 @@ absl::Status Daemon::StartCluster(const store::StoreLimits& limits) {
   group_dumps_->set_publisher(job_dumps_.get());
   // Every node's view of a job's groups: the watchdog writes this node's, health reads them.
   progress_ = std::make_unique<cluster::ProgressBoard>(cluster_.get(), &metrics_->registry());
+  // An abort of a spanning group on one node aborts it on every node: the watchdog announces,
+  // and the watch (started with the watchdog) applies the other nodes' announcements.
+  span_aborts_ = std::make_unique<cluster::SpanAborts>(cluster_.get(), cluster::SpanAbortsOptions{},
+                                                       &metrics_->registry());
   return absl::OkStatus();
 }
 
@@ -262,7 +266,8 @@ absl::Status Daemon::StartServers() {
           .policy = wd.policy(),
           .terminate_grace = absl::Milliseconds(wd.terminate_grace_ms()),
           .progress = progress_.get(),
-          .progress_period = absl::Milliseconds(config_.cluster().progress_interval_ms())},
+          .progress_period = absl::Milliseconds(config_.cluster().progress_interval_ms()),
+          .aborts = span_aborts_.get()},
       groups_.get(), group_dumps_.get(),
       [service = session_service_.get()](const std::string& token, const v1::SessionEvent& e) {
         return service->Push(token, e);
@@ -282,6 +287,8 @@ absl::Status Daemon::StartServers() {
           COMMD_LOG(WARNING, "cluster") << "node " << node << " is gone: its lease in etcd ended";
           watchdog_->OnNodeGone(node, e.kv().mod_revision());
         });
+    span_aborts_->Watch(
+        [this](const watchdog::SpanAbortNotice& a) { return watchdog_->OnRemoteAbort(a); });
   }
   health_service_ =
       std::make_unique<watchdog::HealthService>(rpc_.get(), watchdog_.get(), progress_.get());
@@ -364,7 +371,8 @@ void Daemon::Shutdown(absl::Duration grace) {
   if (watchdog_ != nullptr && metrics_ != nullptr) metrics_->Unregister(watchdog_->group_metrics());
   if (span_ != nullptr) span_->Shutdown();  // the spanning groups' waits, before etcd goes
   // The cluster's waits end and its etcd calls drain before the timers and sessions go.
-  node_watch_.reset();  // it calls into the watchdog
+  node_watch_.reset();                                // it calls into the watchdog
+  if (span_aborts_ != nullptr) span_aborts_->Stop();  // so does its watch
   if (job_dumps_ != nullptr) {
     group_dumps_->set_publisher(nullptr);
     job_dumps_->Stop();
@@ -389,6 +397,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   store_.reset();
   cluster_store_.reset();
   job_dumps_.reset();
+  span_aborts_.reset();
   progress_.reset();
   cluster_.reset();
   dumper_.reset();

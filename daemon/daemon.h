@@ -23,6 +23,7 @@
 #include "daemon/cluster/job_dumps.h"
 #include "daemon/cluster/prefix_watch.h"
 #include "daemon/cluster/progress.h"
+#include "daemon/cluster/span_aborts.h"
 #include "daemon/groups/group_registry.h"
 #include "daemon/groups/groups_service.h"
 #include "daemon/memory/allocation_table.h"
@@ -98,6 +99,7 @@ class Daemon {
   std::unique_ptr<cluster::JobDumps> job_dumps_;          // one dump for a job across nodes
   std::unique_ptr<cluster::ProgressBoard> progress_;      // every node's view of a job
   std::unique_ptr<cluster::PrefixWatch> node_watch_;      // nodes whose lease ended
+  std::unique_ptr<cluster::SpanAborts> span_aborts_;      // aborts of groups across nodes
   std::unique_ptr<recorder::Dumper> dumper_;
   std::unique_ptr<recorder::GroupDumps> group_dumps_;  // every dump of groups goes through it
   std::unique_ptr<server::RpcContext> rpc_;

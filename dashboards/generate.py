@@ -279,6 +279,19 @@ def fleet_dashboard():
         '[$__rate_interval]))', "{{instance}}")], w=12, unit="ops",
         description="On change, at most one per group per cluster.progress_interval_ms: the "
                     "write rate commd puts on etcd (docs/PERFORMANCE.md).")
+    L.panel("timeseries", "Aborts of spanning groups across nodes", [q(
+        f'sum by (event) (increase(commd_cluster_span_aborts_total{{{ALL}}}[$__rate_interval]))',
+        "{{event}}")], w=12,
+        description="A group spanning nodes aborted on one node is aborted on the others: "
+                    "announcements sent, failed to send (that node was cut off from etcd), "
+                    "received from other nodes, applied (ranks aborted here), and rejected "
+                    "(keys or values under <prefix>/aborts/ that commd did not write) "
+                    "(docs/cluster.md, \"An abort across nodes\").")
+    L.panel("stat", "Nodes not watching for aborts across nodes", [q(
+        f'count(commd_cluster_span_aborts_watching{{{ALL}}} == 0) or vector(0)', instant=True)],
+        w=6, h=4,
+        description="Such a node does not abort its part of a group another node aborted "
+                    "until it watches again (it then catches up, within the keys' 60 s).")
     return dashboard("commd-fleet", "commd: fleet overview",
                      "Every node's commd: which nodes have hung groups, where aborts and NaNs "
                      "happen, traffic and memory per node.", L.panels, ["commd"])

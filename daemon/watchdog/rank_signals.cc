@@ -24,8 +24,8 @@ RankSignals::RankSignals(PushEvent push, RecorderClock* clock, GroupMetrics* met
                          absl::Duration terminate_grace)
     : push_(std::move(push)), clock_(clock), metrics_(metrics), terminate_grace_(terminate_grace) {}
 
-int RankSignals::Notify(const groups::GroupSnapshot& g, AbortReason reason,
-                        const std::string& text) {
+int RankSignals::Notify(const groups::GroupSnapshot& g, AbortReason reason, const std::string& text,
+                        bool* first_out) {
   const uint64_t now = clock_->NowNs();
   int notified = 0;
   bool first = false;
@@ -39,6 +39,7 @@ int RankSignals::Notify(const groups::GroupSnapshot& g, AbortReason reason,
     if (push_) push_(m.session_token, event);
     ++notified;
   }
+  if (first_out != nullptr) *first_out = first;
   if (first) {
     metrics_->CountAbort(g.job_id, g.name, AbortReasonName(static_cast<uint32_t>(reason)));
   }

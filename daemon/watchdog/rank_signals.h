@@ -35,7 +35,10 @@ class RankSignals {
 
   // Sets the abort word of every rank's control block (the first abort of the group is counted
   // in commd_group_aborts_total) and sends each live rank an abort event; returns how many.
-  int Notify(const groups::GroupSnapshot& g, AbortReason reason, const std::string& text);
+  // `*first` (optional) says whether this call set some rank's abort word, i.e. whether the
+  // group had not been aborted before.
+  int Notify(const groups::GroupSnapshot& g, AbortReason reason, const std::string& text,
+             bool* first = nullptr);
 
   // SIGTERM to the group's live ranks; SIGKILL to those still there after terminate_grace.
   void Terminate(const groups::GroupSnapshot& g);

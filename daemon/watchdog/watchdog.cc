@@ -168,7 +168,7 @@ void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
     if (key != t.acted_key && !aborted && !died) {
       t.acted_key = key;
       t.last = *d;
-      Act(t, *d, deferred);
+      Act(t, *d, deferred, Cause{});
     }
     t.state = t.abort_reason.empty() && !aborted ? v1::HUNG : v1::ABORTED;
   } else if (aborted || !t.abort_reason.empty()) {
@@ -191,24 +191,25 @@ void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
 
 namespace {
 
-// How a finding is dumped: under `dump_id` when it has one (a node lost); a hang on a group
-// spanning nodes under an id every node derives alike (the group, its formation and the
-// collective), so that nodes that find the same hang make one dump of the job between them;
-// else under a fresh id.
+// How a finding is dumped: as its cause says when it says (a node lost: under the id every
+// node derives from the loss); a hang on a group spanning nodes under an id every node derives
+// alike (the group, its formation and the collective), so that nodes that find the same hang
+// make one dump of the job between them; else under a fresh id.
 recorder::DumpHow DumpHowOf(const groups::GroupSnapshot& g, const v1::Diagnosis& d, bool certain,
-                            const std::string& dump_id) {
-  if (!dump_id.empty()) return {.dump_id = dump_id};
-  if (certain || g.layout.nodes_size() == 0) return {};
+                            recorder::DumpHow how) {
+  if (certain || g.layout.nodes_size() == 0 || !how.dump_id.empty() || how.local_only) {
+    return how;
+  }
   return {.shared_id = recorder::DumpIdOf(
               absl::StrCat("hang-", g.name, "-f", g.layout.formation(), "-s", d.seq()))};
 }
 
 }  // namespace
 
-void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
-                   const groups::RankDeath* death, const char* trigger,
-                   const std::string& dump_id) {
+void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred, const Cause& cause) {
   const groups::GroupSnapshot& g = t.info;
+  const groups::RankDeath* death = cause.death;
+  const char* trigger = cause.trigger;
   const v1::WatchdogPolicy policy = PolicyOf(g);
   group_metrics_->CountHang(g.job_id, g.name, KindLabel(d.kind()));
   COMMD_LOG(WARNING, "watchdog") << g.job_id << "/" << g.name << ": " << KindLabel(d.kind()) << ": "
@@ -221,7 +222,8 @@ void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
        trigger = death != nullptr     ? std::string("rank_death")
                  : trigger != nullptr ? std::string(trigger)
                                       : absl::StrCat("hang-", KindLabel(d.kind())),
-       json = ToJson(d), how = DumpHowOf(g, d, death != nullptr || trigger != nullptr, dump_id)] {
+       json = ToJson(d),
+       how = DumpHowOf(g, d, death != nullptr || trigger != nullptr, cause.dump)] {
         (void)(group ? dumps_->DumpGroups(*group, trigger, json, how)
                      : dumps_->DumpGroups(selector, trigger, json, how));
       });
@@ -229,10 +231,14 @@ void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
   // their timeout would only hide what happened, so REPORT aborts it too.
   if (death != nullptr || trigger != nullptr || policy == v1::NOTIFY || policy == v1::TERMINATE) {
     t.abort_reason = AbortReasonName(static_cast<uint32_t>(ReasonOf(d.kind())));
-    deferred.push_back([this, g, reason = ReasonOf(d.kind()), text = d.summary()] {
-      signals_.Notify(g, reason, text);
-      groups_->Abort(g.id, absl::StrCat("by the watchdog: ", text));
-    });
+    deferred.push_back(
+        [this, g, reason = ReasonOf(d.kind()), text = d.summary(), announce = cause.announce] {
+          bool first = false;
+          signals_.Notify(g, reason, text, &first);
+          groups_->Abort(g.id, absl::StrCat("by the watchdog: ", text));
+          // Only the group's first abort here: one that came from another node is not echoed.
+          if (first && announce) Announce(g, reason, text);
+        });
   }
   // After the dump has taken its sources: the group retires once every rank is gone.
   if (policy == v1::TERMINATE) {
@@ -266,11 +272,57 @@ void Watchdog::OnNodeGone(const std::string& node, int64_t revision) {
       t.acted_key = absl::StrCat("node:", node);
       t.last = d;
       t.state = v1::ABORTED;
-      Act(t, d, deferred, nullptr, "node_lost", absl::StrCat("node_lost-", node, "-r", revision));
+      Act(t, d, deferred,
+          {.trigger = "node_lost",
+           .dump = {.dump_id = absl::StrCat("node_lost-", node, "-r", revision)},
+           .announce = false});
       PublishMetrics(t);
     }
   }
   for (auto& f : deferred) f();
+}
+
+Watchdog::Tracked& Watchdog::Track(const groups::GroupSnapshot& g) {
+  // The group may have formed since the last poll: it is tracked from here on.
+  Tracked& t = tracked_[g.id];
+  t.info = g;
+  if (t.ranks.size() != g.members.size()) t.ranks.resize(g.members.size());
+  return t;
+}
+
+void Watchdog::Announce(const groups::GroupSnapshot& g, AbortReason reason,
+                        const std::string& text) {
+  if (options_.aborts == nullptr || !g.active || g.layout.nodes_size() < 2) return;
+  options_.aborts->Announce({.uid = g.uid,
+                             .job_id = g.job_id,
+                             .group = g.name,
+                             .formation = g.layout.formation(),
+                             .reason = reason,
+                             .text = text});
+}
+
+int Watchdog::OnRemoteAbort(const SpanAbortNotice& a) {
+  const std::shared_ptr<const groups::GroupsSnapshot> groups = groups_->Snapshot();
+  int aborted = 0;
+  for (const groups::GroupSnapshot& g : groups->groups) {
+    if (!g.active || g.uid != a.uid || g.job_id != a.job_id || g.name != a.group ||
+        g.layout.nodes_size() < 2 || g.layout.formation() != a.formation) {
+      continue;
+    }
+    const std::string text = absl::StrCat("aborted on node ", a.node, ": ", a.text);
+    bool first = false;
+    signals_.Notify(g, a.reason, text, &first);
+    if (!first) continue;  // aborted here already: its own cause and dump stand
+    groups_->Abort(g.id, text);
+    ++aborted;
+    absl::MutexLock lock(&mu_);
+    Tracked& t = Track(g);
+    t.abort_reason = AbortReasonName(static_cast<uint32_t>(a.reason));
+    t.aborted_on_node = a.node;
+    t.state = v1::ABORTED;
+    PublishMetrics(t);
+  }
+  return aborted;
 }
 
 void Watchdog::OnRankDeath(const groups::RankDeath& death) {
@@ -279,10 +331,7 @@ void Watchdog::OnRankDeath(const groups::RankDeath& death) {
   Deferred deferred;
   {
     absl::MutexLock lock(&mu_);
-    // The group may have formed since the last poll: it is tracked from here on.
-    Tracked& t = tracked_[g.id];
-    t.info = g;
-    if (t.ranks.size() != g.members.size()) t.ranks.resize(g.members.size());
+    Tracked& t = Track(g);
     GroupView view;
     view.job_id = g.job_id;
     view.uid = g.uid;
@@ -308,7 +357,7 @@ void Watchdog::OnRankDeath(const groups::RankDeath& death) {
     t.acted_key = absl::StrCat(d.kind(), ":", d.seq());
     t.last = d;
     t.state = v1::ABORTED;
-    Act(t, d, deferred, &death);
+    Act(t, d, deferred, {.death = &death});
     PublishMetrics(t);
   }
   for (auto& f : deferred) f();
@@ -379,6 +428,7 @@ v1::GroupHealth Watchdog::HealthOf(const Tracked& t) const {
   h.set_policy(PolicyOf(t.info));
   if (t.last) *h.mutable_last_diagnosis() = *t.last;
   h.set_abort_reason(t.abort_reason);
+  h.set_aborted_on_node(t.aborted_on_node);
   h.set_timeout_ms(absl::ToInt64Milliseconds(TimeoutOf(t.info)));
   return h;
 }
@@ -431,8 +481,10 @@ absl::StatusOr<int> Watchdog::Abort(const groups::GroupSelector& filter,
   const std::shared_ptr<const groups::GroupsSnapshot> groups = groups_->Snapshot();
   for (const groups::GroupSnapshot* g : groups::Select(*groups, filter, /*active_only=*/true)) {
     ++matched;
-    notified += signals_.Notify(*g, AbortReason::kAdmin, reason);
+    bool first = false;
+    notified += signals_.Notify(*g, AbortReason::kAdmin, reason, &first);
     groups_->Abort(g->id, absl::StrCat("on request: ", reason));
+    if (first) Announce(*g, AbortReason::kAdmin, reason);
     // An abort is a moment worth a dump too: what every rank was doing when it was stopped.
     (void)dumps_->DumpGroups(
         *g, "abort", nlohmann::json{{"kind", "ABORT"}, {"group", g->name}, {"summary", reason}});

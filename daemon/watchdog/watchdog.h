@@ -45,6 +45,7 @@
 #include "daemon/groups/group_registry.h"
 #include "daemon/recorder/group_dumps.h"
 #include "daemon/recorder/ring_reader.h"
+#include "daemon/watchdog/abort_announcer.h"
 #include "daemon/watchdog/classifier.h"
 #include "daemon/watchdog/cluster_views.h"
 #include "daemon/watchdog/group_metrics.h"
@@ -64,6 +65,9 @@ struct WatchdogOptions {
   // Each group's view goes here on change, at most once per progress_period (null: nowhere).
   ClusterViews* progress = nullptr;
   absl::Duration progress_period = absl::Seconds(1);
+  // Where an abort of a formed group spanning nodes is announced to its other nodes (null:
+  // nowhere; docs/cluster.md, "An abort across nodes").
+  AbortAnnouncer* aborts = nullptr;
 };
 
 class Watchdog {
@@ -103,6 +107,14 @@ class Watchdog {
   // (which every node would). Never blocks.
   void OnNodeGone(const std::string& node, int64_t revision);
 
+  // The cluster's hook: node `notice.node` aborted its ranks of a spanning group. This node's
+  // ranks of the same formation (uid, job, group, formation alike) are aborted with the text
+  // "aborted on node <node>: <its text>" and the same reason, without a dump (the announcing
+  // node's abort dump is a job dump every node writes) and without announcing it again. A group
+  // already aborted here keeps its own cause; another formation is untouched. Returns the number
+  // of groups aborted (0 or 1). Never blocks.
+  int OnRemoteAbort(const SpanAbortNotice& notice);
+
   // The registry's hook: a rendezvous timed out.
   void OnRendezvousTimeout(const groups::GroupSnapshot& group, const std::vector<int>& joined,
                            const std::vector<int>& missing);
@@ -116,6 +128,7 @@ class Watchdog {
     std::optional<v1::Diagnosis> last;
     std::string acted_key;  // the finding already acted upon
     std::string abort_reason;
+    std::string aborted_on_node;  // aborted by another node's announcement
     bool retired = false;
     std::string published;  // what the last view published said (ProgressKey)
     uint64_t published_ns = 0;
@@ -127,11 +140,20 @@ class Watchdog {
                 const groups::GroupSnapshot& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `death`: the finding is a rank's death, acted on under every policy; so is a finding
-  // with a `trigger` of its own (a node lost), dumped under `dump_id`.
-  void Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred,
-           const groups::RankDeath* death = nullptr, const char* trigger = nullptr,
-           const std::string& dump_id = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a finding comes from when it is not the poll's: acted on under every policy.
+  struct Cause {
+    const groups::RankDeath* death = nullptr;  // a rank's death: the group dumped as it was
+    const char* trigger = nullptr;             // a fact of the cluster (node_lost)
+    recorder::DumpHow dump;                    // how its dump is written
+    // Tell the group's other nodes (not for a fact of the cluster: every node sees it).
+    bool announce = true;
+  };
+  void Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred, const Cause& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // options_.aborts hears of `g`'s abort when `g` is a formed group spanning nodes.
+  void Announce(const groups::GroupSnapshot& g, AbortReason reason, const std::string& text);
+  // The entry of `g`, made now if the poll has not seen it yet.
+  Tracked& Track(const groups::GroupSnapshot& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishMetrics(const Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::GroupHealth HealthOf(const Tracked& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands the group's view to options_.progress when it changed and the period has passed.

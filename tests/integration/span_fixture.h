@@ -116,7 +116,8 @@ class SpanFixture : public ::testing::Test {
     ASSERT_TRUE(Eventually([&] {
       for (DaemonProcess* d : *nodes) {
         if (MetricValue(*d, "commd_cluster_connected") != 1 ||
-            MetricValue(*d, "commd_cluster_job_dumps_watching") != 1) {
+            MetricValue(*d, "commd_cluster_job_dumps_watching") != 1 ||
+            MetricValue(*d, "commd_cluster_span_aborts_watching") != 1) {
           return false;
         }
       }

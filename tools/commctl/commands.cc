@@ -128,7 +128,8 @@ std::string DiagnosisText(const v1::GroupHealth& g) {
     // The daemon sends the reason's name (it is a metric label too); people read words.
     const uint32_t reason = AbortReasonFromName(g.abort_reason());
     absl::StrAppend(&diagnosis, " [aborted ",
-                    reason < kAbortReasonCount ? AbortReasonWords(reason) : g.abort_reason(), "]");
+                    reason < kAbortReasonCount ? AbortReasonWords(reason) : g.abort_reason(),
+                    g.aborted_on_node().empty() ? "" : ", on node " + g.aborted_on_node(), "]");
   }
   return diagnosis;
 }
