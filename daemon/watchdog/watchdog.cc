@@ -247,17 +247,22 @@ void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred, const
 }
 
 void Watchdog::OnNodeGone(const std::string& node, int64_t revision) {
+  // The registry's groups, not only those polled so far: one that formed since the last poll
+  // spans the node too.
+  const std::shared_ptr<const groups::GroupsSnapshot> groups = groups_->Snapshot();
   const uint64_t now_ns = clock_->NowNs();
   Deferred deferred;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [id, t] : tracked_) {
-      const v1::GroupLayout& layout = t.info.layout;
+    for (const groups::GroupSnapshot& g : groups->groups) {
+      const v1::GroupLayout& layout = g.layout;
       int index = -1;
       for (int i = 0; i < layout.nodes_size(); ++i) {
         if (layout.nodes(i).node() == node && i != layout.this_node()) index = i;
       }
-      if (index < 0 || !t.abort_reason.empty()) continue;
+      if (!g.active || index < 0) continue;
+      Tracked& t = Track(g);
+      if (!t.abort_reason.empty()) continue;
       const v1::NodeRanks& lost = layout.nodes(index);
       v1::Diagnosis d;
       d.set_kind(v1::DEAD);
