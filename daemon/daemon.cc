@@ -289,6 +289,8 @@ absl::Status Daemon::StartServers() {
         });
     span_aborts_->Watch(
         [this](const watchdog::SpanAbortNotice& a) { return watchdog_->OnRemoteAbort(a); });
+    // This node's own lease gone: the other nodes dropped it from every group spanning it.
+    cluster_->AddOnLeaseLost([this](const std::string& why) { watchdog_->OnLeaseLost(why); });
   }
   health_service_ =
       std::make_unique<watchdog::HealthService>(rpc_.get(), watchdog_.get(), progress_.get());

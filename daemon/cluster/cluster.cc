@@ -181,6 +181,24 @@ void Cluster::AddOnRegistered(std::function<void()> callback) {
   on_registered_.push_back(std::move(callback));
 }
 
+void Cluster::AddOnLeaseLost(std::function<void(const std::string&)> callback) {
+  absl::MutexLock lock(&mu_);
+  on_lease_lost_.push_back(std::move(callback));
+}
+
+void Cluster::LeaseLost(int64_t lease, const std::string& why) {
+  std::vector<std::function<void(const std::string&)>> callbacks;
+  {
+    absl::MutexLock lock(&mu_);
+    if (lease == 0 || lost_lease_ == lease) return;
+    lost_lease_ = lease;
+    callbacks = on_lease_lost_;
+  }
+  COMMD_LOG(WARNING, "cluster") << "node " << options_.node_name << " lost its lease " << lease
+                                << ": " << why;
+  for (auto& f : callbacks) f(why);
+}
+
 bool Cluster::Sleep(absl::Duration d) {
   absl::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(&stopping_), d);
@@ -276,11 +294,15 @@ absl::Status Cluster::Refresh() {
     for (const LeaseSource& source : sources) source.refreshed(ids[i], ttls[i]);
   }
   if (ttls[0] > 0) return absl::OkStatus();
-  // The lease expired while etcd was out of reach (or etcd lost its data): register anew.
+  // The lease expired while etcd was out of reach, was revoked, or etcd lost its data: the
+  // other nodes saw this node's key go. Register anew.
   {
     absl::MutexLock lock(&mu_);
     lease_ = 0;
   }
+  LeaseLost(ids[0], absl::StrCat("etcd at ", etcd_.endpoint(),
+                                 " no longer has it: it expired while this node could not reach "
+                                 "etcd, or was revoked"));
   COMMD_LOG(INFO, "cluster") << "the node's lease expired in etcd at " << etcd_.endpoint()
                              << "; registering " << NodeKey() << " again";
   return Register();

@@ -92,6 +92,12 @@ class Cluster {
   // connection, and again after a lost lease): keys on the node's lease are to be written
   // again then. Add before Start's thread can register; not removable.
   void AddOnRegistered(std::function<void()> callback);
+  // Runs `callback(why)` on the cluster's thread once per lease of this node that is lost:
+  // etcd answered a keep-alive that it no longer has it (it expired while this node could not
+  // reach etcd, or was revoked), so the other nodes saw this node's key go. Not while etcd is
+  // merely unreachable: etcd keeps leases across its own outage, and a node cannot tell its own
+  // partition from etcd's. Not at a clean Stop. Not removable.
+  void AddOnLeaseLost(std::function<void(const std::string& why)> callback);
 
  private:
   Cluster(ClusterOptions options, prometheus::Registry* registry);
@@ -106,6 +112,8 @@ class Cluster {
   void CountNodes();
   // Sleeps up to `d`; false when stopping.
   bool Sleep(absl::Duration d);
+  // The node's lease `lease` is gone: the callbacks hear it, once per lease.
+  void LeaseLost(int64_t lease, const std::string& why);
 
   const ClusterOptions options_;
   EtcdClient etcd_;
@@ -120,6 +128,8 @@ class Cluster {
   absl::Time since_ ABSL_GUARDED_BY(mu_);
   std::vector<LeaseSource> sources_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void()>> on_registered_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(const std::string&)>> on_lease_lost_ ABSL_GUARDED_BY(mu_);
+  int64_t lost_lease_ ABSL_GUARDED_BY(mu_) = 0;  // the last lease reported lost
   std::thread thread_;
 };
 

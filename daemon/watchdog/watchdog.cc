@@ -330,6 +330,41 @@ int Watchdog::OnRemoteAbort(const SpanAbortNotice& a) {
   return aborted;
 }
 
+void Watchdog::OnLeaseLost(const std::string& why) {
+  const std::shared_ptr<const groups::GroupsSnapshot> groups = groups_->Snapshot();
+  const uint64_t now_ns = clock_->NowNs();
+  Deferred deferred;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const groups::GroupSnapshot& g : groups->groups) {
+      const v1::GroupLayout& layout = g.layout;
+      if (!g.active || layout.nodes_size() < 2) continue;
+      Tracked& t = Track(g);
+      if (!t.abort_reason.empty()) continue;
+      const std::string node = layout.this_node() >= 0 && layout.this_node() < layout.nodes_size()
+                                   ? layout.nodes(layout.this_node()).node()
+                                   : std::string("?");
+      v1::Diagnosis d;
+      d.set_kind(v1::DEAD);
+      d.set_job_id(g.job_id);
+      d.set_uid(g.uid);
+      d.set_group(g.name);
+      d.set_detected_unix_ms(static_cast<int64_t>(now_ns / 1000000));
+      d.set_since_unix_ms(d.detected_unix_ms());
+      d.set_summary(absl::StrCat("group ", g.name, ": this node (", node,
+                                 ") lost its lease in etcd (", why,
+                                 "); the group's other nodes count it as gone"));
+      t.acted_key = "lease_lost";
+      t.last = d;
+      t.state = v1::ABORTED;
+      Act(t, d, deferred,
+          {.trigger = "lease_lost", .dump = {.local_only = true}, .announce = false});
+      PublishMetrics(t);
+    }
+  }
+  for (auto& f : deferred) f();
+}
+
 void Watchdog::OnRankDeath(const groups::RankDeath& death) {
   const groups::GroupSnapshot& g = death.group;
   const uint64_t now_ns = clock_->NowNs();

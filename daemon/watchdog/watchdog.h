@@ -115,6 +115,12 @@ class Watchdog {
   // of groups aborted (0 or 1). Never blocks.
   int OnRemoteAbort(const SpanAbortNotice& notice);
 
+  // The cluster's hook: this daemon's own lease in etcd is gone (`why` says how), so the other
+  // nodes count this node as gone and abort their parts of every group spanning it. This node's
+  // ranks of every formed spanning group are aborted too, under every policy, naming the cause,
+  // with a local dump (trigger lease_lost) and no announcement. Never blocks.
+  void OnLeaseLost(const std::string& why);
+
   // The registry's hook: a rendezvous timed out.
   void OnRendezvousTimeout(const groups::GroupSnapshot& group, const std::vector<int>& joined,
                            const std::vector<int>& missing);
@@ -143,7 +149,7 @@ class Watchdog {
   // What a finding comes from when it is not the poll's: acted on under every policy.
   struct Cause {
     const groups::RankDeath* death = nullptr;  // a rank's death: the group dumped as it was
-    const char* trigger = nullptr;             // a fact of the cluster (node_lost)
+    const char* trigger = nullptr;             // a fact of the cluster (node_lost, lease_lost)
     recorder::DumpHow dump;                    // how its dump is written
     // Tell the group's other nodes (not for a fact of the cluster: every node sees it).
     bool announce = true;

@@ -2,7 +2,8 @@
 // loopback, real daemons as nodes and real rank processes (span_rank): an abort on one node
 // reaches the group's ranks on the other (its latency printed), only for the same formation and
 // uid; a node cut off from etcd still aborts its own ranks; every bad key or value in etcd is
-// skipped naming what is wrong; and what `commctl groups` shows of a spanning group.
+// skipped naming what is wrong; a node whose own lease is lost aborts its part naming it; and
+// what `commctl groups` shows of a spanning group.
 #include <unistd.h>
 
 #include <filesystem>
@@ -231,13 +232,15 @@ TEST_F(SpanAbortTest, AnotherUidsGroupOfTheSameNameIsUntouched) {
   EXPECT_EQ(MetricValue(*n[1], kApplied), 1);
 }
 
-// etcd gone: the abort still stops this node's ranks, and says it was not announced.
+// etcd gone: the abort still stops this node's ranks, and says it was not announced. An etcd
+// outage past the lease's TTL (2 s here) is not a lost lease: the other node's part goes on.
 TEST_F(SpanAbortTest, WithoutEtcdTheAbortIsLocal) {
   std::vector<DaemonProcess*> n;
   StartNodes({"node-a", "node-b"}, &n);
   if (HasFatalFailure()) return;
   const std::vector<ChildProcess*> ranks = Form(n, 1);
   if (HasFailure()) return;
+  const uint64_t formation = Info(*n[0], "g").formation();
   etcd_->Kill();
   auto client = Connect(*n[0]);
   ASSERT_NE(client, nullptr);
@@ -245,9 +248,12 @@ TEST_F(SpanAbortTest, WithoutEtcdTheAbortIsLocal) {
   ASSERT_TRUE(ranks[0]->WaitForLog("aborted ", absl::Seconds(10))) << ranks[0]->Log();
   EXPECT_THAT(Line(ranks[0]->Log(), "aborted "), HasSubstr("etcd is gone"));
   EXPECT_TRUE(Eventually([&] { return MetricValue(*n[0], kSendFailed) == 1; }));
-  EXPECT_THAT(n[0]->Log(), HasSubstr(absl::StrCat("the abort of group g (job job, formation ",
-                                                  Info(*n[0], "g").formation(),
-                                                  ") was not announced to its other nodes: ")));
+  EXPECT_THAT(n[0]->Log(),
+              HasSubstr(absl::StrCat("the abort of group g (job job, formation ", formation,
+                                     ") was not announced to its other nodes: ")));
+  EXPECT_TRUE(Eventually([&] { return MetricValue(*n[1], "commd_cluster_connected") == 0; }));
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_TRUE(NoneAborted({ranks[1]})) << ranks[1]->Log();
   EXPECT_EQ(MetricValue(*n[1], kSent), 0);
 }
 
@@ -308,6 +314,44 @@ TEST_F(SpanAbortTest, BadAnnouncementsAreSkippedNamingWhatIsWrong) {
   for (const std::string& k : written) etcd_->Delete(k);
   LeaveAll();
   EXPECT_TRUE(Eventually([&] { return NothingLeft() && etcd_->Keys(root).empty(); }));
+}
+
+// This node's own lease lost (revoked here, as etcd does when it expires): the other node
+// aborts its part for the lost node, and this node aborts its own, naming why; neither
+// announces it (each sees the loss).
+TEST_F(SpanAbortTest, ThisNodesLostLeaseAbortsItsPartNamingIt) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  const std::vector<ChildProcess*> ranks = Form(n, 1);
+  if (HasFailure()) return;
+  auto client = Connect(*n[0]);
+  ASSERT_NE(client, nullptr);
+  auto status = client->GetStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  const ProcessResult revoke =
+      RunProcess({kEtcdctl, "--endpoints", etcd_->endpoint(), "lease", "revoke",
+                  absl::StrFormat("%x", status->cluster().lease_id())},
+                 absl::Seconds(30), {"ETCDCTL_API=3"});
+  ASSERT_EQ(revoke.exit_code, 0) << revoke.output;
+  ASSERT_TRUE(ranks[0]->WaitForLog("aborted ", absl::Seconds(30))) << ranks[0]->Log();
+  EXPECT_THAT(Line(ranks[0]->Log(), "aborted "),
+              HasSubstr("group g: this node (node-a) lost its lease in etcd (etcd at " +
+                        etcd_->endpoint() + " no longer has it"));
+  ASSERT_TRUE(ranks[1]->WaitForLog("aborted ", absl::Seconds(30))) << ranks[1]->Log();
+  EXPECT_THAT(Line(ranks[1]->Log(), "aborted "),
+              HasSubstr("node node-a (global rank(s) [0]) is gone"));
+  auto health = client->GetHealth("g");
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(health->groups_size(), 1);
+  EXPECT_EQ(health->groups(0).state(), v1::ABORTED);
+  EXPECT_EQ(health->groups(0).last_diagnosis().kind(), v1::DEAD);
+  EXPECT_THAT(health->groups(0).last_diagnosis().summary(), HasSubstr("lost its lease"));
+  // node-a registers again, on a new lease.
+  EXPECT_TRUE(
+      Eventually([&] { return !etcd_->Keys(absl::StrCat(kPrefix, "/nodes/node-a")).empty(); }));
+  EXPECT_EQ(MetricValue(*n[0], kSent), 0);
+  EXPECT_EQ(MetricValue(*n[1], kSent), 0);
 }
 
 }  // namespace
