@@ -11,7 +11,6 @@
 #include <cstring>
 #include <exception>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -44,8 +43,10 @@ namespace {
 
 using Bytes = std::byte;
 
-// One rank's words in the span words buffer: written by the rank before the first barrier
-// (signature, nonfinite), and by the leader before the second (the rest, read by every rank).
+// One rank's words in the span words buffer: the rank's signature and NaN/Inf count, written
+// before the first barrier; the outcome (code, text; the leader's also the finding and whether
+// lanes follow), written by the leader before the second barrier and by every rank after its
+// lane. Every local rank reads every rank's.
 struct SpanWords {
   uint64_t signature;
   uint64_t nonfinite;

@@ -52,7 +52,7 @@ absl::StatusOr<std::string> ReadPem(const char* field, const std::string& path) 
 absl::StatusOr<ClusterOptions> ClusterOptionsFromConfig(const v1::ClusterConfig& config,
                                                         const std::string& hostname) {
   ClusterOptions o;
-  if (config.has_tls()) {
+  if (config.tls().enabled()) {
     const v1::EtcdTlsConfig& t = config.tls();
     if (t.cert_file().empty() != t.key_file().empty()) {
       return absl::InvalidArgumentError(absl::StrCat("cluster.tls: cert_file \"", t.cert_file(),

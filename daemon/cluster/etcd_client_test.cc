@@ -50,9 +50,10 @@ TEST(ClusterOptionsTest, TlsFilesAreReadAndEachBadOneIsNamed) {
   std::ofstream(junk) << "not a certificate\n";
   v1::ClusterConfig config;
   config.add_etcd_endpoints("127.0.0.1:2379");
+  config.mutable_tls()->set_ca_file(pem);  // not enabled: not read
   EXPECT_FALSE(ClusterOptionsFromConfig(config, "h")->tls.has_value());
 
-  config.mutable_tls()->set_ca_file(pem);
+  config.mutable_tls()->set_enabled(true);
   config.mutable_tls()->set_server_name("etcd.example");
   auto o = ClusterOptionsFromConfig(config, "h");
   ASSERT_TRUE(o.ok()) << o.status();

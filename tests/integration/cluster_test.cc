@@ -676,12 +676,12 @@ TEST_F(ClusterTest, TlsToEtcdWithClientCertificates) {
   etcd_->UseTls(*files);
   ASSERT_TRUE(etcd_->Start().ok());
   const std::string tls =
-      absl::StrCat("  tls { ca_file: \"", files->ca, "\" cert_file: \"", files->client_cert,
-                   "\" key_file: \"", files->client_key, "\" }\n");
+      absl::StrCat("  tls { enabled: true ca_file: \"", files->ca, "\" cert_file: \"",
+                   files->client_cert, "\" key_file: \"", files->client_key, "\" }\n");
   DaemonProcess* a = StartNode("node-a", "", tls);
   DaemonProcess* plain = StartNode("node-plain");
-  DaemonProcess* anonymous =
-      StartNode("node-anon", "", absl::StrCat("  tls { ca_file: \"", files->ca, "\" }\n"));
+  DaemonProcess* anonymous = StartNode(
+      "node-anon", "", absl::StrCat("  tls { enabled: true ca_file: \"", files->ca, "\" }\n"));
   ASSERT_NE(a, nullptr);
   ASSERT_NE(plain, nullptr);
   ASSERT_NE(anonymous, nullptr);
@@ -707,8 +707,9 @@ TEST_F(ClusterTest, TlsToEtcdWithClientCertificates) {
   // A missing key file: the daemon does not start, and says which file.
   TempDir dir("commd-node");
   auto bad = StartDaemonWithConfig(
-      dir, absl::StrCat("cluster { etcd_endpoints: \"", etcd_->endpoint(), "\" tls { cert_file: \"",
-                        files->client_cert, "\" key_file: \"", tmp_.Join("none.key"), "\" } }\n"));
+      dir, absl::StrCat("cluster { etcd_endpoints: \"", etcd_->endpoint(),
+                        "\" tls { enabled: true cert_file: \"", files->client_cert,
+                        "\" key_file: \"", tmp_.Join("none.key"), "\" } }\n"));
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(),
               HasSubstr(absl::StrCat("cluster.tls.key_file \"", tmp_.Join("none.key"),
