@@ -166,9 +166,9 @@ class SpanFixture : public ::testing::Test {
     return logs;
   }
   // 2 nodes x 2 ranks of group `group` running span_collective_rank's `mode`: node n[g / 2],
-  // local rank g % 2, global rank g.
+  // local rank g % 2, global rank g; the group's timeout `timeout_ms`.
   std::vector<ChildProcess*> TwoByTwo(const std::vector<DaemonProcess*>& n, const std::string& mode,
-                                      const std::string& group = "g") {
+                                      const std::string& group = "g", int timeout_ms = 30000) {
     std::vector<ChildProcess*> ranks;
     for (int g = 0; g < 4; ++g) {
       ranks.push_back(StartRank({.node = n[g / 2],
@@ -176,6 +176,7 @@ class SpanFixture : public ::testing::Test {
                                  .world = 2,
                                  .global_rank = g,
                                  .global_world = 4,
+                                 .timeout_ms = timeout_ms,
                                  .group = group,
                                  .mode = mode}));
     }

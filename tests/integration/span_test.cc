@@ -557,16 +557,7 @@ TEST_F(SpanTest, AHangBothNodesFindIsDumpedOnceUnderOneId) {
   std::vector<DaemonProcess*> n;
   StartNodes({"node-a", "node-b"}, &n, "watchdog { poll_interval_ms: 100 }\n");
   if (HasFatalFailure()) return;
-  std::vector<ChildProcess*> ranks;
-  for (int g = 0; g < 4; ++g) {
-    ranks.push_back(StartRank({.node = n[g / 2],
-                               .rank = g % 2,
-                               .world = 2,
-                               .global_rank = g,
-                               .global_world = 4,
-                               .timeout_ms = 2000,
-                               .mode = "skip"}));
-  }
+  const std::vector<ChildProcess*> ranks = TwoByTwo(n, "skip", "g", /*timeout_ms=*/2000);
   for (ChildProcess* r : ranks)
     ASSERT_TRUE(r != nullptr && r->WaitForLog("ran ", absl::Seconds(60)));
   // Each node's job dumps (directories of job "job" beside its runtime dir).
