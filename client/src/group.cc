@@ -173,8 +173,9 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   }
   Group::State* raw = state.get();
   state->hook = [raw](const std::string& reason) {
-    raw->RunCallbackOnce(reason);
+    // First end a wait on another node, then the user's callback (which may take its time).
     if (raw->span != nullptr) raw->span->Close();
+    raw->RunCallbackOnce(reason);
   };
   {
     absl::MutexLock lock(&impl_->abort_mu);
