@@ -7,12 +7,16 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -57,7 +61,11 @@ struct SpanWords {
   uint64_t group_nonfinite;
   uint32_t lanes;  // the leader's: this call runs in lanes
   uint32_t pad;
-  char text[kSpanWordsBytes - 48];
+  // With COMMD_SPAN_PROFILE: the leader's time in exchanges between nodes, each rank's in
+  // its lane's (SpanProfile).
+  int64_t lead_ns;
+  int64_t lane_ns;
+  char text[kSpanWordsBytes - 64];
 };
 static_assert(sizeof(SpanWords) == kSpanWordsBytes);
 
@@ -96,6 +104,8 @@ uint64_t Signature(const CollectiveCall& c) {
   h = Mix(h, static_cast<uint64_t>(c.dtype));
   h = Mix(h, static_cast<uint64_t>(c.op));
   h = Mix(h, static_cast<uint64_t>(c.root + 1));
+  // Where results go: a large all-reduce's lanes push into the peers' outputs unless staged.
+  h = Mix(h, c.host_memory ? 2 : c.in == c.out ? 1 : 0);
   for (const CoalescedTensor& t : c.tensors) {
     h = Mix(Mix(Mix(h, t.count), static_cast<uint64_t>(t.dtype)), t.offset);
   }
@@ -175,11 +185,6 @@ gloo::transport::tcp::attr DeviceAttr() {
 
 // Fails every connection of `context`: a collective waiting on any of them (on this thread or
 // another) throws at once, and the peers see the connection go and fail theirs. Gloo's
-// Context::closeConnections does not wake a waiting collective; a tcp pair's
-// signalExceptionExternal (what a timed-out wait calls) does, but it is protected: reached
-// through a pointer to member named in a derived class.
-// Fails every connection of `context`: a collective waiting on any of them (on this thread or
-// another) throws at once, and the peers see the connection go and fail theirs. Gloo's
 // Context::closeConnections would not do: it closes the sockets without waking a waiting
 // collective. A tcp pair's signalExceptionExternal (what a timed-out wait calls) does, but it
 // is protected: reached through a pointer to member named in a derived class.
@@ -200,9 +205,75 @@ void Fail(gloo::Context& context, const std::string& group) {
   }
 }
 
+// Where a spanning group's calls spend their time, when COMMD_SPAN_PROFILE is set on every
+// rank of the node (a diagnostic, docs/cluster.md): per collective and size, the calls, their
+// time in all, and the part of it between nodes: the leader's exchanges with the other nodes
+// (which the other local ranks wait out at a barrier) and the slowest lane's, connecting
+// included. The rest is the node-local phase. Printed to stderr when the group goes. Off:
+// one branch per call.
+class SpanProfile {
+ public:
+  static std::unique_ptr<SpanProfile> FromEnv(std::string group, int global_rank) {
+    const char* on = std::getenv("COMMD_SPAN_PROFILE");
+    if (on == nullptr || *on == '\0' || std::string_view(on) == "0") return nullptr;
+    return std::make_unique<SpanProfile>(std::move(group), global_rank);
+  }
+  SpanProfile(std::string group, int global_rank)
+      : group_(std::move(group)), global_rank_(global_rank) {}
+  ~SpanProfile() {
+    for (const auto& [key, t] : totals_) {
+      const auto& [kind, bytes, staged] = key;
+      std::fprintf(stderr,
+                   "commd span profile: group %s global rank %d: %s %zu B %s: %llu calls, "
+                   "%.1f us per call, %.1f us of it between nodes\n",
+                   group_.c_str(), global_rank_,
+                   std::string(RecordOpTorchName(static_cast<uint32_t>(kind))).c_str(), bytes,
+                   staged ? "staged" : "in place", static_cast<unsigned long long>(t.calls),
+                   static_cast<double>(t.total_ns) / 1e3 / static_cast<double>(t.calls),
+                   static_cast<double>(t.across_ns) / 1e3 / static_cast<double>(t.calls));
+    }
+  }
+  static int64_t Now() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  void Call(const CollectiveCall& call, size_t bytes, int64_t since, int64_t across_ns) {
+    Totals& t = totals_[{call.kind, bytes, call.host_memory}];
+    ++t.calls;
+    t.total_ns += Now() - since;
+    t.across_ns += across_ns;
+  }
+  // Adds the time until it goes to `*ns` (nothing when null).
+  class Timer {
+   public:
+    explicit Timer(int64_t* ns) : ns_(ns), start_(ns != nullptr ? Now() : 0) {}
+    Timer(const Timer&) = delete;
+    Timer& operator=(const Timer&) = delete;
+    ~Timer() {
+      if (ns_ != nullptr) *ns_ += Now() - start_;
+    }
+
+   private:
+    int64_t* ns_;
+    int64_t start_;
+  };
+
+ private:
+  struct Totals {
+    uint64_t calls = 0;
+    int64_t total_ns = 0, across_ns = 0;
+  };
+  const std::string group_;
+  const int global_rank_;
+  std::map<std::tuple<CollectiveOp, size_t, bool>, Totals> totals_;
+};
+
 class HostSpanBackend : public SpanBackend {
  public:
-  explicit HostSpanBackend(SpanSetup s) : s_(std::move(s)) {
+  explicit HostSpanBackend(SpanSetup s)
+      : s_(std::move(s)),
+        profile_(SpanProfile::FromEnv(s_.group, GlobalRank(s_.node_index, s_.local_rank))) {
     for (const NodeRanks& n : s_.layout) {
       uniform_ = uniform_ && n.global_ranks.size() == s_.layout[0].global_ranks.size();
       node_elems_.push_back(n.global_ranks.size());
@@ -232,12 +303,24 @@ class HostSpanBackend : public SpanBackend {
     view.wait_limit = c.wait;
     entry.BeginStarted();
     kernels::CollectiveResult result;
+    const int64_t start = profile_ != nullptr ? SpanProfile::Now() : 0;
+    gloo_ns_ = 0;
     absl::Status st = Collective(c, view, entry.nan(), &result);
+    if (profile_ != nullptr) {
+      // Read before this rank's next call: the words are rewritten only past its first barrier.
+      int64_t across = Words(c, 0).lead_ns, lane = 0;
+      if (Words(c, 0).lanes != 0) {
+        for (int l = 0; l < view.world_size; ++l) lane = std::max(lane, Words(c, l).lane_ns);
+      }
+      profile_->Call(call, call.count * ElementSize(call.dtype), start, across + lane);
+    }
     return entry.Finish(std::move(st), result);
   }
 
  private:
   bool leader() const { return s_.local_rank == 0; }
+  // Where exchanges between nodes add their time (COMMD_SPAN_PROFILE), else null.
+  int64_t* Profiled() { return profile_ != nullptr ? &gloo_ns_ : nullptr; }
   bool Aborted() {
     if (s_.abort_word != nullptr && __atomic_load_n(s_.abort_word, __ATOMIC_ACQUIRE) != 0) {
       return true;
@@ -307,12 +390,16 @@ class HostSpanBackend : public SpanBackend {
       const bool lanes = UsesLanes(call, v.world_size);
       const absl::Status st = Lead(c, v, in_bytes, out_bytes, es, lanes);
       mine.lanes = st.ok() && lanes;
+      mine.lead_ns = gloo_ns_;
+      gloo_ns_ = 0;
       Publish(mine, st);
     }
     RETURN_IF_ERROR(kernels::Barrier(v));
     const bool lanes = Words(c, 0).lanes != 0;
     if (lanes) {
-      Publish(mine, Lane(c, v));
+      const absl::Status lane = Lane(c, v);
+      mine.lane_ns = gloo_ns_;
+      Publish(mine, lane);
       RETURN_IF_ERROR(kernels::Barrier(v));
     }
 
@@ -339,15 +426,14 @@ class HostSpanBackend : public SpanBackend {
       return st;
     }
     if (lanes) {
-      // Every slice from the region where it was reduced, straight into the output (the
-      // host-memory overloads' too: one copy); then nobody writes its region before every
-      // peer has read its slice.
-      auto* target = call.host_memory ? static_cast<Bytes*>(call.output) : Dest(c, v.rank);
+      // Each lane pushed its slice into every symmetric output (Lane). A staged call's output
+      // is the rank's own: every slice from the region where it was reduced, straight into
+      // it; then nobody writes its region before every peer has read its slice.
+      if (!call.host_memory) return absl::OkStatus();
+      auto* target = static_cast<Bytes*>(call.output);
       for (int l = 0; l < v.world_size; ++l) {
         const auto [begin, n] = Slice(call.count, v.world_size, l);
-        if (target + begin * es != v.data[l] + begin * es) {
-          std::memcpy(target + begin * es, v.data[l] + begin * es, n * es);
-        }
+        std::memcpy(target + begin * es, v.data[l] + begin * es, n * es);
       }
       return kernels::Barrier(v);
     }
@@ -388,6 +474,14 @@ class HostSpanBackend : public SpanBackend {
       Bytes* slice = v.data[v.rank] + begin * es;
       Reduce(v.data, v.world_size, begin * es, n, dtype, slice, call.op);
       AcrossNodes(slice, n, dtype, call.op);
+      // Into every local rank's symmetric output while the slice is in this core's cache:
+      // only this rank reads or writes these bytes of the peers' regions in this call.
+      if (!call.host_memory) {
+        for (int l = 0; l < v.world_size; ++l) {
+          Bytes* dst = Dest(c, l) + begin * es;
+          if (dst != slice) std::memcpy(dst, slice, n * es);
+        }
+      }
       return absl::OkStatus();
     });
   }
@@ -468,7 +562,10 @@ class HostSpanBackend : public SpanBackend {
     gloo::AllgathervOptions opts(context_);
     opts.setInput(reinterpret_cast<uint8_t*>(mine.data()), slot);
     opts.setOutput(reinterpret_cast<uint8_t*>(all.data()), std::vector<size_t>(nodes, slot));
-    gloo::allgatherv(opts);
+    {
+      const SpanProfile::Timer timer(Profiled());
+      gloo::allgatherv(opts);
+    }
     Agreement a;
     std::memcpy(&a, all.data(), sizeof(a));
     absl::InlinedVector<const Bytes*, 16> parts = {all.data() + kSlotHeader};
@@ -539,6 +636,7 @@ class HostSpanBackend : public SpanBackend {
     return Guarded(call, [&]() -> absl::Status {
       RETURN_IF_ERROR(Connect());
       if (call.kind == CollectiveOp::kBarrier) {
+        const SpanProfile::Timer timer(Profiled());
         gloo::BarrierOptions opts(context_);
         gloo::barrier(opts);
         return absl::OkStatus();
@@ -552,6 +650,7 @@ class HostSpanBackend : public SpanBackend {
   // Gloo's full mesh between this rank's lane of every node (the leaders' for local rank 0),
   // made on the lane's first exchange.
   absl::Status Connect() {
+    const SpanProfile::Timer timer(Profiled());
     {
       absl::MutexLock lock(&mu_);
       if (context_ != nullptr) return absl::OkStatus();
@@ -600,7 +699,10 @@ class HostSpanBackend : public SpanBackend {
         gloo::BroadcastOptions opts(context_);
         opts.setOutput(reinterpret_cast<uint8_t*>(regions[0]), in_bytes);
         opts.setRoot(root_node);
-        gloo::broadcast(opts);
+        {
+          const SpanProfile::Timer timer(Profiled());
+          gloo::broadcast(opts);
+        }
         for (int l = 1; l < local; ++l) std::memcpy(Dest(c, l), regions[0], in_bytes);
         return absl::OkStatus();
       }
@@ -615,7 +717,10 @@ class HostSpanBackend : public SpanBackend {
         gloo::AllgathervOptions opts(context_);
         opts.setInput(reinterpret_cast<uint8_t*>(mine.data()), block * static_cast<size_t>(local));
         opts.setOutput(reinterpret_cast<uint8_t*>(all.data()), counts);
-        gloo::allgatherv(opts);
+        {
+          const SpanProfile::Timer timer(Profiled());
+          gloo::allgatherv(opts);
+        }
         for (int l = 0; l < local; ++l) {
           Bytes* dst = Dest(c, l);
           for (size_t node = 0; node < s_.layout.size(); ++node) {
@@ -659,7 +764,10 @@ class HostSpanBackend : public SpanBackend {
         gloo::AlltoallvOptions opts(context_);
         opts.setInput(reinterpret_cast<uint8_t*>(send.data()), send_counts);
         opts.setOutput(reinterpret_cast<uint8_t*>(recv.data()), recv_counts);
-        gloo::alltoallv(opts);
+        {
+          const SpanProfile::Timer timer(Profiled());
+          gloo::alltoallv(opts);
+        }
         // From node k: for each local rank m, for each of k's ranks, its block for m.
         const Bytes* q = recv.data();
         for (size_t node = 0; node < s_.layout.size(); ++node) {
@@ -724,7 +832,10 @@ class HostSpanBackend : public SpanBackend {
       const Bytes* srcs[2] = {static_cast<const Bytes*>(a), static_cast<const Bytes*>(b)};
       kernels::ReduceInto(dtype, k, srcs, 2, 0, n, static_cast<Bytes*>(out), 1);
     });
-    gloo::allreduce(opts);
+    {
+      const SpanProfile::Timer timer(Profiled());
+      gloo::allreduce(opts);
+    }
     if (op == ReduceOp::kAvg) {
       const Bytes* src = data;
       kernels::ReduceInto(dtype, kernels::ReduceOp::kAvg, &src, 1, 0, count, data,
@@ -750,6 +861,8 @@ class HostSpanBackend : public SpanBackend {
   }
 
   const SpanSetup s_;
+  const std::unique_ptr<SpanProfile> profile_;  // null unless COMMD_SPAN_PROFILE
+  int64_t gloo_ns_ = 0;  // the call's time in exchanges between nodes so far, when profiled
   std::vector<size_t> node_elems_;  // ranks per node, in layout order
   std::vector<size_t> node_first_;  // the first rank of each node in layout order
   size_t node_ranks_total_ = 0;

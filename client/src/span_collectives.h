@@ -21,9 +21,10 @@
 //
 // A large all-reduce (4 MiB and more) on nodes with equal numbers of ranks runs in lanes
 // after the agreement: local rank l of every node reduces the node's slice l into its own
-// region and all-reduces it with rank l of the other nodes over its own gloo connections
-// (lane 0 is the leaders'); a barrier; every rank copies the other slices from their owners'
-// regions; a closing barrier. Every rank and connection then works on 1/local of the data at
+// region, all-reduces it with rank l of the other nodes over its own gloo connections
+// (lane 0 is the leaders') and, unless the call is staged, writes it straight into every local
+// rank's output while it is in cache; a barrier. A staged call's ranks then copy every slice
+// from its owner's region into their own output, and pass a closing barrier. Every rank and connection then works on 1/local of the data at
 // once (docs/PERFORMANCE.md, "Collectives across nodes"). The leader decides and every local
 // rank follows its word, so a node's ranks always pass the same barriers.
 //
