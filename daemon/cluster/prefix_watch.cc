@@ -49,6 +49,10 @@ void PrefixWatch::Run() {
     if (ended_) {
       watch_.reset();
       ended_ = false;
+      // Not reopened at once: a watch ends when etcd goes, and the cluster may not have seen
+      // it go yet (it looks at its next beat); retrying at once would spin and flood the log.
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), rewatch_interval_);
+      continue;
     }
     if (watch_ == nullptr && cluster_->connected()) StartWatch();
     auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || ended_; };
