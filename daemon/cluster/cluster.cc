@@ -176,9 +176,9 @@ int64_t Cluster::lease() const {
   return lease_;
 }
 
-void Cluster::AddOnRegistered(std::function<void()> callback) {
+void Cluster::AddOnConnected(std::function<void()> callback) {
   absl::MutexLock lock(&mu_);
-  on_registered_.push_back(std::move(callback));
+  on_connected_.push_back(std::move(callback));
 }
 
 void Cluster::AddOnLeaseLost(std::function<void(const std::string&)> callback) {
@@ -216,8 +216,16 @@ void Cluster::Run() {
       absl::MutexLock lock(&mu_);
       registered = lease_ != 0;
     }
+    registered_anew_ = false;
     const absl::Status s = registered ? Refresh() : Register();
-    SetState(s.ok(), s);
+    if (SetState(s.ok(), s) || (s.ok() && registered_anew_)) {
+      std::vector<std::function<void()>> callbacks;
+      {
+        absl::MutexLock lock(&mu_);
+        callbacks = on_connected_;
+      }
+      for (auto& f : callbacks) f();
+    }
     if (s.ok() && beats++ % 10 == 0) CountNodes();
     if (s.ok()) {
       backoff = options_.retry_initial;
@@ -268,13 +276,11 @@ absl::Status Cluster::Register() {
     (void)etcd_.LeaseRevokeSync(granted.id());
     return r.status();
   }
-  std::vector<std::function<void()>> callbacks;
   {
     absl::MutexLock lock(&mu_);
     lease_ = granted.id();
-    callbacks = on_registered_;
   }
-  for (auto& f : callbacks) f();
+  registered_anew_ = true;
   return absl::OkStatus();
 }
 
@@ -308,10 +314,10 @@ absl::Status Cluster::Refresh() {
   return Register();
 }
 
-void Cluster::SetState(bool connected, const absl::Status& why) {
+bool Cluster::SetState(bool connected, const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   if (!connected) last_error_ = std::string(why.message());
-  if (reported_ && connected == connected_) return;
+  if (reported_ && connected == connected_) return false;
   reported_ = true;
   connected_ = connected;
   since_ = absl::Now();
@@ -325,6 +331,7 @@ void Cluster::SetState(bool connected, const absl::Status& why) {
                                   << "; retrying with back-off up to "
                                   << absl::FormatDuration(options_.retry_max);
   }
+  return connected;
 }
 
 }  // namespace commd::cluster

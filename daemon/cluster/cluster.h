@@ -88,10 +88,13 @@ class Cluster {
 
   // The node's lease (0 while not registered).
   int64_t lease() const;
-  // Runs `callback` on the cluster's thread each time the node registers (at the first
-  // connection, and again after a lost lease): keys on the node's lease are to be written
-  // again then. Add before Start's thread can register; not removable.
-  void AddOnRegistered(std::function<void()> callback);
+  // Runs `callback` on the cluster's thread each time the node is connected with a lease
+  // after it was not: at the first connection, after a lost lease (registered anew), and when
+  // etcd answers again after an outage (the lease may have outlived it). Keys on the node's
+  // lease, and writes that failed meanwhile, are to be written again then. connected() and
+  // lease() already say so when it runs. Add before Start's thread can connect; not
+  // removable.
+  void AddOnConnected(std::function<void()> callback);
   // Runs `callback(why)` on the cluster's thread once per lease of this node that is lost:
   // etcd answered a keep-alive that it no longer has it (it expired while this node could not
   // reach etcd, or was revoked), so the other nodes saw this node's key go. Not while etcd is
@@ -107,7 +110,8 @@ class Cluster {
   absl::Status Register();
   // One keep-alive round over the node's lease and the sources' leases.
   absl::Status Refresh();
-  void SetState(bool connected, const absl::Status& why);
+  // Records and logs the state; true when it changed to connected.
+  bool SetState(bool connected, const absl::Status& why);
   // Counts the live nodes' keys into commd_cluster_nodes (asynchronously).
   void CountNodes();
   // Sleeps up to `d`; false when stopping.
@@ -127,7 +131,8 @@ class Cluster {
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   absl::Time since_ ABSL_GUARDED_BY(mu_);
   std::vector<LeaseSource> sources_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::function<void()>> on_registered_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> on_connected_ ABSL_GUARDED_BY(mu_);
+  bool registered_anew_ = false;  // by the last Register (the cluster's thread only)
   std::vector<std::function<void(const std::string&)>> on_lease_lost_ ABSL_GUARDED_BY(mu_);
   int64_t lost_lease_ ABSL_GUARDED_BY(mu_) = 0;  // the last lease reported lost
   std::thread thread_;

@@ -46,13 +46,14 @@ ProgressBoard::ProgressBoard(Cluster* cluster, prometheus::Registry* registry) :
   writes_ = &family.Add({{"result", "ok"}});
   write_failures_ = &family.Add({{"result", "failed"}});
   // Views hang on the node's lease: a new lease (first connection, or after the old one
-  // expired while etcd was away) needs them written again.
-  cluster_->AddOnRegistered([this] { RepublishAll(); });
+  // expired while etcd was away) needs them written again, and so do the views that changed
+  // while etcd was away (Write skips them).
+  cluster_->AddOnConnected([this] { RepublishAll(); });
 }
 
 void ProgressBoard::Write(const std::string& key, const std::string& value) {
   const int64_t lease = cluster_->lease();
-  if (lease == 0 || !cluster_->connected()) return;  // RepublishAll writes it on registering
+  if (lease == 0 || !cluster_->connected()) return;  // RepublishAll writes it on connecting
   pb::TxnRequest txn;
   pb::PutRequest* put = txn.add_success()->mutable_request_put();
   put->set_key(key);

@@ -55,7 +55,7 @@ class ProgressBoard final : public watchdog::ClusterViews {
  private:
   using GroupKey = std::tuple<uint32_t, std::string, std::string>;  // uid, job, group
   // Writes `value` at `key` on the node's current lease (no-op while disconnected: the view
-  // is written when the cluster registers again).
+  // is written when the cluster is connected again).
   void Write(const std::string& key, const std::string& value);
   void RepublishAll();
 

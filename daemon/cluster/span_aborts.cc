@@ -144,7 +144,15 @@ SpanAborts::SpanAborts(Cluster* cluster, SpanAbortsOptions options, prometheus::
                      .Help("1 while this node watches etcd for the aborts of spanning groups "
                            "that other nodes announce")
                      .Register(*registry)
-                     .Add({})) {}
+                     .Add({})),
+      pending_gauge_(&prometheus::BuildGauge()
+                          .Name("commd_cluster_span_aborts_pending")
+                          .Help("Aborts of groups spanning nodes that this node could not "
+                                "announce yet (etcd away); sent when it is connected again")
+                          .Register(*registry)
+                          .Add({})) {
+  cluster_->AddOnConnected([this] { ResendPending(); });
+}
 
 SpanAborts::~SpanAborts() { Stop(); }
 
@@ -164,11 +172,37 @@ void SpanAborts::Stop() {
 
 void SpanAborts::Failed(const watchdog::SpanAbortNotice& n, const absl::Status& why) {
   send_failures_->Increment();
-  COMMD_LOG(WARNING, "cluster") << "the abort of group " << n.group << " (job " << n.job_id
-                                << ", formation " << n.formation
-                                << ") was not announced to its other nodes: " << why.message()
-                                << "; they abort their part only when they see this node go "
-                                   "or find the hang themselves";
+  bool kept = false;
+  if (!stopping_) {
+    absl::MutexLock lock(&mu_);
+    const std::string key =
+        SpanAbortKey(cluster_->options().prefix, n.uid, n.job_id, n.group, n.formation);
+    kept = pending_.size() < kMaxPendingSpanAborts || pending_.contains(key);
+    if (kept) pending_.insert_or_assign(key, n);
+    pending_gauge_->Set(static_cast<double>(pending_.size()));
+  }
+  COMMD_LOG(WARNING, "cluster")
+      << "the abort of group " << n.group << " (job " << n.job_id << ", formation " << n.formation
+      << ") was not announced to its other nodes: " << why.message()
+      << (kept ? "; it is sent again when etcd answers. Until then they"
+               : absl::StrCat("; not kept to send again (", kMaxPendingSpanAborts,
+                              " announcements wait already). They"))
+      << " abort their part only when they see this node go or find the hang themselves";
+}
+
+void SpanAborts::ResendPending() {
+  std::map<std::string, watchdog::SpanAbortNotice> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    pending.swap(pending_);
+    pending_gauge_->Set(0);
+  }
+  for (auto& [key, notice] : pending) {
+    COMMD_LOG(INFO, "cluster") << "announcing the abort of group " << notice.group << " (job "
+                               << notice.job_id << ", formation " << notice.formation
+                               << ") again, now that etcd answers";
+    Announce(std::move(notice));
+  }
 }
 
 void SpanAborts::Announce(watchdog::SpanAbortNotice notice) {

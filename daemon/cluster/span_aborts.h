@@ -16,6 +16,10 @@
 // revision the group formed at, the same on every node) keeps it from an older or a later
 // formation of a group of the same name. Everything read from etcd is parsed untrustingly: a
 // key or value that does not parse is skipped, logged and counted (event "rejected").
+// An announcement that fails (etcd away) is kept and sent again when the node is connected
+// again, until it goes through: at most kMaxPendingSpanAborts wait (each is one
+// formation this node aborted, and forming a spanning group needs etcd, so an outage adds
+// none beyond the groups formed before it), the newest refused beyond them.
 //
 // Thread-safe.
 #ifndef COMMD_DAEMON_CLUSTER_SPAN_ABORTS_H_
@@ -24,10 +28,13 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/prefix_watch.h"
@@ -42,6 +49,8 @@ namespace commd::cluster {
 // The largest value a reader accepts, and the longest text a writer sends (cut beyond).
 inline constexpr size_t kMaxSpanAbortValueBytes = 4096;
 inline constexpr size_t kMaxSpanAbortTextBytes = 1024;
+// The most announcements kept to send again once etcd answers.
+inline constexpr size_t kMaxPendingSpanAborts = 4096;
 
 struct SpanAbortsOptions {
   absl::Duration key_ttl = absl::Seconds(60);
@@ -74,12 +83,13 @@ class SpanAborts final : public watchdog::AbortAnnouncer {
   void Stop();
 
   // A grant of a lease, then the key on it: two etcd calls, never waited for. Disconnected:
-  // counted and logged as failed at once.
+  // counted and logged as failed at once, and kept to send when the node is connected again.
   void Announce(watchdog::SpanAbortNotice notice) override;
 
  private:
   void OnEvent(const mvccpb::Event& event);
   void Failed(const watchdog::SpanAbortNotice& notice, const absl::Status& why);
+  void ResendPending();
 
   Cluster* const cluster_;
   const SpanAbortsOptions options_;
@@ -90,6 +100,10 @@ class SpanAborts final : public watchdog::AbortAnnouncer {
   prometheus::Counter* const applied_;
   prometheus::Counter* const rejected_;
   prometheus::Gauge* const watching_;
+  prometheus::Gauge* const pending_gauge_;
+  absl::Mutex mu_;
+  // Announcements that failed, by key, to send again when the node is connected.
+  std::map<std::string, watchdog::SpanAbortNotice> pending_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stopping_{false};
   std::function<int(const watchdog::SpanAbortNotice&)> on_remote_;  // set once, before watch_
   std::unique_ptr<PrefixWatch> watch_;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "commd/commd.h"
 #include "commd/v1/groups.pb.h"
+#include "commd/v1/health.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_process.h"
@@ -234,7 +235,9 @@ TEST_F(SpanAbortTest, AnotherUidsGroupOfTheSameNameIsUntouched) {
 
 // etcd gone: the abort still stops this node's ranks, and says it was not announced. An etcd
 // outage past the lease's TTL (2 s here) is not a lost lease: the other node's part goes on.
-TEST_F(SpanAbortTest, WithoutEtcdTheAbortIsLocal) {
+// ... until etcd answers again: then the announcement is sent, node-b's rank is aborted naming
+// node-a, and node-a's view of the group (aborted while etcd was away) is written.
+TEST_F(SpanAbortTest, WithoutEtcdTheAbortIsLocalUntilEtcdAnswersAgain) {
   std::vector<DaemonProcess*> n;
   StartNodes({"node-a", "node-b"}, &n);
   if (HasFatalFailure()) return;
@@ -252,9 +255,24 @@ TEST_F(SpanAbortTest, WithoutEtcdTheAbortIsLocal) {
               HasSubstr(absl::StrCat("the abort of group g (job job, formation ", formation,
                                      ") was not announced to its other nodes: ")));
   EXPECT_TRUE(Eventually([&] { return MetricValue(*n[1], "commd_cluster_connected") == 0; }));
+  EXPECT_EQ(MetricValue(*n[0], "commd_cluster_span_aborts_pending"), 1);
   absl::SleepFor(absl::Seconds(3));
   EXPECT_TRUE(NoneAborted({ranks[1]})) << ranks[1]->Log();
   EXPECT_EQ(MetricValue(*n[1], kSent), 0);
+
+  ASSERT_TRUE(etcd_->Start().ok());  // same data dir and port: the nodes' leases live on
+  ASSERT_TRUE(ranks[1]->WaitForLog("aborted ", absl::Seconds(30))) << ranks[1]->Log();
+  EXPECT_THAT(Line(ranks[1]->Log(), "aborted "), HasSubstr("aborted on node node-a"));
+  EXPECT_THAT(Line(ranks[1]->Log(), "aborted "), HasSubstr("etcd is gone"));
+  EXPECT_TRUE(Eventually([&] { return MetricValue(*n[0], kSent) == 1; }));
+  EXPECT_EQ(MetricValue(*n[0], "commd_cluster_span_aborts_pending"), 0);
+  EXPECT_THAT(n[0]->Log(), HasSubstr("again, now that etcd answers"));
+  v1::NodeGroupView view;
+  EXPECT_TRUE(Eventually([&] {
+    std::string value = etcd_->Get(absl::StrCat(kPrefix, "/progress/0/job/g/node-a"));
+    if (!value.empty() && value.back() == '\n') value.pop_back();  // etcdctl's
+    return view.ParseFromString(value) && view.health().state() == v1::ABORTED;
+  })) << view.DebugString();
 }
 
 // Every key or value under <prefix>/aborts/ that is not what commd writes is skipped with the
