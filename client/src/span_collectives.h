@@ -24,9 +24,10 @@
 // region, all-reduces it with rank l of the other nodes over its own gloo connections
 // (lane 0 is the leaders') and, unless the call is staged, writes it straight into every local
 // rank's output while it is in cache; a barrier. A staged call's ranks then copy every slice
-// from its owner's region into their own output, and pass a closing barrier. Every rank and connection then works on 1/local of the data at
-// once (docs/PERFORMANCE.md, "Collectives across nodes"). The leader decides and every local
-// rank follows its word, so a node's ranks always pass the same barriers.
+// from its owner's region into their own output, and pass a closing barrier. Every rank and
+// connection then works on 1/local of the data at once (docs/PERFORMANCE.md, "Collectives across
+// nodes"). The leader decides and every local rank follows its word, so a node's ranks always pass
+// the same barriers.
 //
 // The words are a small symmetric buffer of the group's (SpanWords per rank), allocated on the
 // group's first collective. Each lane's gloo full mesh is made on its first exchange, its

@@ -1,7 +1,7 @@
 // A watch on every key under one prefix that lasts: a thread of its own opens it while the
-// cluster is connected, reopens it rewatch_interval after a failure, and resumes from the revision after the last
-// one it saw, so that events made while this node was cut off are still delivered (unless etcd
-// compacted them away first, which is logged).
+// cluster is connected, reopens it rewatch_interval after a failure, and resumes from the revision
+// after the last one it saw, so that events made while this node was cut off are still delivered
+// (unless etcd compacted them away first, which is logged).
 //
 //   PrefixWatch watch(cluster, "/commd/dumps/", [](const mvccpb::Event& e) { ... }, nullptr);
 //   watch.watching();  // the watch is open now
