@@ -27,9 +27,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/src/collective_call.h"
+#include "common/random_token.h"
 #include "common/status_macros.h"
 #include "gloo/allgatherv.h"
 #include "gloo/allreduce.h"
+#include "gloo/alltoall.h"
 #include "gloo/alltoallv.h"
 #include "gloo/barrier.h"
 #include "gloo/broadcast.h"
@@ -663,15 +665,67 @@ class HostSpanBackend : public SpanBackend {
     GlooStore store(
         s_.store, absl::StrCat("commd.span/", s_.group, "/", s_.formation, "/", s_.local_rank, "/"),
         s_.connect_wait, [this] { return Aborted(); });
+    ASSIGN_OR_RETURN(const std::string proofs, Proofs(nodes));
+    store.set(absl::StrCat("proof/", s_.node_index),
+              std::vector<char>(proofs.begin(), proofs.end()));
     context->connectFullMesh(store, device);
+    RETURN_IF_ERROR(Authenticate(context, store, proofs));
     {
-      gloo::BarrierOptions opts(context);  // every leader has read every address
+      gloo::BarrierOptions opts(context);  // every peer has read every address and proof
       gloo::barrier(opts);
     }
     store.DeleteMine();
     absl::MutexLock lock(&mu_);
     context_ = std::move(context);
     if (closed_) Fail(*context_, s_.group);
+    return absl::OkStatus();
+  }
+
+  // Gloo's TCP pairs take the first connection to their listening port as the peer, with
+  // nothing to prove who it is: any process that can reach the port while the lane connects
+  // (until the slowest node's first collective) could stand in for a node and feed the group
+  // its data. So before any data, each rank sends every peer a token it drew for that peer
+  // alone, over the new connection, and the peer compares it with the one the rank put in the
+  // job's store, which only the job's own uid reads. A connection that cannot prove it ends
+  // the group; a token seen by an impostor proves nothing to anyone else.
+  static constexpr size_t kProofBytes = 32;  // RandomToken's: 128 bits in hex
+  static absl::StatusOr<std::string> Proofs(int nodes) {
+    std::string proofs;
+    for (int k = 0; k < nodes; ++k) {
+      ASSIGN_OR_RETURN(std::string token, RandomToken());
+      if (token.size() != kProofBytes) {
+        return absl::InternalError(absl::StrCat("a token of ", token.size(), " bytes"));
+      }
+      proofs += token;
+    }
+    return proofs;
+  }
+  absl::Status Authenticate(const std::shared_ptr<gloo::Context>& context, GlooStore& store,
+                            const std::string& mine) {
+    const size_t nodes = s_.layout.size();
+    std::vector<char> got(nodes * kProofBytes);
+    {
+      gloo::AlltoallOptions opts(context);
+      opts.setInput(const_cast<char*>(mine.data()), mine.size());
+      opts.setOutput(got.data(), got.size());
+      gloo::alltoall(opts);
+    }
+    for (size_t k = 0; k < nodes; ++k) {
+      if (k == static_cast<size_t>(s_.node_index)) continue;
+      const std::vector<char> theirs = store.get(absl::StrCat("proof/", k));
+      const size_t at = static_cast<size_t>(s_.node_index) * kProofBytes;
+      unsigned char differ = theirs.size() == nodes * kProofBytes ? 0 : 1;
+      for (size_t b = 0; differ == 0 && b < kProofBytes; ++b) {
+        differ |= static_cast<unsigned char>(theirs[at + b] ^ got[k * kProofBytes + b]);
+      }
+      if (differ != 0) {
+        return absl::UnavailableError(absl::StrCat(
+            "group ", s_.group, ": the connection from node ", s_.layout[k].node, " (lane ",
+            s_.local_rank,
+            ") did not prove it is that node's rank: another process "
+            "may have connected to this rank's gloo port first. Nothing was exchanged"));
+      }
+    }
     return absl::OkStatus();
   }
 
