@@ -46,6 +46,9 @@ inline constexpr uint32_t kRecordMaxTensors = 8;  // per side (inputs / outputs)
 inline constexpr uint32_t kRecordMaxDims = 4;     // per tensor; extra dims fold into the last
 inline constexpr uint32_t kRecordNameBytes = 64;  // process group name / desc, NUL included
 inline constexpr uint32_t kAbortTextBytes = 256;  // abort reason text, NUL included
+// The longest reason an Abort request may give: the abort text also names who asked (at most
+// 64 bytes).
+inline constexpr uint32_t kMaxAbortReasonBytes = kAbortTextBytes - 1 - 64;
 inline constexpr uint32_t kRingMinCapacity = 1;
 inline constexpr uint32_t kRingMaxCapacity = 1u << 16;         // ~54 MiB per block at most
 inline constexpr int32_t kControlBlockMaxWorldSize = 1 << 16;  // ranks in one group

@@ -71,7 +71,9 @@ std::unique_ptr<SpanBackend> MakeSpan(const v1::JoinGroupResponse& joined,
         if (auto c = weak.lock()) {
           v1::AbortRequest request;
           request.set_group(group);
-          request.set_reason(reason);
+          // Cut to what the daemon takes (a longer reason would be refused, and nothing
+          // aborted); the rank's own error keeps the whole text.
+          request.set_reason(reason.substr(0, kMaxAbortReasonBytes));
           v1::AbortResponse response;
           (void)c->health->Abort(c->Context().get(), request, &response);
         }

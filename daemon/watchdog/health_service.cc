@@ -11,9 +11,8 @@ namespace commd::watchdog {
 
 namespace {
 
-// The control block's abort text (255 bytes) carries who asked as well: at most 64 bytes
-// (AbortText), the reason gets the rest.
-constexpr size_t kMaxReasonBytes = kAbortTextBytes - 1 - 64;
+// The control block's abort text (255 bytes) carries who asked as well (AbortText).
+constexpr size_t kMaxReasonBytes = kMaxAbortReasonBytes;
 
 // "uid 1000 (commctl, pid 4242) says: <reason>": the ranks' errors name who stopped them.
 // The program name is the caller's /proc/<pid>/comm, for the reader only (a process names

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <set>
 #include <string>
@@ -273,6 +274,44 @@ TEST_F(SpanAbortTest, WithoutEtcdTheAbortIsLocalUntilEtcdAnswersAgain) {
     if (!value.empty() && value.back() == '\n') value.pop_back();  // etcdctl's
     return view.ParseFromString(value) && view.health().state() == v1::ABORTED;
   })) << view.DebugString();
+}
+
+// A process that takes node-b's place in the leaders' gloo rendezvous (it can write the job's
+// store, as only the job's uid can) but sends the wrong token over the connection: node-a's
+// leader refuses it naming node-b before any data is exchanged and has the group aborted on
+// both nodes; no rank's buffer holds anything but its own input.
+TEST_F(SpanAbortTest, AConnectionThatCannotProveItsNodeIsRefusedBeforeAnyData) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  const std::vector<ChildProcess*> ranks = TwoByTwo(n, "late");
+  for (ChildProcess* r : ranks) {
+    ASSERT_TRUE(r->WaitForLog("joined", absl::Seconds(90))) << r->Log();
+  }
+  const uint64_t formation = Info(*n[0], "g").formation();
+  ASSERT_GT(formation, 0u);
+  // node-b is node index 1 (nodes sort by name); lane 0 is the leaders'.
+  auto impostor =
+      ChildProcess::Start({GLOO_IMPOSTOR, "g", absl::StrCat(formation), "2", "1", "0"},
+                          {"COMMD_RUNTIME_DIR=" + n[1]->runtime_dir(), "COMMD_JOB_ID=job"});
+  ASSERT_TRUE(impostor.ok()) << impostor.status();
+  for (int g : {0, 1}) {
+    ASSERT_TRUE(ranks[g]->WaitForLog("late ", absl::Seconds(60))) << ranks[g]->Log();
+    const std::string line = Line(ranks[g]->Log(), "late ");
+    // The leader's check failed UNAVAILABLE and asked the daemon to abort the group, which it
+    // did before either rank read the outcome: both report the abort, naming why.
+    EXPECT_THAT(line, HasSubstr(absl::StrCat("late ABORTED ", g + 1, " ")));
+    EXPECT_THAT(line, HasSubstr("the connection from node node-b (lane 0) did not prove it is "
+                                "that node's rank"));
+  }
+  EXPECT_TRUE((*impostor)->WaitForLog("impostor connected", absl::Seconds(10)))
+      << (*impostor)->Log();
+  // node-a asked for the abort: node-b's ranks, let go now, find their group aborted.
+  std::ofstream(LeaveFile() + ".go").put('x');
+  for (int g : {2, 3}) {
+    ASSERT_TRUE(ranks[g]->WaitForLog("late ", absl::Seconds(60))) << ranks[g]->Log();
+    EXPECT_THAT(Line(ranks[g]->Log(), "late "), HasSubstr(absl::StrCat("late ABORTED ", g + 1)));
+  }
 }
 
 // Every key or value under <prefix>/aborts/ that is not what commd writes is skipped with the

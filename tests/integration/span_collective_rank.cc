@@ -19,6 +19,8 @@
 //             node index 1 stop calling, the others all-reduce again and print
 //             "hang <CODE> <ms> <msg>" (ms: how long the call took)
 //   hang-first  the same without the first all-reduce (the leader waits to connect)
+//   late      the ranks on node index 1 wait for LEAVE_FILE.go; then every rank all-reduces 8
+//             floats of (global rank + 1) and prints "late <CODE> <first element> <msg>"
 //   skip      5 all-reduces of 8 floats, 4 on the last global rank (it skips one, and the
 //             others wait in the fifth); prints "ran <n>" before the last one it makes
 //   bench     all-reduce of float32 at 8 B .. 64 MiB through the host-memory overloads; the
@@ -350,6 +352,16 @@ int main(int argc, char** argv) {
       Print(absl::StrCat("hang ", absl::StatusCodeToString(s.code()), " ",
                          absl::ToInt64Milliseconds(absl::Now() - start), " ", s.message()));
     }
+  } else if (mode == "late") {
+    if (g.node_index() == 1) {
+      while (::access(absl::StrCat(argv[7], ".go").c_str(), F_OK) != 0) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+    }
+    auto* f = static_cast<float*>((*a)->data());
+    for (int i = 0; i < 8; ++i) f[i] = static_cast<float>(global_rank + 1);
+    const absl::Status s = g.AllReduce(**a, 8, DataType::kFloat32, ReduceOp::kSum);
+    Print(absl::StrCat("late ", absl::StatusCodeToString(s.code()), " ", f[0], " ", s.message()));
   } else if (mode == "skip") {
     const int calls = global_rank == global_world - 1 ? 4 : 5;
     for (int i = 0; i < calls; ++i) {
