@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/control_block.h"
 #include "common/status_macros.h"
+#include "format/job_diagnosis.h"
 #include "format/pickle_writer.h"
 #include "format/topology_text.h"
 #include "google/protobuf/util/json_util.h"
@@ -149,50 +150,6 @@ std::string FormatHealth(const v1::GetHealthResponse& health) {
   return out;
 }
 
-// What holds each group back over every node's view of it: the global ranks (and their nodes)
-// that have not entered the newest collective any rank entered, else those that have not
-// finished it. One line per group that waits on someone; none when every rank is level.
-std::vector<std::string> JobDiagnosis(const v1::GetHealthResponse& health) {
-  struct Behind {
-    int global_rank;
-    const std::string* node;
-  };
-  std::map<std::string, std::vector<const v1::NodeGroupView*>> by_group;
-  for (const v1::NodeGroupView& v : health.cluster()) by_group[v.health().group()].push_back(&v);
-  std::vector<std::string> lines;
-  for (const auto& [group, views] : by_group) {
-    uint64_t entered = 0;
-    size_t ranks = 0;
-    for (const v1::NodeGroupView* v : views) {
-      for (const v1::RankView& r : v->ranks()) entered = std::max(entered, r.last_enqueued_seq());
-      ranks += static_cast<size_t>(v->ranks_size());
-    }
-    std::vector<Behind> not_entered, not_done;
-    for (const v1::NodeGroupView* v : views) {
-      for (const v1::RankView& r : v->ranks()) {
-        if (r.last_enqueued_seq() < entered) not_entered.push_back({r.global_rank(), &v->node()});
-        if (r.last_completed_seq() < entered) not_done.push_back({r.global_rank(), &v->node()});
-      }
-    }
-    const bool never = !not_entered.empty();
-    const std::vector<Behind>& who = never ? not_entered : not_done;
-    if (entered == 0 || who.empty()) continue;
-    std::map<std::string, std::vector<int>> by_node;
-    for (const Behind& b : who) by_node[*b.node].push_back(b.global_rank);
-    std::vector<std::string> parts;
-    for (auto& [node, global] : by_node) {
-      std::sort(global.begin(), global.end());
-      parts.push_back(absl::StrCat("global rank(s) [", absl::StrJoin(global, ", "), "] on ", node));
-    }
-    lines.push_back(
-        absl::StrCat("group ", group, ": ", absl::StrJoin(parts, " and "),
-                     never ? " never entered collective " : " did not finish collective ", entered,
-                     " (", never ? ranks - who.size() : who.size(), " of ", ranks, " rank(s) ",
-                     never ? "entered it" : "still in it", ")"));
-  }
-  return lines;
-}
-
 // One line per (group, node): each rank as <global rank>:<last completed>/<last enqueued>,
 // with "!<liveness>" when it is not alive.
 std::string FormatClusterHealth(const v1::GetHealthResponse& health) {
@@ -210,7 +167,7 @@ std::string FormatClusterHealth(const v1::GetHealthResponse& health) {
                           StateWord(v.health().state()), absl::StrJoin(ranks, " "),
                           DiagnosisText(v.health()));
   }
-  for (const std::string& line : JobDiagnosis(health)) absl::StrAppend(&out, line, "\n");
+  for (const std::string& line : diagnosis::JobDiagnosis(health.cluster())) absl::StrAppend(&out, line, "\n");
   return out;
 }
 

@@ -39,9 +39,6 @@ std::string FormatStatus(const v1::NodeStatus& status);
 std::string FormatDuration(int64_t ms);
 std::string FormatHealth(const v1::GetHealthResponse& health);
 std::string FormatClusterHealth(const v1::GetHealthResponse& health);
-// For every group the views show waiting on someone: one sentence naming the global ranks and
-// their nodes that hold it back (FormatClusterHealth prints them under its table).
-std::vector<std::string> JobDiagnosis(const v1::GetHealthResponse& health);
 
 }  // namespace commd::ctl
 

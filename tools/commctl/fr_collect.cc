@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/names.h"
+#include "format/job_diagnosis.h"
 #include "nlohmann/json.hpp"
 
 namespace commd::ctl {
@@ -83,17 +84,6 @@ absl::Status CopyOne(const fs::path& from, const fs::path& to, bool* copied) {
   return absl::OkStatus();
 }
 
-std::string Ranges(const std::set<int>& ranks) {
-  std::vector<std::string> parts;
-  for (auto it = ranks.begin(); it != ranks.end();) {
-    const int first = *it;
-    int last = first;
-    for (++it; it != ranks.end() && *it == last + 1; ++it) last = *it;
-    parts.push_back(first == last ? absl::StrCat(first) : absl::StrCat(first, "-", last));
-  }
-  return absl::StrJoin(parts, ", ");
-}
-
 }  // namespace
 
 absl::StatusOr<CollectResult> CollectDump(const std::vector<std::string>& sources,
@@ -161,9 +151,9 @@ std::string FormatCollect(const CollectResult& result, const std::string& dump_i
     for (int r : expected) {
       if (g.ranks.count(r) == 0) missing.insert(r);
     }
-    absl::StrAppend(&out, "  group ", group, ": global ranks ", Ranges(g.ranks), " (",
+    absl::StrAppend(&out, "  group ", group, ": global ranks ", diagnosis::RankRanges(g.ranks), " (",
                     g.ranks.size(), " of ", expected.size(), ")",
-                    missing.empty() ? "" : absl::StrCat("; no dump of ", Ranges(missing)), "\n");
+                    missing.empty() ? "" : absl::StrCat("; no dump of ", diagnosis::RankRanges(missing)), "\n");
   }
   return out;
 }
