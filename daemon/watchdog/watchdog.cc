@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "daemon/recorder/ring_reader.h"
+#include "daemon/watchdog/job_view.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace commd::watchdog {
@@ -93,22 +94,28 @@ void Watchdog::Stop() {
     stopping_ = true;
   }
   if (thread_.joinable()) thread_.join();
+  ExpireJobViews(absl::InfiniteFuture());
 }
 
 void Watchdog::Run() {
-  absl::Time next = absl::Now();
+  absl::Time next = absl::Now() + options_.poll_interval;
   for (;;) {
-    next += options_.poll_interval;
     {
+      // Also woken at the deadline of a finding that waits for the nodes' views, whatever the
+      // poll interval.
+      const absl::Time wake = std::min(next, NextJobViewDeadline());
       absl::MutexLock lock(&run_mu_);
       auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) { return stopping_; };
-      if (run_mu_.AwaitWithDeadline(absl::Condition(&stop), next)) return;
+      if (run_mu_.AwaitWithDeadline(absl::Condition(&stop), wake)) return;
     }
     const absl::Time start = absl::Now();
+    ExpireJobViews(start);
+    if (start < next) continue;
     PollOnce();
     const absl::Time end = absl::Now();
     poll_seconds_->Observe(absl::ToDoubleSeconds(end - start));
     if (next < end) next = end;  // a slow poll does not cause a burst of catch-up polls
+    next += options_.poll_interval;
   }
 }
 
@@ -208,42 +215,152 @@ recorder::DumpHow DumpHowOf(const groups::GroupSnapshot& g, const v1::Diagnosis&
 
 void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred, const Cause& cause) {
   const groups::GroupSnapshot& g = t.info;
-  const groups::RankDeath* death = cause.death;
-  const char* trigger = cause.trigger;
+  const bool certain = cause.death != nullptr || cause.trigger != nullptr;
   const v1::WatchdogPolicy policy = PolicyOf(g);
   group_metrics_->CountHang(g.job_id, g.name, KindLabel(d.kind()));
+  Finding f{.group = g,
+            // A death's group is dumped as it was when the rank died: it may have retired since.
+            .dump_as_taken = cause.death != nullptr,
+            .d = d,
+            .policy = policy,
+            .trigger = cause.death != nullptr     ? std::string("rank_death")
+                       : cause.trigger != nullptr ? std::string(cause.trigger)
+                                                  : absl::StrCat("hang-", KindLabel(d.kind())),
+            .how = DumpHowOf(g, d, certain, cause.dump),
+            // A death is certain and the survivors can never complete with the dead rank:
+            // waiting out their timeout would only hide what happened, so REPORT aborts it too.
+            .abort = certain || policy == v1::NOTIFY || policy == v1::TERMINATE,
+            .announce = cause.announce,
+            .terminate = policy == v1::TERMINATE};
+  if (f.abort) t.abort_reason = AbortReasonName(static_cast<uint32_t>(ReasonOf(d.kind())));
+  // Only a suspicion on a group spanning nodes asks the other nodes who holds it back: a fact
+  // (a death, a node or lease lost) names its cause already.
+  if (!certain && options_.progress != nullptr && g.layout.nodes_size() >= 2) {
+    WaitForJobView(t, std::move(f), deferred);
+    return;
+  }
+  deferred.push_back([this, f = std::move(f)] { Carry(f); });
+}
+
+void Watchdog::Carry(const Finding& f) {
+  const groups::GroupSnapshot& g = f.group;
+  const v1::Diagnosis& d = f.d;
   COMMD_LOG(WARNING, "watchdog") << g.job_id << "/" << g.name << ": " << KindLabel(d.kind()) << ": "
-                                 << d.summary() << " (policy " << v1::WatchdogPolicy_Name(policy)
-                                 << ")";
-  // A death's group is dumped as it was when the rank died: it may have retired since.
-  deferred.push_back(
-      [this, group = death != nullptr ? std::optional(death->group) : std::nullopt,
-       selector = groups::GroupSelector{.job = std::make_pair(g.uid, g.job_id), .group = g.name},
-       trigger = death != nullptr     ? std::string("rank_death")
-                 : trigger != nullptr ? std::string(trigger)
-                                      : absl::StrCat("hang-", KindLabel(d.kind())),
-       json = ToJson(d),
-       how = DumpHowOf(g, d, death != nullptr || trigger != nullptr, cause.dump)] {
-        (void)(group ? dumps_->DumpGroups(*group, trigger, json, how)
-                     : dumps_->DumpGroups(selector, trigger, json, how));
-      });
-  // A death is certain and the survivors can never complete with the dead rank: waiting out
-  // their timeout would only hide what happened, so REPORT aborts it too.
-  if (death != nullptr || trigger != nullptr || policy == v1::NOTIFY || policy == v1::TERMINATE) {
-    t.abort_reason = AbortReasonName(static_cast<uint32_t>(ReasonOf(d.kind())));
-    deferred.push_back(
-        [this, g, reason = ReasonOf(d.kind()), text = d.summary(), announce = cause.announce] {
-          bool first = false;
-          signals_.Notify(g, reason, text, &first);
-          groups_->Abort(g.id, absl::StrCat("by the watchdog: ", text));
-          // Only the group's first abort here: one that came from another node is not echoed.
-          if (first && announce) Announce(g, reason, text);
-        });
+                                 << d.summary()
+                                 << (d.job_summary().empty() ? "" : "; job-wide: ")
+                                 << d.job_summary() << " (policy "
+                                 << v1::WatchdogPolicy_Name(f.policy) << ")";
+  if (f.dump_as_taken) {
+    (void)dumps_->DumpGroups(g, f.trigger, ToJson(d), f.how);
+  } else {
+    (void)dumps_->DumpGroups(
+        groups::GroupSelector{.job = std::make_pair(g.uid, g.job_id), .group = g.name}, f.trigger,
+        ToJson(d), f.how);
+  }
+  if (f.abort) {
+    const AbortReason reason = ReasonOf(d.kind());
+    bool first = false;
+    signals_.Notify(g, reason, d.summary(), &first);
+    groups_->Abort(g.id, absl::StrCat("by the watchdog: ", d.summary()));
+    // Only the group's first abort here: one that came from another node is not echoed.
+    if (first && f.announce) Announce(g, reason, d.summary());
   }
   // After the dump has taken its sources: the group retires once every rank is gone.
-  if (policy == v1::TERMINATE) {
-    deferred.push_back([this, g] { signals_.Terminate(g); });
+  if (f.terminate) signals_.Terminate(g);
+}
+
+void Watchdog::WaitForJobView(Tracked& t, Finding f, Deferred& deferred) {
+  const groups::GroupSnapshot& g = t.info;
+  size_t of_uid = 0;
+  bool waiting = false;
+  for (const auto& [n, w] : job_views_) {
+    of_uid += w.finding.group.uid == g.uid ? 1 : 0;
+    waiting = waiting || w.finding.group.id == g.id;
   }
+  if (waiting || of_uid >= kMaxJobViewWaitsPerUid) {
+    const std::string summary = absl::StrCat(
+        kJobViewUnavailable, ": ",
+        waiting ? "the group's previous finding is still reading it"
+                : absl::StrCat("uid ", g.uid, " has ", of_uid,
+                               " findings reading the nodes' views already (at most ",
+                               kMaxJobViewWaitsPerUid, ")"),
+        "; this diagnosis is this node's alone");
+    f.d.set_job_summary(summary);
+    SetJobSummary(g.id, t.acted_key, summary);
+    deferred.push_back([this, f = std::move(f)] { Carry(f); });
+    return;
+  }
+  // The ranks may have left by the time the views come (an abort from another node): the dump
+  // is of the group as the finding saw it, its blocks kept mapped meanwhile.
+  f.dump_as_taken = true;
+  const uint64_t n = ++job_view_seq_;
+  v1::NodeGroupView local = LocalView(f.d, g.layout);
+  job_views_.emplace(n, JobViewWait{.finding = std::move(f),
+                                    .acted_key = t.acted_key,
+                                    .local = std::move(local),
+                                    .deadline = absl::Now() + options_.job_view_wait});
+  deferred.push_back([this, n, uid = g.uid, job = g.job_id, group = g.name] {
+    options_.progress->Read(uid, job, group,
+                            [this, n](absl::StatusOr<std::vector<v1::NodeGroupView>> views) {
+                              FinishJobView(n, std::move(views));
+                            });
+  });
+}
+
+void Watchdog::FinishJobView(uint64_t wait, absl::StatusOr<std::vector<v1::NodeGroupView>> views) {
+  JobViewWait w;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = job_views_.find(wait);
+    if (it == job_views_.end()) return;  // finished already: its deadline passed, or the answer
+    w = std::move(it->second);
+    job_views_.erase(it);
+  }
+  const std::string summary = JobViewSummary(views, w.local, w.finding.group.layout);
+  w.finding.d.set_job_summary(summary);
+  {
+    absl::MutexLock lock(&mu_);
+    SetJobSummary(w.finding.group.id, w.acted_key, summary);
+  }
+  Carry(w.finding);
+}
+
+void Watchdog::ExpireJobViews(absl::Time now) {
+  std::vector<uint64_t> due;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [n, w] : job_views_) {
+      if (w.deadline <= now) due.push_back(n);
+    }
+  }
+  for (uint64_t n : due) {
+    FinishJobView(n, absl::DeadlineExceededError(
+                         absl::StrCat("etcd did not answer within ",
+                                      absl::FormatDuration(options_.job_view_wait))));
+  }
+}
+
+absl::Time Watchdog::NextJobViewDeadline() const {
+  absl::MutexLock lock(&mu_);
+  absl::Time next = absl::InfiniteFuture();
+  for (const auto& [n, w] : job_views_) next = std::min(next, w.deadline);
+  return next;
+}
+
+void Watchdog::SetJobSummary(uint64_t group_id, const std::string& acted_key,
+                             const std::string& summary) {
+  Tracked* t = nullptr;
+  if (auto it = tracked_.find(group_id); it != tracked_.end()) {
+    t = &it->second;
+  } else {
+    for (Tracked& r : retired_) {
+      if (r.info.id == group_id) t = &r;
+    }
+  }
+  // A newer finding has its own sentence coming.
+  if (t == nullptr || t->acted_key != acted_key || !t->last) return;
+  t->last->set_job_summary(summary);
+  ++t->job_view_gen;
 }
 
 void Watchdog::OnNodeGone(const std::string& node, int64_t revision) {
@@ -476,7 +593,8 @@ v1::GroupHealth Watchdog::HealthOf(const Tracked& t) const {
 void Watchdog::PublishProgress(Tracked& t, uint64_t now_ns, Deferred& deferred) {
   if (options_.progress == nullptr) return;
   // What a view says, without building it: state, finding, abort, each rank's progress.
-  std::string key = absl::StrCat(t.state, "|", t.acted_key, "|", t.abort_reason);
+  std::string key =
+      absl::StrCat(t.state, "|", t.acted_key, "|", t.job_view_gen, "|", t.abort_reason);
   for (const RankCursor& c : t.ranks) {
     absl::StrAppend(&key, "|", static_cast<int>(c.last.liveness), ",", c.last.enqueued, ",",
                     c.last.started, ",", c.last.completed);

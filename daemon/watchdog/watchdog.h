@@ -68,17 +68,30 @@ struct WatchdogOptions {
   // Where an abort of a formed group spanning nodes is announced to its other nodes (null:
   // nowhere; docs/cluster.md, "An abort across nodes").
   AbortAnnouncer* aborts = nullptr;
+  // A finding on a group spanning nodes reads every node's view of the group from `progress`
+  // for its job-wide sentence (Diagnosis.job_summary); its log line, dump and abort wait for
+  // the answer at most this long, then go ahead with this node's diagnosis alone (docs/
+  // cluster.md, "The watchdog's job-wide sentence"). Short enough that the job's dump still
+  // lands on every node within a second of the finding.
+  absl::Duration job_view_wait = absl::Milliseconds(300);
 };
+
+// The most findings of one uid's spanning groups that wait for the nodes' views at once; more
+// go ahead at once with this node's diagnosis alone, saying so.
+inline constexpr size_t kMaxJobViewWaitsPerUid = 8;
 
 class Watchdog {
  public:
-  // `groups`, `dumps` and `registry` must outlive the watchdog.
+  // `groups`, `dumps` and `registry` must outlive the watchdog; so must `options.progress`,
+  // whose reads must all have answered before the watchdog is destroyed (the daemon stops the
+  // cluster's etcd client first).
   Watchdog(WatchdogOptions options, groups::GroupRegistry* groups, recorder::GroupDumps* dumps,
            PushEvent push, prometheus::Registry* registry, std::unique_ptr<RecorderClock> clock);
   ~Watchdog();  // stops the thread
 
   // Starts polling on the watchdog's own thread.
   void Start();
+  // Stops the thread; findings still waiting for the nodes' views go ahead without them.
   void Stop();
 
   // One poll of every group (the thread calls it; tests and benchmarks may too).
@@ -138,6 +151,7 @@ class Watchdog {
     bool retired = false;
     std::string published;  // what the last view published said (ProgressKey)
     uint64_t published_ns = 0;
+    uint32_t job_view_gen = 0;  // bumped when `last` gains its job-wide sentence
   };
   using Deferred = std::vector<std::function<void()>>;
 
@@ -155,6 +169,39 @@ class Watchdog {
     bool announce = true;
   };
   void Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred, const Cause& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a finding does once decided, outside mu_: the log line, the dump, and when it aborts,
+  // the abort word and events, its announcement, and under TERMINATE the signals.
+  struct Finding {
+    groups::GroupSnapshot group;  // as the finding saw it
+    bool dump_as_taken = false;   // dump `group` as taken (its blocks stay mapped), not as it is
+    v1::Diagnosis d;
+    v1::WatchdogPolicy policy = v1::REPORT;
+    std::string trigger;
+    recorder::DumpHow how;
+    bool abort = false;
+    bool announce = true;
+    bool terminate = false;
+  };
+  void Carry(const Finding& f);
+  // A finding on a spanning group waiting for every node's view of the group.
+  struct JobViewWait {
+    Finding finding;
+    std::string acted_key;  // the finding whose health and view get the sentence
+    v1::NodeGroupView local;
+    absl::Time deadline;
+  };
+  // Reads the nodes' views for `f` (a deferred read) or, when the group already waits or its uid
+  // has kMaxJobViewWaitsPerUid waiting, carries `f` out now saying why there is no sentence.
+  void WaitForJobView(Tracked& t, Finding f, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The views came (or `views` says why not): the sentence goes into the finding, the group's
+  // health and next published view, then the finding is carried out. Once per wait.
+  void FinishJobView(uint64_t wait, absl::StatusOr<std::vector<v1::NodeGroupView>> views);
+  // Finishes the waits whose deadline is at or before `now` without the views.
+  void ExpireJobViews(absl::Time now);
+  absl::Time NextJobViewDeadline() const;
+  void SetJobSummary(uint64_t group_id, const std::string& acted_key, const std::string& summary)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // options_.aborts hears of `g`'s abort when `g` is a formed group spanning nodes.
   void Announce(const groups::GroupSnapshot& g, AbortReason reason, const std::string& text);
@@ -181,6 +228,8 @@ class Watchdog {
   mutable absl::Mutex mu_;
   std::map<uint64_t, Tracked> tracked_ ABSL_GUARDED_BY(mu_);  // by group id
   std::vector<Tracked> retired_ ABSL_GUARDED_BY(mu_);         // newest last, bounded
+  std::map<uint64_t, JobViewWait> job_views_ ABSL_GUARDED_BY(mu_);  // by wait number
+  uint64_t job_view_seq_ ABSL_GUARDED_BY(mu_) = 0;
 
   absl::Mutex run_mu_;
   bool stopping_ ABSL_GUARDED_BY(run_mu_) = false;

@@ -9,9 +9,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -549,10 +551,45 @@ TEST_F(SpanTest, OneDumpCoversEveryGlobalRankAndTorchfrtraceNamesTheSkipper) {
   }
 }
 
+// Each node's job dumps: the directories of job "job" beside its runtime dir.
+std::vector<std::string> JobDumpIds(const DaemonProcess& d) {
+  std::vector<std::string> ids;
+  std::error_code ec;
+  const auto dir = std::filesystem::path(d.runtime_dir()).parent_path() / "state" / "dumps" / "job";
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ids.push_back(it->path().filename().string());
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// The text of every rank's JSON file of dump `id` of job "job" on node `d`.
+std::vector<std::string> DumpFiles(const DaemonProcess& d, const std::string& id) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  const auto dir =
+      std::filesystem::path(d.runtime_dir()).parent_path() / "state" / "dumps" / "job" / id;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file() || it->path().extension() != ".json") continue;
+    std::ifstream in(it->path());
+    files.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return files;
+}
+
+// What the watchdogs of this hang say across the job (format/job_diagnosis.h).
+constexpr char kSkipSentence[] =
+    "group g: global rank 3 on node-b never entered collective 5 that global ranks 0-2 wait in "
+    "(3 of 4 ranks entered it)";
+
 // A hang on a group spanning nodes that both nodes' watchdogs find (node-b: global rank 3
 // never entered the fifth all-reduce; node-a: its ranks entered it and did not finish) makes
 // one dump of the job, under one id both derive from the group and the collective, not one
-// per node.
+// per node. The finding reads every node's view of the group: the dump on both nodes, the log
+// line and `commctl health` on node-a name global rank 3 on node-b as what holds the group
+// back, and the ranks that wait for it.
 TEST_F(SpanTest, AHangBothNodesFindIsDumpedOnceUnderOneId) {
   std::vector<DaemonProcess*> n;
   StartNodes({"node-a", "node-b"}, &n, "watchdog { poll_interval_ms: 100 }\n");
@@ -560,19 +597,6 @@ TEST_F(SpanTest, AHangBothNodesFindIsDumpedOnceUnderOneId) {
   const std::vector<ChildProcess*> ranks = TwoByTwo(n, "skip", "g", /*timeout_ms=*/2000);
   for (ChildProcess* r : ranks)
     ASSERT_TRUE(r != nullptr && r->WaitForLog("ran ", absl::Seconds(60)));
-  // Each node's job dumps (directories of job "job" beside its runtime dir).
-  auto dumps = [](const DaemonProcess& d) {
-    std::vector<std::string> ids;
-    std::error_code ec;
-    const auto dir =
-        std::filesystem::path(d.runtime_dir()).parent_path() / "state" / "dumps" / "job";
-    for (auto it = std::filesystem::directory_iterator(dir, ec);
-         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-      ids.push_back(it->path().filename().string());
-    }
-    std::sort(ids.begin(), ids.end());
-    return ids;
-  };
   // Both watchdogs find it (each logs its finding); then a few polls more for any second dump.
   EXPECT_TRUE(Eventually([&] {
     return absl::StrContains(n[0]->Log(), "job/g: stuck") &&
@@ -580,17 +604,71 @@ TEST_F(SpanTest, AHangBothNodesFindIsDumpedOnceUnderOneId) {
   })) << n[0]->Log()
       << n[1]->Log();
   absl::SleepFor(absl::Seconds(2));
-  const std::vector<std::string> a = dumps(*n[0]), b = dumps(*n[1]);
+  const std::vector<std::string> a = JobDumpIds(*n[0]), b = JobDumpIds(*n[1]);
   ASSERT_EQ(a.size(), 1u) << absl::StrJoin(a, " ");
   EXPECT_EQ(a, b);
   EXPECT_THAT(a[0], ::testing::MatchesRegex("hang-g-f[0-9]+-s5"));
   EXPECT_THAT(etcd_->Keys(absl::StrCat(kPrefix, "/dumps/")),
               ::testing::ElementsAre(absl::StrCat(kPrefix, "/dumps/0/job/", a[0])));
+  // Each node's dump holds its two ranks, each with the job-wide sentence in its diagnosis.
+  for (DaemonProcess* node : n) {
+    const std::vector<std::string> files = DumpFiles(*node, a[0]);
+    EXPECT_EQ(files.size(), 2u) << node->runtime_dir();
+    for (const std::string& f : files) {
+      EXPECT_THAT(f, HasSubstr(absl::StrCat("\"job_summary\":\"", kSkipSentence, "\"")));
+    }
+  }
+  EXPECT_THAT(n[0]->Log(), HasSubstr(absl::StrCat("; job-wide: ", kSkipSentence)));
+  const ProcessResult health =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", n[0]->runtime_dir(), "health"});
+  EXPECT_EQ(health.exit_code, 0) << health.output;
+  EXPECT_THAT(health.output, HasSubstr(absl::StrCat("; job-wide: ", kSkipSentence)))
+      << health.output;
+  std::cerr << health.output;
   for (DaemonProcess* node : n) {
     auto client = Connect(*node);
     ASSERT_NE(client, nullptr);
     EXPECT_TRUE(client->Abort("g", "the test is done").ok());
   }
+}
+
+// With etcd gone, a hang on a spanning group is still dumped on the node that finds it, at
+// once, with its own diagnosis and a job-wide summary that says the nodes' views could not be
+// read.
+TEST_F(SpanTest, WithEtcdGoneAHangIsDumpedWithThisNodesDiagnosisSayingSo) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n, "watchdog { poll_interval_ms: 100 }\n");
+  if (HasFatalFailure()) return;
+  const std::vector<ChildProcess*> ranks = TwoByTwo(n, "skip", "g", /*timeout_ms=*/2000);
+  for (ChildProcess* r : ranks)
+    ASSERT_TRUE(r != nullptr && r->WaitForLog("ran ", absl::Seconds(60)));
+  etcd_->Kill();
+  EXPECT_TRUE(Eventually([&] { return absl::StrContains(n[0]->Log(), "job/g: stuck"); }))
+      << n[0]->Log();
+  std::vector<std::string> a;
+  EXPECT_TRUE(Eventually([&] {
+    a = JobDumpIds(*n[0]);
+    return a.size() == 1 && DumpFiles(*n[0], a[0]).size() == 2;
+  }));
+  ASSERT_EQ(a.size(), 1u) << absl::StrJoin(a, " ");
+  EXPECT_THAT(a[0], ::testing::MatchesRegex("hang-g-f[0-9]+-s5"));
+  for (const std::string& f : DumpFiles(*n[0], a[0])) {
+    EXPECT_THAT(f, HasSubstr("\"job_summary\":\"job-wide view unavailable: ")) << f;
+    EXPECT_THAT(f, HasSubstr("this diagnosis is node node-a's alone")) << f;
+    EXPECT_THAT(f, HasSubstr("\"summary\":\"group g: ")) << f;
+  }
+  EXPECT_THAT(n[0]->Log(), HasSubstr("; job-wide: job-wide view unavailable: "));
+  const ProcessResult health =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", n[0]->runtime_dir(), "health"});
+  EXPECT_THAT(health.output, HasSubstr("; job-wide: job-wide view unavailable: "))
+      << health.output;
+  std::cerr << health.output;
+  for (DaemonProcess* node : n) {
+    auto client = Connect(*node);
+    ASSERT_NE(client, nullptr);
+    EXPECT_TRUE(client->Abort("g", "the test is done").ok());
+  }
+  ASSERT_TRUE(etcd_->Start().ok());  // the ranks' leave goes through it
 }
 
 }  // namespace

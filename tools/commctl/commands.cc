@@ -124,6 +124,8 @@ std::string DiagnosisText(const v1::GroupHealth& g) {
     std::string kind = v1::DiagnosisKind_Name(d.kind());
     absl::AsciiStrToLower(&kind);
     diagnosis = absl::StrCat(kind, ": ", d.summary());
+    // A spanning group's finding: who holds the group back over every node's view.
+    if (!d.job_summary().empty()) absl::StrAppend(&diagnosis, "; job-wide: ", d.job_summary());
   }
   if (!g.abort_reason().empty()) {
     // The daemon sends the reason's name (it is a metric label too); people read words.
