@@ -65,12 +65,12 @@ std::optional<std::string> GroupHoldup(absl::Span<const v1::NodeGroupView* const
     behind += global.size();
   }
   const std::set<int>& others = never ? in_it : finished;
-  std::string sentence = absl::StrCat("group ", views.front()->health().group(), ": ",
-                                      absl::StrJoin(parts, " and "),
-                                      never ? " never entered" : " did not finish", " collective ",
-                                      entered);
+  std::string sentence =
+      absl::StrCat("group ", views.front()->health().group(), ": ", absl::StrJoin(parts, " and "),
+                   never ? " never entered" : " did not finish", " collective ", entered);
   if (!others.empty()) {
-    absl::StrAppend(&sentence, " that ", GlobalRanks(others), never ? (others.size() == 1 ? " waits in" : " wait in") : " finished");
+    absl::StrAppend(&sentence, " that ", GlobalRanks(others),
+                    never ? (others.size() == 1 ? " waits in" : " wait in") : " finished");
   }
   absl::StrAppend(&sentence, " (", never ? ranks - behind : behind, " of ", ranks, " ranks ",
                   never ? "entered it" : "still in it", ")");

@@ -50,8 +50,9 @@ TEST(GroupHoldupTest, NamesTheRankThatNeverEnteredAndTheRanksThatWait) {
     }
     views.push_back(View("tp", std::string("node-") + static_cast<char>('a' + n), ranks));
   }
-  EXPECT_EQ(Holdup(views), "group tp: global rank 13 on node-b never entered collective 812 that "
-                           "global ranks 0-12, 14-31 wait in (31 of 32 ranks entered it)");
+  EXPECT_EQ(Holdup(views),
+            "group tp: global rank 13 on node-b never entered collective 812 that "
+            "global ranks 0-12, 14-31 wait in (31 of 32 ranks entered it)");
 }
 
 // Ranks behind on several nodes are named by node, in node order whatever the views' order.

@@ -97,9 +97,8 @@ TEST(JobViewTest, LevelViewsSaySoRatherThanNothing) {
 }
 
 TEST(JobViewTest, AFailedReadFallsBackSayingWhy) {
-  const std::string s =
-      JobViewSummary(absl::UnavailableError("etcd at 127.0.0.1:1 is not reachable"), Local(),
-                     Layout());
+  const std::string s = JobViewSummary(
+      absl::UnavailableError("etcd at 127.0.0.1:1 is not reachable"), Local(), Layout());
   EXPECT_EQ(s,
             "job-wide view unavailable: etcd at 127.0.0.1:1 is not reachable; this diagnosis is "
             "node node-a's alone");

@@ -246,8 +246,7 @@ void Watchdog::Carry(const Finding& f) {
   const groups::GroupSnapshot& g = f.group;
   const v1::Diagnosis& d = f.d;
   COMMD_LOG(WARNING, "watchdog") << g.job_id << "/" << g.name << ": " << KindLabel(d.kind()) << ": "
-                                 << d.summary()
-                                 << (d.job_summary().empty() ? "" : "; job-wide: ")
+                                 << d.summary() << (d.job_summary().empty() ? "" : "; job-wide: ")
                                  << d.job_summary() << " (policy "
                                  << v1::WatchdogPolicy_Name(f.policy) << ")";
   if (f.dump_as_taken) {
@@ -278,13 +277,13 @@ void Watchdog::WaitForJobView(Tracked& t, Finding f, Deferred& deferred) {
     waiting = waiting || w.finding.group.id == g.id;
   }
   if (waiting || of_uid >= kMaxJobViewWaitsPerUid) {
-    const std::string summary = absl::StrCat(
-        kJobViewUnavailable, ": ",
-        waiting ? "the group's previous finding is still reading it"
-                : absl::StrCat("uid ", g.uid, " has ", of_uid,
-                               " findings reading the nodes' views already (at most ",
-                               kMaxJobViewWaitsPerUid, ")"),
-        "; this diagnosis is this node's alone");
+    const std::string summary =
+        absl::StrCat(kJobViewUnavailable, ": ",
+                     waiting ? "the group's previous finding is still reading it"
+                             : absl::StrCat("uid ", g.uid, " has ", of_uid,
+                                            " findings reading the nodes' views already (at most ",
+                                            kMaxJobViewWaitsPerUid, ")"),
+                     "; this diagnosis is this node's alone");
     f.d.set_job_summary(summary);
     SetJobSummary(g.id, t.acted_key, summary);
     deferred.push_back([this, f = std::move(f)] { Carry(f); });
@@ -334,9 +333,9 @@ void Watchdog::ExpireJobViews(absl::Time now) {
     }
   }
   for (uint64_t n : due) {
-    FinishJobView(n, absl::DeadlineExceededError(
-                         absl::StrCat("etcd did not answer within ",
-                                      absl::FormatDuration(options_.job_view_wait))));
+    FinishJobView(
+        n, absl::DeadlineExceededError(absl::StrCat("etcd did not answer within ",
+                                                    absl::FormatDuration(options_.job_view_wait))));
   }
 }
 

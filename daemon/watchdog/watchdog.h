@@ -193,8 +193,7 @@ class Watchdog {
   };
   // Reads the nodes' views for `f` (a deferred read) or, when the group already waits or its uid
   // has kMaxJobViewWaitsPerUid waiting, carries `f` out now saying why there is no sentence.
-  void WaitForJobView(Tracked& t, Finding f, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WaitForJobView(Tracked& t, Finding f, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The views came (or `views` says why not): the sentence goes into the finding, the group's
   // health and next published view, then the finding is carried out. Once per wait.
   void FinishJobView(uint64_t wait, absl::StatusOr<std::vector<v1::NodeGroupView>> views);
@@ -226,8 +225,8 @@ class Watchdog {
   prometheus::Histogram* poll_seconds_;
 
   mutable absl::Mutex mu_;
-  std::map<uint64_t, Tracked> tracked_ ABSL_GUARDED_BY(mu_);  // by group id
-  std::vector<Tracked> retired_ ABSL_GUARDED_BY(mu_);         // newest last, bounded
+  std::map<uint64_t, Tracked> tracked_ ABSL_GUARDED_BY(mu_);        // by group id
+  std::vector<Tracked> retired_ ABSL_GUARDED_BY(mu_);               // newest last, bounded
   std::map<uint64_t, JobViewWait> job_views_ ABSL_GUARDED_BY(mu_);  // by wait number
   uint64_t job_view_seq_ ABSL_GUARDED_BY(mu_) = 0;
 

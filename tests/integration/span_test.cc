@@ -468,7 +468,8 @@ TEST_F(SpanTest, AnAbortEndsACallBlockedOnAnotherNode) {
                                  "group hang: global ranks 2-3 on node-b never "
                                  "entered collective ");
       })) << said;
-      EXPECT_THAT(said, HasSubstr(" that global ranks 0-1 wait in (2 of 4 ranks entered it)")) << said;
+      EXPECT_THAT(said, HasSubstr(" that global ranks 0-1 wait in (2 of 4 ranks entered it)"))
+          << said;
       std::cerr << said;
     }
     auto client = Connect(*n[0]);
@@ -660,8 +661,7 @@ TEST_F(SpanTest, WithEtcdGoneAHangIsDumpedWithThisNodesDiagnosisSayingSo) {
   EXPECT_THAT(n[0]->Log(), HasSubstr("; job-wide: job-wide view unavailable: "));
   const ProcessResult health =
       RunProcess({COMMCTL_BINARY, "--runtime-dir", n[0]->runtime_dir(), "health"});
-  EXPECT_THAT(health.output, HasSubstr("; job-wide: job-wide view unavailable: "))
-      << health.output;
+  EXPECT_THAT(health.output, HasSubstr("; job-wide: job-wide view unavailable: ")) << health.output;
   std::cerr << health.output;
   for (DaemonProcess* node : n) {
     auto client = Connect(*node);
@@ -669,6 +669,38 @@ TEST_F(SpanTest, WithEtcdGoneAHangIsDumpedWithThisNodesDiagnosisSayingSo) {
     EXPECT_TRUE(client->Abort("g", "the test is done").ok());
   }
   ASSERT_TRUE(etcd_->Start().ok());  // the ranks' leave goes through it
+}
+
+// With etcd slow to answer (paused: the cluster still counts itself connected for a while),
+// the finding waits for the nodes' views no longer than its bound, then dumps with this node's
+// diagnosis, saying that etcd did not answer in time.
+TEST_F(SpanTest, WithEtcdSlowAHangIsDumpedAtTheEndOfItsWait) {
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n, "watchdog { poll_interval_ms: 100 }\n");
+  if (HasFatalFailure()) return;
+  // A short timeout: the finding comes well before the paused etcd costs the cluster its
+  // connection (a keep-alive unanswered for call_timeout_ms, 2 s).
+  const std::vector<ChildProcess*> ranks = TwoByTwo(n, "skip", "g", /*timeout_ms=*/1000);
+  for (ChildProcess* r : ranks)
+    ASSERT_TRUE(r != nullptr && r->WaitForLog("ran ", absl::Seconds(60)));
+  etcd_->Pause(true);
+  std::vector<std::string> a;
+  EXPECT_TRUE(Eventually([&] {
+    a = JobDumpIds(*n[0]);
+    return a.size() == 1 && DumpFiles(*n[0], a[0]).size() == 2;
+  }));
+  etcd_->Pause(false);
+  ASSERT_EQ(a.size(), 1u) << absl::StrJoin(a, " ");
+  for (const std::string& f : DumpFiles(*n[0], a[0])) {
+    EXPECT_THAT(f, HasSubstr("\"job_summary\":\"job-wide view unavailable: etcd did not answer "
+                             "within 300ms; this diagnosis is node node-a's alone\""))
+        << f;
+  }
+  for (DaemonProcess* node : n) {
+    auto client = Connect(*node);
+    ASSERT_NE(client, nullptr);
+    EXPECT_TRUE(client->Abort("g", "the test is done").ok());
+  }
 }
 
 }  // namespace

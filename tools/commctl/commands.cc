@@ -169,7 +169,8 @@ std::string FormatClusterHealth(const v1::GetHealthResponse& health) {
                           StateWord(v.health().state()), absl::StrJoin(ranks, " "),
                           DiagnosisText(v.health()));
   }
-  for (const std::string& line : diagnosis::JobDiagnosis(health.cluster())) absl::StrAppend(&out, line, "\n");
+  for (const std::string& line : diagnosis::JobDiagnosis(health.cluster()))
+    absl::StrAppend(&out, line, "\n");
   return out;
 }
 

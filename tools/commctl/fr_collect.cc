@@ -151,9 +151,10 @@ std::string FormatCollect(const CollectResult& result, const std::string& dump_i
     for (int r : expected) {
       if (g.ranks.count(r) == 0) missing.insert(r);
     }
-    absl::StrAppend(&out, "  group ", group, ": global ranks ", diagnosis::RankRanges(g.ranks), " (",
-                    g.ranks.size(), " of ", expected.size(), ")",
-                    missing.empty() ? "" : absl::StrCat("; no dump of ", diagnosis::RankRanges(missing)), "\n");
+    absl::StrAppend(
+        &out, "  group ", group, ": global ranks ", diagnosis::RankRanges(g.ranks), " (",
+        g.ranks.size(), " of ", expected.size(), ")",
+        missing.empty() ? "" : absl::StrCat("; no dump of ", diagnosis::RankRanges(missing)), "\n");
   }
   return out;
 }
