@@ -13,19 +13,23 @@ namespace {
 
 // "global rank 3" / "global ranks 0-2, 5".
 std::string GlobalRanks(const std::set<int>& ranks) {
-  return absl::StrCat(ranks.size() == 1 ? "global rank " : "global ranks ", RankRanges(ranks));
+  return absl::StrCat(ranks.size() == 1 ? "global rank " : "global ranks ",
+                      RankRanges(ranks, kMaxRunsNamed));
 }
 
 }  // namespace
 
-std::string RankRanges(const std::set<int>& ranks) {
+std::string RankRanges(const std::set<int>& ranks, size_t max_runs) {
   std::vector<std::string> parts;
-  for (auto it = ranks.begin(); it != ranks.end();) {
+  size_t named = 0;
+  for (auto it = ranks.begin(); it != ranks.end() && parts.size() < max_runs;) {
     const int first = *it;
     int last = first;
     for (++it; it != ranks.end() && *it == last + 1; ++it) last = *it;
     parts.push_back(first == last ? absl::StrCat(first) : absl::StrCat(first, "-", last));
+    named += static_cast<size_t>(last - first) + 1;
   }
+  if (named < ranks.size()) parts.push_back(absl::StrCat("and ", ranks.size() - named, " more"));
   return absl::StrJoin(parts, ", ");
 }
 
@@ -59,10 +63,19 @@ std::optional<std::string> GroupHoldup(absl::Span<const v1::NodeGroupView* const
   const auto& who = never ? not_entered : not_done;
   if (who.empty()) return std::nullopt;
   std::vector<std::string> parts;
-  size_t behind = 0;
+  size_t behind = 0, unnamed_nodes = 0, unnamed_ranks = 0;
   for (const auto& [node, global] : who) {
-    parts.push_back(absl::StrCat(GlobalRanks(global), " on ", node));
     behind += global.size();
+    if (parts.size() < kMaxNodesNamed) {
+      parts.push_back(absl::StrCat(GlobalRanks(global), " on ", node));
+    } else {
+      ++unnamed_nodes;
+      unnamed_ranks += global.size();
+    }
+  }
+  if (unnamed_nodes > 0) {
+    parts.push_back(
+        absl::StrCat(unnamed_nodes, " more node(s) (", unnamed_ranks, " global rank(s))"));
   }
   const std::set<int>& others = never ? in_it : finished;
   std::string sentence =

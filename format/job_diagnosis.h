@@ -14,6 +14,8 @@
 #ifndef COMMD_FORMAT_JOB_DIAGNOSIS_H_
 #define COMMD_FORMAT_JOB_DIAGNOSIS_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
@@ -25,8 +27,15 @@
 
 namespace commd::diagnosis {
 
-// "0-3, 5, 7-8": runs of consecutive ranks as ranges, ascending. "" for none.
-std::string RankRanges(const std::set<int>& ranks);
+// What one sentence names at most, so that it stays a line on any job (a dump announcement
+// carries the diagnosis only up to 16 KiB): nodes whose ranks hold the group back, and runs of
+// ranks in one list; the rest is counted ("and 3 more nodes (12 global ranks)").
+inline constexpr size_t kMaxNodesNamed = 8;
+inline constexpr size_t kMaxRunsNamed = 16;
+
+// "0-3, 5, 7-8": runs of consecutive ranks as ranges, ascending; after `max_runs` runs the rest
+// is counted ("0, 2, 4, and 5 more"). "" for none.
+std::string RankRanges(const std::set<int>& ranks, size_t max_runs = SIZE_MAX);
 
 // What holds one group back over its nodes' views (all of one group, one per node): the global
 // ranks, by node, that have not entered the newest collective any rank entered ("never entered

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace commd::diagnosis {
@@ -37,6 +39,30 @@ TEST(RankRangesTest, RunsBecomeRanges) {
   EXPECT_EQ(RankRanges({}), "");
   EXPECT_EQ(RankRanges({7}), "7");
   EXPECT_EQ(RankRanges({0, 1, 2, 3, 5, 7, 8}), "0-3, 5, 7-8");
+  EXPECT_EQ(RankRanges({0, 1, 2, 3, 5, 7, 8}, 2), "0-3, 5, and 2 more");
+  EXPECT_EQ(RankRanges({0, 1, 2}, 1), "0-2");
+}
+
+// A job of 1,000 nodes where every other rank of 20 nodes never entered: the sentence names 8
+// nodes, counts the rest, and cuts the list of waiting ranks; it stays one short line.
+TEST(GroupHoldupTest, ManyNodesBehindStayOneShortLine) {
+  std::vector<v1::NodeGroupView> views;
+  for (int n = 0; n < 1000; ++n) {
+    std::vector<Rank> ranks;
+    for (int g = n * 8; g < n * 8 + 8; ++g) {
+      ranks.push_back(n < 20 && g % 2 == 1 ? Rank{g, 4, 4} : Rank{g, 5, 4});
+    }
+    views.push_back(View("g", absl::StrCat("node-", 1000 + n), ranks));
+  }
+  const std::optional<std::string> s = Holdup(views);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_LT(s->size(), 2048u) << *s;
+  EXPECT_THAT(*s, ::testing::StartsWith("group g: global ranks 1, 3, 5, 7 on node-1000 and "));
+  EXPECT_THAT(*s, ::testing::HasSubstr(
+                      " and 12 more node(s) (48 global rank(s)) never entered collective 5 that "
+                      "global ranks 0, 2, 4, "));
+  EXPECT_THAT(*s, ::testing::HasSubstr(", and 7904 more wait in (7920 of 8000 ranks entered it)"))
+      << *s;
 }
 
 // The example: one rank of 32 on one node never entered the collective the 31 others,

@@ -39,9 +39,16 @@ std::string JobViewSummary(const absl::StatusOr<std::vector<v1::NodeGroupView>>&
     of_group.push_back(&v);
   }
   std::vector<std::string> missing;
+  size_t unnamed = 0;
   for (const std::string& node : in_layout) {
-    if (!seen.contains(node)) missing.push_back(node);
+    if (seen.contains(node)) continue;
+    if (missing.size() < diagnosis::kMaxNodesNamed) {
+      missing.push_back(node);
+    } else {
+      ++unnamed;
+    }
   }
+  if (unnamed > 0) missing.push_back(absl::StrCat("and ", unnamed, " more"));
   std::string out;
   if (std::optional<std::string> s = diagnosis::GroupHoldup(of_group)) {
     out = std::move(*s);

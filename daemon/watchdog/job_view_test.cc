@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -74,6 +75,16 @@ TEST(JobViewTest, ANodeWithoutAViewIsNamed) {
   EXPECT_THAT(JobViewSummary(read, Local(), Layout({"node-a", "node-b", "node-c"})),
               HasSubstr("global rank 3 on node-b never entered collective 5 that global ranks "
                         "0-2 wait in (3 of 4 ranks entered it); no view from node(s) node-c"));
+}
+
+// Past kMaxNodesNamed nodes without a view, the rest are counted.
+TEST(JobViewTest, ManyNodesWithoutAViewAreCounted) {
+  std::vector<std::string> nodes = {"node-a"};
+  for (int n = 0; n < 20; ++n) nodes.push_back(absl::StrCat("node-x", 10 + n));
+  const std::vector<v1::NodeGroupView> read;
+  EXPECT_THAT(JobViewSummary(read, Local(), Layout(nodes)),
+              HasSubstr("; no view from node(s) node-x10, node-x11, node-x12, node-x13, "
+                        "node-x14, node-x15, node-x16, node-x17, and 12 more"));
 }
 
 // A node outside this formation's layout (an older formation's key) and another group are not
