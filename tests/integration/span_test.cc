@@ -626,6 +626,19 @@ TEST_F(SpanTest, AHangBothNodesFindIsDumpedOnceUnderOneId) {
   EXPECT_THAT(health.output, HasSubstr(absl::StrCat("; job-wide: ", kSkipSentence)))
       << health.output;
   std::cerr << health.output;
+  // The views both nodes publish carry it too: node-b reads node-a's (and its own) from etcd.
+  std::string cluster;
+  EXPECT_TRUE(Eventually([&] {
+    cluster = RunProcess({COMMCTL_BINARY, "--runtime-dir", n[1]->runtime_dir(), "health",
+                          "--cluster", "--job", "job"})
+                  .output;
+    int rows = 0;
+    for (absl::string_view line : absl::StrSplit(cluster, '\n')) {
+      if (absl::StrContains(line, absl::StrCat("; job-wide: ", kSkipSentence))) ++rows;
+    }
+    return rows == 2;
+  })) << cluster;
+  std::cerr << cluster;
   for (DaemonProcess* node : n) {
     auto client = Connect(*node);
     ASSERT_NE(client, nullptr);
