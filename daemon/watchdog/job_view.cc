@@ -8,6 +8,23 @@
 
 namespace commd::watchdog {
 
+std::optional<std::string> JobViewRefusal(uint32_t uid, uint64_t group_id,
+                                          const std::vector<JobViewWaiter>& waiting) {
+  size_t of_uid = 0;
+  for (const JobViewWaiter& w : waiting) {
+    if (w.group_id == group_id) {
+      return absl::StrCat(kJobViewUnavailable,
+                          ": the group's previous finding is still reading it; this diagnosis "
+                          "is this node's alone");
+    }
+    of_uid += w.uid == uid ? 1 : 0;
+  }
+  if (of_uid < kMaxJobViewWaitsPerUid) return std::nullopt;
+  return absl::StrCat(kJobViewUnavailable, ": uid ", uid, " has ", of_uid,
+                      " findings reading the nodes' views already (at most ",
+                      kMaxJobViewWaitsPerUid, "); this diagnosis is this node's alone");
+}
+
 v1::NodeGroupView LocalView(const v1::Diagnosis& d, const v1::GroupLayout& layout) {
   v1::NodeGroupView v;
   if (layout.this_node() >= 0 && layout.this_node() < layout.nodes_size()) {

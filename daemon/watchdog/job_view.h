@@ -11,6 +11,9 @@
 #ifndef COMMD_DAEMON_WATCHDOG_JOB_VIEW_H_
 #define COMMD_DAEMON_WATCHDOG_JOB_VIEW_H_
 
+#include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +25,22 @@ namespace commd::watchdog {
 
 // Prefixes the summary when the nodes' views could not be read; the rest says why.
 inline constexpr char kJobViewUnavailable[] = "job-wide view unavailable";
+
+// The most findings of one uid's spanning groups that wait for the nodes' views at once on a
+// node; more go ahead at once with this node's diagnosis alone, saying so.
+inline constexpr size_t kMaxJobViewWaitsPerUid = 8;
+
+// A finding waiting for the nodes' views: whose group it is.
+struct JobViewWaiter {
+  uint32_t uid = 0;
+  uint64_t group_id = 0;
+};
+
+// Why a finding on group `group_id` of `uid` may not wait for the nodes' views, given the
+// findings waiting already: at most one per group, kMaxJobViewWaitsPerUid per uid. nullopt
+// when it may; else the finding's job summary ("job-wide view unavailable: ...").
+std::optional<std::string> JobViewRefusal(uint32_t uid, uint64_t group_id,
+                                          const std::vector<JobViewWaiter>& waiting);
 
 // This node's view of the group as the finding `d` saw its ranks (fresher than what this node
 // last published, which is at most one a second).

@@ -107,6 +107,24 @@ TEST(JobViewTest, LevelViewsSaySoRatherThanNothing) {
             "group g: no global rank is behind in the 2 node(s)' views");
 }
 
+// What one uid's hung groups can make a node hold: one wait per group, 8 per uid; another
+// uid's waits count for that uid only.
+TEST(JobViewTest, WaitsAreBoundedPerGroupAndPerUid) {
+  std::vector<JobViewWaiter> waiting;
+  EXPECT_EQ(JobViewRefusal(1000, 1, waiting), std::nullopt);
+  for (uint64_t g = 1; g <= kMaxJobViewWaitsPerUid; ++g) waiting.push_back({1000, g});
+  for (uint64_t g = 100; g < 105; ++g) waiting.push_back({2000, g});
+  EXPECT_EQ(JobViewRefusal(1000, 3, waiting),
+            "job-wide view unavailable: the group's previous finding is still reading it; this "
+            "diagnosis is this node's alone");
+  EXPECT_EQ(JobViewRefusal(1000, 50, waiting),
+            "job-wide view unavailable: uid 1000 has 8 findings reading the nodes' views already "
+            "(at most 8); this diagnosis is this node's alone");
+  EXPECT_EQ(JobViewRefusal(3000, 50, waiting), std::nullopt);
+  waiting.erase(waiting.begin());
+  EXPECT_EQ(JobViewRefusal(1000, 50, waiting), std::nullopt);
+}
+
 TEST(JobViewTest, AFailedReadFallsBackSayingWhy) {
   const std::string s = JobViewSummary(
       absl::UnavailableError("etcd at 127.0.0.1:1 is not reachable"), Local(), Layout());

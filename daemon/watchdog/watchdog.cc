@@ -270,20 +270,12 @@ void Watchdog::Carry(const Finding& f) {
 
 void Watchdog::WaitForJobView(Tracked& t, Finding f, Deferred& deferred) {
   const groups::GroupSnapshot& g = t.info;
-  size_t of_uid = 0;
-  bool waiting = false;
+  std::vector<JobViewWaiter> waiting;
   for (const auto& [n, w] : job_views_) {
-    of_uid += w.finding.group.uid == g.uid ? 1 : 0;
-    waiting = waiting || w.finding.group.id == g.id;
+    waiting.push_back({.uid = w.finding.group.uid, .group_id = w.finding.group.id});
   }
-  if (waiting || of_uid >= kMaxJobViewWaitsPerUid) {
-    const std::string summary =
-        absl::StrCat(kJobViewUnavailable, ": ",
-                     waiting ? "the group's previous finding is still reading it"
-                             : absl::StrCat("uid ", g.uid, " has ", of_uid,
-                                            " findings reading the nodes' views already (at most ",
-                                            kMaxJobViewWaitsPerUid, ")"),
-                     "; this diagnosis is this node's alone");
+  if (std::optional<std::string> refused = JobViewRefusal(g.uid, g.id, waiting)) {
+    const std::string summary = std::move(*refused);
     f.d.set_job_summary(summary);
     SetJobSummary(g.id, t.acted_key, summary);
     deferred.push_back([this, f = std::move(f)] { Carry(f); });

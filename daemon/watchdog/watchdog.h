@@ -76,10 +76,6 @@ struct WatchdogOptions {
   absl::Duration job_view_wait = absl::Milliseconds(300);
 };
 
-// The most findings of one uid's spanning groups that wait for the nodes' views at once; more
-// go ahead at once with this node's diagnosis alone, saying so.
-inline constexpr size_t kMaxJobViewWaitsPerUid = 8;
-
 class Watchdog {
  public:
   // `groups`, `dumps` and `registry` must outlive the watchdog; so must `options.progress`,
