@@ -1,0 +1,116 @@
+// What a rank of a group spanning nodes enqueues for one collective on CUDA memory
+// (client/src/cuda_span_collectives.cc; docs/cluster.md "Collectives across nodes"): the
+// node-local kernels of kernels/cuda over the node's symmetric memory and the NCCL calls
+// between the nodes, as a pure function of the group's shape and the call, unit-tested on
+// every build (kernels/span_plan_test.cc: every element reduced across every global rank
+// exactly once, the same steps on every rank that must meet). Nothing here needs a CUDA
+// header or a device.
+//
+//   SpanShape shape{.node_sizes = {4, 4}, .node = 1, .local_rank = 2};
+//   ASSIGN_OR_RETURN(SpanPlan plan, PlanSpanAllReduce(shape, 0, n, DataType::kBFloat16,
+//                                                     ReduceOp::kSum, kSpanLaneMinBytes));
+//   for (const SpanStep& s : plan.steps) ...   // enqueue each on the call's stream
+//
+// The communicators: lane l joins local rank l of every node (its NCCL rank is the node's
+// index in the layout). Lane 0 (the nodes' leaders) exists on every layout; lanes 1.. only
+// when every node has as many ranks, since only then does every node have a rank l.
+//
+// All-reduce. Nodes of equal size with at least `lane_min_bytes` (and as many elements as
+// local ranks) run in lanes: a node-local reduce-scatter of the first local*chunk elements
+// (chunk = count / local) leaves local rank l the node's sum of chunk l in its scratch; lane l
+// all-reduces it with the other nodes; it is copied back into chunk l of the rank's own region;
+// then one node-local broadcast per chunk (root: the chunk's owner) hands every chunk to every
+// local rank. (The node-local all-gather kernel cannot do this last step: its output must lie
+// outside every data region, and here the result belongs in the region.) What is left, the
+// count % local last elements (all of them for smaller calls and nodes of unequal size), goes
+// through the leaders: a node-local all-reduce in place, lane 0's NCCL all-reduce in the
+// leader's region, a node-local broadcast from the leader. kAvg sums within the node and asks
+// NCCL for a sum of the inputs premultiplied by 1 / global world size (ncclRedOpCreatePreMulSum),
+// so uneven nodes weigh every global rank alike; integers have no such scalar and are refused.
+//
+// Broadcast: on the root's node a node-local broadcast from the root (so the leader holds the
+// data), lane 0's NCCL broadcast from the root's node, then a node-local broadcast from the
+// leader on every other node. Barrier: a node-local barrier, lane 0's all-reduce of one int32
+// in the scratch, a node-local barrier.
+#ifndef COMMD_KERNELS_SPAN_PLAN_H_
+#define COMMD_KERNELS_SPAN_PLAN_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/types.h"
+
+namespace commd::kernels {
+
+// All-reduces from this size on nodes of equal size run in lanes (the host path's threshold,
+// span_collectives.h).
+inline constexpr size_t kSpanLaneMinBytes = size_t{4} << 20;
+
+// The group as the plan sees it: how many local ranks each node has (in layout order), which
+// node this is and this rank's local rank there.
+struct SpanShape {
+  std::vector<int> node_sizes;
+  int node = 0;
+  int local_rank = 0;
+};
+
+enum class SpanStepKind {
+  kLocalBarrier,        // node-local barrier kernel
+  kLocalAllReduce,      // in place on [offset, +count) of every local region (local_op)
+  kLocalReduceScatter,  // [offset, +local*count) of every region -> this rank's scratch [0, count)
+  kLocalBroadcast,      // [offset, +count) of local rank `root`'s region into every region
+  kCopyToRegion,        // this rank's scratch [0, count) -> its own region [offset, +count)
+  kNcclAllReduce,       // lane `lane`, in place: scratch [0, count) or region [offset, +count)
+  kNcclBroadcast,       // lane `lane`, in place on region [offset, +count) from node `root`
+};
+
+// The reduction NCCL applies between the nodes.
+enum class SpanNcclOp {
+  kNone,          // broadcast
+  kSum,           // ncclSum
+  kMin,           // ncclMin
+  kMax,           // ncclMax
+  kPreMulSumAvg,  // ncclRedOpCreatePreMulSum with 1 / global world size: the global average
+};
+
+struct SpanStep {
+  SpanStepKind kind = SpanStepKind::kLocalBarrier;
+  size_t offset = 0;  // bytes from the start of the data region
+  size_t count = 0;   // elements
+  DataType dtype = DataType::kFloat32;
+  ReduceOp local_op = ReduceOp::kSum;  // node-local reductions (kAvg becomes kSum)
+  SpanNcclOp nccl_op = SpanNcclOp::kNone;
+  int root = -1;              // kLocalBroadcast: a local rank; kNcclBroadcast: a node index
+  int lane = -1;              // NCCL steps: the communicator; -1 for node-local steps
+  bool on_scratch = false;    // kNcclAllReduce: on the scratch rather than the region
+  bool reads_input = false;   // reads its elements of the call's input: their NaN/Inf check
+  bool operator==(const SpanStep&) const = default;
+};
+
+struct SpanPlan {
+  std::vector<SpanStep> steps;  // this rank's, in enqueue order
+  size_t scratch_bytes = 0;     // device scratch outside every data region
+  bool uses_lane = false;       // whether this rank's communicator (lane = its local rank) is used
+};
+
+// This rank's steps for an all-reduce of `count` elements of `dtype` at byte `offset` of every
+// rank's data region. UNIMPLEMENTED for kAvg of an integer type (see above); INVALID_ARGUMENT
+// for a shape that does not hold this rank.
+absl::StatusOr<SpanPlan> PlanSpanAllReduce(const SpanShape& shape, size_t offset, size_t count,
+                                           DataType dtype, ReduceOp op, size_t lane_min_bytes);
+
+// This rank's steps for a broadcast of `count` elements at the start of the data region from
+// local rank `root_local` of node `root_node`.
+absl::StatusOr<SpanPlan> PlanSpanBroadcast(const SpanShape& shape, size_t count, DataType dtype,
+                                           int root_node, int root_local);
+
+// This rank's steps for a barrier.
+absl::StatusOr<SpanPlan> PlanSpanBarrier(const SpanShape& shape);
+
+// Appends `more` to `plan` (a coalesced all-reduce: one plan per tensor, one scratch).
+void AppendSpanPlan(SpanPlan& plan, const SpanPlan& more);
+
+}  // namespace commd::kernels
+
+#endif  // COMMD_KERNELS_SPAN_PLAN_H_
