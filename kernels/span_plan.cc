@@ -109,16 +109,12 @@ absl::StatusOr<SpanPlan> PlanSpanAllReduce(const SpanShape& s, size_t offset, si
     plan.steps.push_back(rs);
     SpanStep nccl = base;
     nccl.kind = SpanStepKind::kNcclAllReduce;
-    nccl.offset = 0;
+    nccl.offset = offset + static_cast<size_t>(s.local_rank) * chunk * es;
     nccl.nccl_op = NcclOpOf(op);
     nccl.lane = s.local_rank;
-    nccl.on_scratch = true;
+    nccl.from_scratch = true;
     plan.steps.push_back(nccl);
     plan.uses_lane = true;
-    SpanStep copy = base;
-    copy.kind = SpanStepKind::kCopyToRegion;
-    copy.offset = offset + static_cast<size_t>(s.local_rank) * chunk * es;
-    plan.steps.push_back(copy);
     for (int p = 0; p < local; ++p) {
       SpanStep bcast = base;
       bcast.kind = SpanStepKind::kLocalBroadcast;
@@ -179,7 +175,8 @@ absl::StatusOr<SpanPlan> PlanSpanBarrier(const SpanShape& s) {
                           .dtype = DataType::kInt32,
                           .nccl_op = SpanNcclOp::kSum,
                           .lane = 0,
-                          .on_scratch = true});
+                          .from_scratch = true,
+                          .to_scratch = true});
     plan.uses_lane = true;
   }
   plan.steps.push_back({.kind = SpanStepKind::kLocalBarrier});

@@ -18,9 +18,9 @@
 // All-reduce. Nodes of equal size with at least `lane_min_bytes` (and as many elements as
 // local ranks) run in lanes: a node-local reduce-scatter of the first local*chunk elements
 // (chunk = count / local) leaves local rank l the node's sum of chunk l in its scratch; lane l
-// all-reduces it with the other nodes; it is copied back into chunk l of the rank's own region;
-// then one node-local broadcast per chunk (root: the chunk's owner) hands every chunk to every
-// local rank. (The node-local all-gather kernel cannot do this last step: its output must lie
+// all-reduces it with the other nodes, out of place into chunk l of the rank's own region; then
+// one node-local broadcast per chunk (root: the chunk's owner) hands every chunk to every local
+// rank. (The node-local all-gather kernel cannot do this last step: its output must lie
 // outside every data region, and here the result belongs in the region.) What is left, the
 // count % local last elements (all of them for smaller calls and nodes of unequal size), goes
 // through the leaders: a node-local all-reduce in place, lane 0's NCCL all-reduce in the
@@ -60,8 +60,8 @@ enum class SpanStepKind {
   kLocalAllReduce,      // in place on [offset, +count) of every local region (local_op)
   kLocalReduceScatter,  // [offset, +local*count) of every region -> this rank's scratch [0, count)
   kLocalBroadcast,      // [offset, +count) of local rank `root`'s region into every region
-  kCopyToRegion,        // this rank's scratch [0, count) -> its own region [offset, +count)
-  kNcclAllReduce,       // lane `lane`, in place: scratch [0, count) or region [offset, +count)
+  kNcclAllReduce,       // lane `lane`: from scratch [0, count) or region [offset, +count), into
+                        // scratch [0, count) or region [offset, +count) (from_/to_scratch)
   kNcclBroadcast,       // lane `lane`, in place on region [offset, +count) from node `root`
 };
 
@@ -83,7 +83,8 @@ struct SpanStep {
   SpanNcclOp nccl_op = SpanNcclOp::kNone;
   int root = -1;              // kLocalBroadcast: a local rank; kNcclBroadcast: a node index
   int lane = -1;              // NCCL steps: the communicator; -1 for node-local steps
-  bool on_scratch = false;    // kNcclAllReduce: on the scratch rather than the region
+  bool from_scratch = false;  // kNcclAllReduce: reads the scratch rather than the region
+  bool to_scratch = false;    // kNcclAllReduce: writes the scratch rather than the region
   bool reads_input = false;   // reads its elements of the call's input: their NaN/Inf check
   bool operator==(const SpanStep&) const = default;
 };

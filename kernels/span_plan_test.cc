@@ -35,7 +35,8 @@ std::string Describe(const SpanStep& s) {
   return absl::StrCat("kind ", static_cast<int>(s.kind), " offset ", s.offset, " count ", s.count,
                       " lane ", s.lane, " root ", s.root, " dtype ", static_cast<int>(s.dtype),
                       " local_op ", static_cast<int>(s.local_op), " nccl_op ",
-                      static_cast<int>(s.nccl_op), " scratch ", s.on_scratch);
+                      static_cast<int>(s.nccl_op), " from_scratch ", s.from_scratch,
+                      " to_scratch ", s.to_scratch);
 }
 
 Contribution Sum(const std::vector<const Contribution*>& parts) {
@@ -70,9 +71,7 @@ std::string Simulate(std::vector<Rank>& ranks, const std::vector<int>& sizes, si
         return absl::StrCat("global rank ", r.global, " runs NCCL on lane ", s.lane,
                             ", not its own lane ", r.local);
       }
-      // A copy is this rank's alone; everything else meets its members.
-      std::vector<Rank*> group =
-          s.kind == SpanStepKind::kCopyToRegion ? std::vector<Rank*>{&r} : members(s, r);
+      std::vector<Rank*> group = members(s, r);
       if (IsNccl(s.kind)) {
         // Lane l's communicator: rank l of every node (nodes without one have no rank there).
         size_t expected = 0;
@@ -100,7 +99,6 @@ std::string Simulate(std::vector<Rank>& ranks, const std::vector<int>& sizes, si
         // A broadcast's other members (reads_input differs by design only at the root's node).
         SpanStep a = s, b = t;
         a.reads_input = b.reads_input = false;
-        if (a.kind == SpanStepKind::kCopyToRegion) a.offset = b.offset = 0;  // its own chunk
         if (!(a == b)) {
           return absl::StrCat("global ranks ", r.global, " and ", q->global,
                               " disagree on a step: ", Describe(s), " vs ", Describe(t));
@@ -109,23 +107,25 @@ std::string Simulate(std::vector<Rank>& ranks, const std::vector<int>& sizes, si
       if (!ready) continue;
       // Run it.
       const size_t first = s.offset / es;
-      auto buf = [&](Rank* q) -> std::vector<Contribution>& {
-        return s.on_scratch ? q->scratch : q->region;
+      const size_t from = s.from_scratch ? 0 : first, to = s.to_scratch ? 0 : first;
+      auto src = [&](Rank* q) -> std::vector<Contribution>& {
+        return s.from_scratch ? q->scratch : q->region;
+      };
+      auto dst = [&](Rank* q) -> std::vector<Contribution>& {
+        return s.to_scratch ? q->scratch : q->region;
       };
       switch (s.kind) {
         case SpanStepKind::kLocalBarrier:
           break;
         case SpanStepKind::kLocalAllReduce:
-        case SpanStepKind::kNcclAllReduce: {
-          const size_t at = s.on_scratch ? 0 : first;
-          for (size_t e = at; e < at + s.count; ++e) {
+        case SpanStepKind::kNcclAllReduce:
+          for (size_t i = 0; i < s.count; ++i) {
             std::vector<const Contribution*> parts;
-            for (Rank* q : group) parts.push_back(&buf(q)[e]);
+            for (Rank* q : group) parts.push_back(&src(q)[from + i]);
             const Contribution sum = Sum(parts);
-            for (Rank* q : group) buf(q)[e] = sum;
+            for (Rank* q : group) dst(q)[to + i] = sum;
           }
           break;
-        }
         case SpanStepKind::kLocalReduceScatter:
           for (Rank* q : group) {
             for (size_t i = 0; i < s.count; ++i) {
@@ -149,9 +149,6 @@ std::string Simulate(std::vector<Rank>& ranks, const std::vector<int>& sizes, si
           }
           break;
         }
-        case SpanStepKind::kCopyToRegion:
-          for (size_t i = 0; i < s.count; ++i) r.region[first + i] = r.scratch[i];
-          break;
       }
       for (Rank* q : group) ++q->next;
       progressed = true;
@@ -251,7 +248,9 @@ TEST(SpanPlanTest, LargeAllReducesOnEvenNodesUseEveryLane) {
   }
   ASSERT_EQ(nccl.size(), 1u);  // local rank 3 is not a leader: no tail on lane 0
   EXPECT_EQ(nccl[0].lane, 3);
-  EXPECT_TRUE(nccl[0].on_scratch);
+  EXPECT_TRUE(nccl[0].from_scratch);
+  EXPECT_FALSE(nccl[0].to_scratch);
+  EXPECT_EQ(nccl[0].offset, 3 * (count / 4) * 4);  // into its own chunk of the region
   EXPECT_EQ(nccl[0].count, count / 4);
   EXPECT_EQ(nccl[0].dtype, DataType::kFloat32);
   EXPECT_EQ(nccl[0].nccl_op, SpanNcclOp::kSum);

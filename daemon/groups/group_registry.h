@@ -125,11 +125,10 @@ class GroupRegistry {
   // symmetric_rounds.cc
   void CompleteRound(Group& group, uint64_t round, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One rank's buffer of a symmetric allocation, on the device it joined with.
-  absl::StatusOr<std::shared_ptr<const memory::Allocation>> AllocateRankBuffer(const Group& group,
-                                                                               int rank,
-                                                                               uint64_t round,
-                                                                               size_t bytes)
+  // One rank's buffer of a symmetric allocation, on the device it joined with (host memory
+  // when the round asked for it).
+  absl::StatusOr<std::shared_ptr<const memory::Allocation>> AllocateRankBuffer(
+      const Group& group, int rank, uint64_t round, size_t bytes, bool host_memory)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailRound(Group& group, uint64_t round, const absl::Status& status, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

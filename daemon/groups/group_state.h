@@ -68,6 +68,7 @@ struct Member {
 struct Round {
   struct Ask {
     uint64_t bytes = 0;
+    bool host_memory = false;  // AllocateSymmetricRequest.host_memory
     std::shared_ptr<server::PendingCall> call;
     v1::SymmetricAllocation* response = nullptr;
   };

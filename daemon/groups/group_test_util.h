@@ -125,11 +125,12 @@ class Harness {
   }
 
   Asking Allocate(const std::shared_ptr<const server::Session>& session, uint64_t group_id,
-                  uint64_t bytes, int64_t timeout_ms = 0) {
+                  uint64_t bytes, int64_t timeout_ms = 0, bool host_memory = false) {
     v1::AllocateSymmetricRequest request;
     request.set_group_id(group_id);
     request.set_bytes(bytes);
     request.set_timeout_ms(timeout_ms);
+    request.set_host_memory(host_memory);
     Asking a;
     groups_->AllocateSymmetric(session, request, a.response.get(), a.call);
     return a;

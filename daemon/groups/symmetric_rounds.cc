@@ -14,10 +14,21 @@ namespace commd::groups {
 
 namespace {
 
-// The round's common size, or INVALID_ARGUMENT listing what each rank asked.
+// The round's common size, or INVALID_ARGUMENT listing what each rank asked (the size and, when
+// they differ, whether host memory).
 absl::StatusOr<uint64_t> CommonSize(const Group& g, const Round& round) {
   const uint64_t bytes = round.asks.begin()->second.bytes;
+  const bool host = round.asks.begin()->second.host_memory;
   for (const auto& [rank, ask] : round.asks) {
+    if (ask.host_memory != host) {
+      std::vector<std::string> kinds;
+      for (const auto& [r, a] : round.asks) {
+        kinds.push_back(absl::StrCat("rank ", r, ": ", a.host_memory ? "host" : "the group's device"));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "AllocateSymmetric memory differs across group ", g.name(), " (",
+          absl::StrJoin(kinds, ", "), "); every rank must ask the same (host_memory)"));
+    }
     if (ask.bytes == bytes) continue;
     std::vector<std::string> sizes;
     for (const auto& [r, a] : round.asks) sizes.push_back(absl::StrCat("rank ", r, ": ", a.bytes));
@@ -68,7 +79,7 @@ void GroupRegistry::AllocateSymmetric(std::shared_ptr<const server::Session> ses
     g->rounds.erase(g->rounds.begin(), g->rounds.lower_bound(std::min(oldest, index)));
     Round& round = g->rounds[index];
     if (round.failed) return call->Finish(*round.failed);
-    round.asks[rank] = Round::Ask{request.bytes(), call, response};
+    round.asks[rank] = Round::Ask{request.bytes(), request.host_memory(), call, response};
     const uint64_t id = g->id;
     call->OnCancel([this, id, index, rank, name = g->name()] { CancelAsk(id, index, rank, name); });
     if (round.asks.size() == 1) {
@@ -103,9 +114,10 @@ void GroupRegistry::CancelAsk(uint64_t group_id, uint64_t index, int rank,
 }
 
 absl::StatusOr<std::shared_ptr<const memory::Allocation>> GroupRegistry::AllocateRankBuffer(
-    const Group& g, int rank, uint64_t index, size_t bytes) {
+    const Group& g, int rank, uint64_t index, size_t bytes, bool host_memory) {
   const Member& m = g.members[rank];
-  return memory_->Allocate({m.session->uid, m.session->job_id, m.session->token}, m.device, bytes,
+  return memory_->Allocate({m.session->uid, m.session->job_id, m.session->token},
+                           host_memory ? memory::Device::Host() : m.device, bytes,
                            absl::StrCat(g.job(), "/", g.name(), "/sym", index, "/r", rank),
                            v1::SESSION);
 }
@@ -118,7 +130,8 @@ void GroupRegistry::CompleteRound(Group& g, uint64_t index, Deferred& deferred) 
   const size_t offset = SymmetricDataOffset(g.world_size);
   SymmetricBuffers buffers;
   for (int r = 0; r < g.world_size; ++r) {
-    auto block = AllocateRankBuffer(g, r, index, offset + *bytes);
+    auto block =
+        AllocateRankBuffer(g, r, index, offset + *bytes, round.asks.begin()->second.host_memory);
     if (!block.ok()) {
       std::vector<uint64_t> ids;
       for (const auto& b : buffers.buffers) ids.push_back(b->id);

@@ -70,6 +70,28 @@ TEST_F(SymmetricRoundsTest, SizesThatDifferFailTheRoundListingEachRanksSize) {
   EXPECT_TRUE(b1.call->Await()->ok());
 }
 
+// host_memory (a spanning CUDA group's agreement words) must be asked by every rank alike: a
+// rank that asks the group's device while another asks host memory fails the round on both.
+TEST_F(SymmetricRoundsTest, HostMemoryThatDiffersFailsTheRoundNamingEachRanksAsk) {
+  Asking a0 = h_.Allocate(Rank(0), id_, 1024, 0, /*host_memory=*/true);
+  Asking a1 = h_.Allocate(Rank(1), id_, 1024, 0, /*host_memory=*/false);
+  for (Asking* a : {&a0, &a1}) {
+    const auto status = a->call->Await();
+    ASSERT_TRUE(status.has_value());
+    EXPECT_EQ(status->code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(status->message(),
+                                  "AllocateSymmetric memory differs across group g (rank 0: host, "
+                                  "rank 1: the group's device); every rank must ask the same "
+                                  "(host_memory)"))
+        << *status;
+  }
+  Asking b0 = h_.Allocate(Rank(0), id_, 1024, 0, true);
+  Asking b1 = h_.Allocate(Rank(1), id_, 1024, 0, true);
+  ASSERT_TRUE(b0.call->Await()->ok()) << *b0.call->Await();
+  ASSERT_TRUE(b1.call->Await()->ok()) << *b1.call->Await();
+  EXPECT_EQ(b0.response->buffers(1).device(), "host");
+}
+
 TEST_F(SymmetricRoundsTest, ARoundTimesOutNamingTheRanksThatNeverAsked) {
   Asking a0 = h_.Allocate(Rank(0), id_, 4096, /*timeout_ms=*/50);
   const auto status = a0.call->Await(kWait);
