@@ -56,8 +56,8 @@ SpanNcclOp NcclOpOf(ReduceOp op) {
 
 // The leaders' path for `count` elements at byte `offset`: node-local all-reduce, lane 0,
 // node-local broadcast from the leader.
-void LeadersAllReduce(const SpanShape& s, size_t offset, size_t count, DataType dtype,
-                      ReduceOp op, SpanPlan& plan) {
+void LeadersAllReduce(const SpanShape& s, size_t offset, size_t count, DataType dtype, ReduceOp op,
+                      SpanPlan& plan) {
   if (count == 0) return;
   const ReduceOp local_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   SpanStep base{.offset = offset, .count = count, .dtype = dtype, .local_op = local_op};

@@ -35,8 +35,8 @@ std::string Describe(const SpanStep& s) {
   return absl::StrCat("kind ", static_cast<int>(s.kind), " offset ", s.offset, " count ", s.count,
                       " lane ", s.lane, " root ", s.root, " dtype ", static_cast<int>(s.dtype),
                       " local_op ", static_cast<int>(s.local_op), " nccl_op ",
-                      static_cast<int>(s.nccl_op), " from_scratch ", s.from_scratch,
-                      " to_scratch ", s.to_scratch);
+                      static_cast<int>(s.nccl_op), " from_scratch ", s.from_scratch, " to_scratch ",
+                      s.to_scratch);
 }
 
 Contribution Sum(const std::vector<const Contribution*>& parts) {
@@ -181,8 +181,8 @@ std::vector<Rank> MakeRanks(const std::vector<int>& sizes, size_t elems, size_t 
 }
 
 const std::vector<std::vector<int>> kLayouts = {
-    {1, 1}, {2, 2}, {3, 3}, {4, 4}, {2, 2, 2}, {3, 3, 3}, {1, 1, 1, 1}, {8, 8},
-    {1, 2, 3}, {3, 1}, {2, 4}, {4, 1, 4}, {16, 16}};
+    {1, 1}, {2, 2},    {3, 3}, {4, 4}, {2, 2, 2}, {3, 3, 3}, {1, 1, 1, 1},
+    {8, 8}, {1, 2, 3}, {3, 1}, {2, 4}, {4, 1, 4}, {16, 16}};
 
 struct Case {
   size_t count;
@@ -212,9 +212,9 @@ TEST(SpanPlanTest, AllReduceSumsEveryGlobalRankOnceIntoEveryRank) {
             for (Rank& r : ranks) {
               r.scratch.assign(scratch / es + 1, Contribution(r.region[0].size(), kUntouched));
             }
-            const std::string what = absl::StrCat("layout ", Layout(sizes), " count ", count,
-                                                  " lane_min ", lane_min, " lead ", lead,
-                                                  " dtype ", DataTypeName(dtype));
+            const std::string what =
+                absl::StrCat("layout ", Layout(sizes), " count ", count, " lane_min ", lane_min,
+                             " lead ", lead, " dtype ", DataTypeName(dtype));
             ASSERT_EQ(Simulate(ranks, sizes, es), "") << what;
             const Contribution all(ranks[0].region[0].size(), 1);
             const Contribution untouched(all.size(), kUntouched);
@@ -239,8 +239,8 @@ TEST(SpanPlanTest, AllReduceSumsEveryGlobalRankOnceIntoEveryRank) {
 TEST(SpanPlanTest, LargeAllReducesOnEvenNodesUseEveryLane) {
   const SpanShape shape{.node_sizes = {4, 4, 4}, .node = 2, .local_rank = 3};
   const size_t count = (kSpanLaneMinBytes / 4) + 3;  // fp32, 3 left over
-  auto plan = PlanSpanAllReduce(shape, 0, count, DataType::kFloat32, ReduceOp::kSum,
-                                kSpanLaneMinBytes);
+  auto plan =
+      PlanSpanAllReduce(shape, 0, count, DataType::kFloat32, ReduceOp::kSum, kSpanLaneMinBytes);
   ASSERT_TRUE(plan.ok()) << plan.status();
   std::vector<SpanStep> nccl;
   for (const SpanStep& s : plan->steps) {
@@ -339,8 +339,8 @@ TEST(SpanPlanTest, BroadcastGivesEveryRankTheRootsData) {
             ASSERT_TRUE(plan.ok()) << plan.status();
             r.plan = *plan;
           }
-          const std::string what = absl::StrCat("layout ", Layout(sizes), " count ", count,
-                                                " root ", global_root);
+          const std::string what =
+              absl::StrCat("layout ", Layout(sizes), " count ", count, " root ", global_root);
           ASSERT_EQ(Simulate(ranks, sizes, 4), "") << what;
           Contribution want(ranks[0].region[0].size(), 0);
           want[static_cast<size_t>(global_root)] = 1;

@@ -464,13 +464,6 @@ absl::Status CollectiveEntry::Finish(absl::Status status, const kernels::Collect
 
 absl::Status Group::Run(const CollectiveCall& c) {
   const bool spans = global_world_size() > world_size();
-  if (spans && !device().is_host()) {
-    return absl::UnimplementedError(absl::StrCat(
-        ShapeOf(c.kind).words, " on group ", name(), ": the group spans ", layout().size(),
-        " nodes on ", device().ToString(),
-        "; collectives across nodes run on host memory only in this SDK (NCCL between the "
-        "nodes' CUDA memory is not implemented yet)"));
-  }
   if (c.host_memory && !device().is_host()) {
     return absl::InvalidArgumentError(absl::StrCat(
         ShapeOf(c.kind).words, " on host memory: group ", name(), " is on ", device().ToString(),
@@ -484,9 +477,10 @@ absl::Status Group::Run(const CollectiveCall& c) {
         "; this SDK was built without CUDA (COMMD_CUDA=OFF or no nvcc), so it runs "
         "collectives on host buffers only"));
   }
-  // A spanning group's words (span_collectives.h): allocated by every rank's first collective.
+  // A spanning group's words (span_collectives.h): allocated by every rank's first collective,
+  // in host memory whatever the group's device (the CPUs agree through them).
   if (spans && state_->span_words == nullptr) {
-    ASSIGN_OR_RETURN(state_->span_words, AllocateSymmetric(kSpanWordsBytes));
+    ASSIGN_OR_RETURN(state_->span_words, AllocateSymmetricOn(kSpanWordsBytes, true));
   }
   const v1::CollectiveSettings& settings = state_->joined.collectives();
   const bool all_reduce =

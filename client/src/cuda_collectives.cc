@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/src/cuda_span_collectives.h"
 #include "common/control_block.h"
 #include "common/cuda_check.h"
 #include "common/cuda_driver.h"
@@ -344,8 +345,16 @@ absl::Status DesyncError(const std::string& group, const RecordId& id, int enque
 // Records the entry around the launch, stream-ordered, and keeps an event for its end. An
 // argument check failing before any kernel is enqueued fails this call alone; any other
 // failure fails the group (kernels::LaunchFailureDesyncs).
+// A spanning group's call: its plan and the part that launches it (null for node-local calls).
+struct SpanLaunch {
+  const kernels::SpanPlan* plan = nullptr;
+  CudaSpanPart* part = nullptr;
+  kernels::AllReduceThresholds thresholds;
+};
+
 absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e,
-                     kernels::CudaCommView v, void* scratch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+                     kernels::CudaCommView v, void* scratch, const SpanLaunch& span = {})
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
   const kernels::CublasContext blas{s.blas, s.cublas};
   const CollectiveOptions& o = *c.call.options;
   CUevent done = nullptr;
@@ -360,7 +369,11 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
   auto* stream = static_cast<cudaStream_t>(o.cuda_stream);
   int enqueued = 0;
   absl::Status st = rec.Started(id, o.cuda_stream);
-  if (st.ok()) st = Launch(v, c, e.nan(), scratch, blas, stream, &enqueued);
+  if (st.ok() && span.plan != nullptr) {
+    st = span.part->Launch(*span.plan, v, e.nan(), span.thresholds, scratch, stream, &enqueued);
+  } else if (st.ok()) {
+    st = Launch(v, c, e.nan(), scratch, blas, stream, &enqueued);
+  }
   if (st.ok()) st = rec.Completed(id, o.cuda_stream);
   // Recorded even after a failure once kernels are queued: the slot (and the scratch) stay
   // taken until they have run.
@@ -380,7 +393,9 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
     s.api->event_destroy(done);
     return st;
   }
-  s.failed = DesyncError(e.group().name(), id, enqueued, KernelsOf(v, c.call), st);
+  const int total =
+      span.plan != nullptr ? static_cast<int>(span.plan->steps.size()) : KernelsOf(v, c.call);
+  s.failed = DesyncError(e.group().name(), id, enqueued, total, st);
   if (recorded == CUDA_SUCCESS && enqueued > 0) {
     s.pending.push_back({done, id, slot, false, pending.stream});
   } else if (enqueued == 0) {
@@ -422,9 +437,17 @@ absl::Status MakeCublasHandle(CudaGroupState& s, const kernels::CublasApi* blas)
   return absl::OkStatus();
 }
 
-class CudaBackend : public CollectiveBackend {
+class CudaBackend : public SpanBackend {
  public:
-  explicit CudaBackend(int device) : device_(device) {}
+  explicit CudaBackend(int device, std::unique_ptr<CudaSpanPart> span = nullptr)
+      : device_(device), span_(std::move(span)) {}
+
+  void Close() override {
+    if (span_ != nullptr) span_->Close();
+  }
+  absl::Status Agree(const CheckedCall& c) override {
+    return span_ != nullptr ? span_->Agree(c) : absl::OkStatus();
+  }
 
   // Enqueues `c` on options.cuda_stream (null: the legacy default stream). INVALID_ARGUMENT,
   // synchronously and with nothing enqueued, for what the device path cannot do (a NaN
@@ -434,6 +457,7 @@ class CudaBackend : public CollectiveBackend {
   absl::Status Run(const CheckedCall& c, CollectiveEntry& entry) override {
     const CollectiveOptions& options = *c.call.options;
     RETURN_IF_ERROR(CheckSupported(entry, options));
+    if (span_ != nullptr) return RunSpanning(c, entry);
     const kernels::CublasApi* blas = nullptr;
     if (c.call.matmul != nullptr) {  // before anything is made or enqueued
       absl::StatusOr<const kernels::CublasApi*> loaded = kernels::Cublas();
@@ -460,7 +484,49 @@ class CudaBackend : public CollectiveBackend {
   }
 
  private:
+  // A spanning group's call (cuda_span_collectives.h): the agreement, the plan, then the
+  // node-local path's bookkeeping around the plan's steps. A failure once the ranks agreed
+  // leaves them out of step: the daemon is asked to abort the group on every node.
+  absl::Status RunSpanning(const CheckedCall& c, CollectiveEntry& entry) {
+    if (absl::Status agreed = span_->Agree(c); !agreed.ok()) {
+      // Recorded and left incomplete, as on host memory: the watchdog sees the mismatch there.
+      entry.Begin();
+      entry.recorder().Abandoned(entry.id());
+      return agreed;
+    }
+    ASSIGN_OR_RETURN(const kernels::SpanPlan plan, span_->Plan(c));  // the same on every rank
+    absl::Status st = EnqueueSpanning(c, entry, plan);
+    if (!st.ok() && !absl::IsInvalidArgument(st) && !absl::IsAborted(st)) span_->Failed(st);
+    return st;
+  }
+
+  absl::Status EnqueueSpanning(const CheckedCall& c, CollectiveEntry& entry,
+                               const kernels::SpanPlan& plan) {
+    void* stream = c.call.options->cuda_stream;
+    if (state_ == nullptr) {
+      ASSIGN_OR_RETURN(state_, CreateCudaGroupState(device_, &entry.recorder_impl()));
+    }
+    CudaGroupState& s = *state_;
+    absl::MutexLock lock(&s.mu);
+    ContextScope scope(s);
+    if (!scope.ok()) return absl::InternalError("cuCtxPushCurrent of the primary context failed");
+    RETURN_IF_ERROR(Poll(s, entry.group().name()));
+    RETURN_IF_ERROR(RefuseCapture(s, entry.group().name(), stream));
+    ASSIGN_OR_RETURN(kernels::CudaCommView view, MakeView(entry, c, stream));
+    const SpanLaunch span{.plan = &plan,
+                          .part = span_.get(),
+                          .thresholds = {.one_shot_max_read_bytes = static_cast<size_t>(
+                                             entry.settings().one_shot_max_read_bytes())}};
+    ASSIGN_OR_RETURN(void* scratch,
+                     Scratch(s, reinterpret_cast<uintptr_t>(stream),
+                             SpanScratchBytes(plan, view.world_size, span.thresholds)));
+    return Enqueue(s, c, entry, view, scratch, span);
+  }
+
   const int device_;
+  // Before state_, so destroyed after it: the state's deleter waits for the group's enqueued
+  // calls, NCCL's among them, before the span part aborts its communicator.
+  std::unique_ptr<CudaSpanPart> span_;
   CudaGroupStatePtr state_;  // made on the first collective; its deleter waits for the calls
 };
 
@@ -533,6 +599,10 @@ absl::Status DeviceWaitError(uint32_t word, const std::string& group) {
 
 std::unique_ptr<CollectiveBackend> MakeCudaBackend(int device) {
   return std::make_unique<CudaBackend>(device);
+}
+
+std::unique_ptr<SpanBackend> MakeCudaSpanBackend(int device, SpanSetup setup) {
+  return std::make_unique<CudaBackend>(device, MakeCudaSpanPart(std::move(setup)));
 }
 
 }  // namespace commd

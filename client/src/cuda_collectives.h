@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "client/src/collective_call.h"
 #include "client/src/recorder_impl.h"
+#include "client/src/span_collectives.h"
 
 namespace commd {
 
@@ -44,9 +45,13 @@ absl::Status DeviceWaitError(uint32_t word, const std::string& group);
 // The backend of a group on CUDA device `device`; its state is made on the first collective
 // (FAILED_PRECONDITION there when there is no driver or device).
 std::unique_ptr<CollectiveBackend> MakeCudaBackend(int device);
+// The same for a group spanning nodes (cuda_span_collectives.h): each call agrees with every
+// rank of every node first, then enqueues its node-local kernels and NCCL calls.
+std::unique_ptr<SpanBackend> MakeCudaSpanBackend(int device, SpanSetup setup);
 #else
 // Without CUDA there is no CUDA backend: the group's collectives say so (UNIMPLEMENTED).
 inline std::unique_ptr<CollectiveBackend> MakeCudaBackend(int) { return nullptr; }
+inline std::unique_ptr<SpanBackend> MakeCudaSpanBackend(int, SpanSetup) { return nullptr; }
 #endif
 
 }  // namespace commd

@@ -46,38 +46,41 @@ std::unique_ptr<CollectiveBackend> MakeBackend(const GroupOptions& options, void
                                                      offsetof(ControlBlockProgress, heartbeat_ns)));
 }
 
-// A host group spanning nodes: its collectives meet the other nodes through gloo
-// (span_collectives.h). The join checked the control block's size.
-std::unique_ptr<SpanBackend> MakeSpan(const v1::JoinGroupResponse& joined,
+// A group spanning nodes: its collectives meet the other nodes through gloo on host memory
+// (span_collectives.h), through NCCL on CUDA memory (cuda_span_collectives.h; null in an SDK
+// built without CUDA). The join checked the control block's size.
+std::unique_ptr<SpanBackend> MakeSpan(const GroupOptions& options,
+                                      const v1::JoinGroupResponse& joined,
                                       const std::vector<NodeRanks>& layout, absl::Duration timeout,
                                       void* block, const std::shared_ptr<Client::Impl>& client) {
   auto* base = static_cast<std::byte*>(block);
   const std::string group = joined.name();
   std::weak_ptr<Client::Impl> weak = client;
-  return MakeSpanBackend(SpanSetup{
-      .group = group,
-      .formation = joined.layout().formation(),
-      .local_rank = joined.rank(),
-      .local_world_size = joined.world_size(),
-      .global_world_size = joined.global_world_size(),
-      .layout = layout,
-      .node_index = joined.layout().this_node(),
-      .store = client->store.get(),
-      .connect_wait = timeout,
-      .abort_word = reinterpret_cast<const uint32_t*>(base + kAbortOffset),
-      .heartbeat_ns = reinterpret_cast<uint64_t*>(base + kProgressOffset +
-                                                  offsetof(ControlBlockProgress, heartbeat_ns)),
-      .request_abort = [weak, group](const std::string& reason) {
-        if (auto c = weak.lock()) {
-          v1::AbortRequest request;
-          request.set_group(group);
-          // Cut to what the daemon takes (a longer reason would be refused, and nothing
-          // aborted); the rank's own error keeps the whole text.
-          request.set_reason(reason.substr(0, kMaxAbortReasonBytes));
-          v1::AbortResponse response;
-          (void)c->health->Abort(c->Context().get(), request, &response);
-        }
-      }});
+  SpanSetup setup{.group = group,
+                  .formation = joined.layout().formation(),
+                  .local_rank = joined.rank(),
+                  .local_world_size = joined.world_size(),
+                  .global_world_size = joined.global_world_size(),
+                  .layout = layout,
+                  .node_index = joined.layout().this_node(),
+                  .store = client->store.get(),
+                  .connect_wait = timeout,
+                  .abort_word = reinterpret_cast<const uint32_t*>(base + kAbortOffset),
+                  .heartbeat_ns = reinterpret_cast<uint64_t*>(
+                      base + kProgressOffset + offsetof(ControlBlockProgress, heartbeat_ns)),
+                  .request_abort = [weak, group](const std::string& reason) {
+                    if (auto c = weak.lock()) {
+                      v1::AbortRequest request;
+                      request.set_group(group);
+                      // Cut to what the daemon takes (a longer reason would be refused, and
+                      // nothing aborted); the rank's own error keeps the whole text.
+                      request.set_reason(reason.substr(0, kMaxAbortReasonBytes));
+                      v1::AbortResponse response;
+                      (void)c->health->Abort(c->Context().get(), request, &response);
+                    }
+                  }};
+  if (options.device.is_host()) return MakeSpanBackend(std::move(setup));
+  return MakeCudaSpanBackend(options.device.cuda_index(), std::move(setup));
 }
 
 // What the collectives borrow of this rank's mapped `buffer`, built once: see BufferViews.
@@ -164,8 +167,8 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   recorder->block = state->control_block->data();
   recorder->block_bytes = state->joined.control_block().mapped_bytes();
   state->recorder = std::make_unique<Recorder>(std::move(recorder));
-  if (state->joined.global_world_size() > state->joined.world_size() && options.device.is_host()) {
-    auto span = MakeSpan(state->joined, state->layout, options.timeout,
+  if (state->joined.global_world_size() > state->joined.world_size()) {
+    auto span = MakeSpan(options, state->joined, state->layout, options.timeout,
                          state->control_block->data(), impl_);
     state->span = span.get();
     state->backend = std::move(span);
@@ -265,15 +268,21 @@ void* Group::control_block() const { return state_->control_block->data(); }
 size_t Group::control_block_bytes() const { return state_->joined.control_block().mapped_bytes(); }
 
 absl::StatusOr<std::unique_ptr<SymmetricBuffer>> Group::AllocateSymmetric(size_t bytes) {
+  return AllocateSymmetricOn(bytes, /*host_memory=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<SymmetricBuffer>> Group::AllocateSymmetricOn(size_t bytes,
+                                                                            bool host_memory) {
   v1::AllocateSymmetricRequest request;
   request.set_group_id(state_->joined.group_id());
   request.set_bytes(bytes);
   request.set_timeout_ms(absl::ToInt64Milliseconds(state_->options.timeout));
+  request.set_host_memory(host_memory);
   auto buffer = std::make_unique<SymmetricBuffer::State>();
   buffer->client = state_->client;
   buffer->group_id = state_->joined.group_id();
   buffer->rank = rank();
-  buffer->device = state_->options.device;
+  buffer->device = host_memory ? Device::Host() : state_->options.device;
   Client::Impl& client = *state_->client;
   RETURN_IF_ERROR(FromGrpcStatus(client.groups->AllocateSymmetric(
       client.WaitingContext(state_->options.timeout).get(), request, &buffer->allocation)));

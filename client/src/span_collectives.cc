@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/src/collective_call.h"
+#include "common/control_block.h"
 #include "common/random_token.h"
 #include "common/status_macros.h"
 #include "gloo/allgatherv.h"
@@ -290,6 +291,47 @@ class HostSpanBackend : public SpanBackend {
     if (context_ != nullptr) Fail(*context_, s_.group);
   }
 
+  // The agreement alone, through the group's words (their signal pads carry the node-local
+  // barriers): every rank's signature, the leaders' gather, every rank reads the outcome.
+  absl::Status Agree(const CheckedCall& c) override {
+    if (!failed_.ok()) return failed_;
+    kernels::HostCommView v = c.span_words->host;
+    v.abort_word = s_.abort_word;
+    v.heartbeat_ns = s_.heartbeat_ns;
+    v.wait_limit = c.wait;
+    SpanWords& mine = Words(c, v.rank);
+    mine.signature = Signature(c.call);
+    mine.nonfinite = 0;
+    if (!leader()) mine.code = 0;  // as in Collective: the leader's is written between barriers
+    RETURN_IF_ERROR(kernels::Barrier(v));
+    if (leader()) {
+      SpanWords& out = Words(c, 0);
+      out.nonfinite_ranks = 0;
+      out.first_nonfinite_rank = -1;
+      out.group_nonfinite = 0;
+      const absl::Status st = Guarded(c.call, [&]() -> absl::Status {
+        RETURN_IF_ERROR(Connect());
+        return GatherAgreement(c, v, out, /*inline_data=*/false);
+      });
+      mine.lanes = 0;
+      Publish(mine, st);
+    }
+    RETURN_IF_ERROR(kernels::Barrier(v));
+    const SpanWords& first = Words(c, 0);
+    if (first.code == 0) return absl::OkStatus();
+    const absl::Status st(
+        static_cast<absl::StatusCode>(first.code),
+        std::string(first.text, std::min<size_t>(first.text_bytes, sizeof(first.text))));
+    if (st.code() != absl::StatusCode::kInvalidArgument) {
+      failed_ = absl::Status(
+          st.code() == absl::StatusCode::kAborted ? st.code()
+                                                  : absl::StatusCode::kFailedPrecondition,
+          absl::StrCat("group ", s_.group,
+                       " failed for good at an earlier collective: ", st.message()));
+    }
+    return st;
+  }
+
   absl::Status Run(const CheckedCall& c, CollectiveEntry& entry) override {
     const CollectiveCall& call = c.call;
     if (call.matmul != nullptr) {
@@ -547,10 +589,10 @@ class HostSpanBackend : public SpanBackend {
     return call.kind == CollectiveOp::kAllReduce &&
            call.count * ElementSize(call.dtype) <= InlineBytes();
   }
-  absl::Status GatherAgreement(const CheckedCall& c, const kernels::HostCommView& v,
-                               SpanWords& out) {
+  absl::Status GatherAgreement(const CheckedCall& c, const kernels::HostCommView& v, SpanWords& out,
+                               bool inline_data = true) {
     const CollectiveCall& call = c.call;
-    const bool with_data = InlineAllReduce(call);
+    const bool with_data = inline_data && InlineAllReduce(call);
     const size_t slot = kSlotHeader + InlineBytes();
     const size_t nodes = s_.layout.size();
     std::vector<Bytes>& mine = Scratch(0, slot);
@@ -574,7 +616,7 @@ class HostSpanBackend : public SpanBackend {
     for (size_t k = 1; k < nodes; ++k) {
       Agreement b;
       std::memcpy(&b, all.data() + k * slot, sizeof(b));
-      Agree(&a, &a, &b, 1);
+      commd::Agree(&a, &a, &b, 1);
       parts.push_back(all.data() + k * slot + kSlotHeader);
     }
     RETURN_IF_ERROR(Settle(call, a, out));
@@ -603,8 +645,13 @@ class HostSpanBackend : public SpanBackend {
     std::memcpy(mine.text, text.data(), text.size());
     mine.text_bytes = static_cast<uint32_t>(text.size());
     if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument && s_.request_abort) {
-      s_.request_abort(absl::StrCat("the exchange between nodes failed on node ",
-                                    s_.layout[s_.node_index].node, ": ", st.message()));
+      std::string reason = absl::StrCat("the exchange between nodes failed on node ",
+                                        s_.layout[s_.node_index].node, ": ", st.message());
+      // What the daemon takes (the control block's abort text with who asked); a longer reason
+      // is refused and the group would not be aborted at all.
+      constexpr size_t kMaxReason = kAbortTextBytes - 1 - 64;
+      if (reason.size() > kMaxReason) reason.resize(kMaxReason);
+      s_.request_abort(reason);
     }
   }
 

@@ -78,6 +78,13 @@ class SpanBackend : public CollectiveBackend {
   // Ends the leader's connections to the other nodes: a leader blocked on a peer node returns
   // with an error. Called from the client's event thread when the group is aborted.
   virtual void Close() = 0;
+  // The agreement alone (the host backend's; the CUDA backend runs it through one before it
+  // enqueues anything): writes this rank's call signature to its words of c.span_words (host
+  // memory), meets the node's ranks there and, through the leaders, every node's. OK when
+  // every rank of every node made this call; INVALID_ARGUMENT on every rank when any differs;
+  // ABORTED or a failure between the nodes as for a collective (every later call then fails
+  // too). Blocks until every rank has called or the call's wait ends.
+  virtual absl::Status Agree(const CheckedCall& c) = 0;
 };
 
 std::unique_ptr<SpanBackend> MakeSpanBackend(SpanSetup setup);

@@ -23,7 +23,8 @@ absl::StatusOr<uint64_t> CommonSize(const Group& g, const Round& round) {
     if (ask.host_memory != host) {
       std::vector<std::string> kinds;
       for (const auto& [r, a] : round.asks) {
-        kinds.push_back(absl::StrCat("rank ", r, ": ", a.host_memory ? "host" : "the group's device"));
+        kinds.push_back(
+            absl::StrCat("rank ", r, ": ", a.host_memory ? "host" : "the group's device"));
       }
       return absl::InvalidArgumentError(absl::StrCat(
           "AllocateSymmetric memory differs across group ", g.name(), " (",

@@ -32,18 +32,18 @@ absl::StatusOr<NcclApi> LoadNccl(const std::string& library) {
   NcclApi api;
   api.library = library;
   absl::Status missing;
-#define COMMD_NCCL_RESOLVE_(member, symbol, type)                                          \
-  api.member = reinterpret_cast<type>(::dlsym(handle, #symbol));                           \
-  if (api.member == nullptr && missing.ok()) {                                             \
-    missing = absl::UnavailableError(                                                      \
+#define COMMD_NCCL_RESOLVE_(member, symbol, type)                                                \
+  api.member = reinterpret_cast<type>(::dlsym(handle, #symbol));                                 \
+  if (api.member == nullptr && missing.ok()) {                                                   \
+    missing = absl::UnavailableError(                                                            \
         absl::StrCat(library, " is not a usable NCCL (2.14 or later): it exports no " #symbol)); \
   }
   COMMD_NCCL_FUNCTIONS(COMMD_NCCL_RESOLVE_)
 #undef COMMD_NCCL_RESOLVE_
   if (missing.ok()) {
     if (const ncclResult_t r = api.get_version(&api.version); r != ncclSuccess) {
-      missing = absl::UnavailableError(absl::StrCat(library, ": ncclGetVersion failed (",
-                                                    static_cast<int>(r), ")"));
+      missing = absl::UnavailableError(
+          absl::StrCat(library, ": ncclGetVersion failed (", static_cast<int>(r), ")"));
     } else if (api.version < kNcclFloor) {
       missing = absl::UnavailableError(absl::StrCat(
           library, " is NCCL ", VersionText(api.version), " (", api.version,
@@ -67,8 +67,8 @@ absl::StatusOr<const NcclApi*> Nccl() {
     if (loaded.ok()) return loaded;
     return absl::FailedPreconditionError(absl::StrCat(
         "collectives across nodes on CUDA memory need NCCL 2.14 or later (", kNcclLibrary,
-        " from the CUDA toolkit, the nvidia-nccl wheel or the libnccl2 package; ",
-        kNcclLibraryEnv, " names another library): ", loaded.status().message()));
+        " from the CUDA toolkit, the nvidia-nccl wheel or the libnccl2 package; ", kNcclLibraryEnv,
+        " names another library): ", loaded.status().message()));
   }();
   if (!api.ok()) return api.status();
   return &*api;

@@ -52,16 +52,16 @@ using NcclRedOpCreatePreMulSumFn = ncclResult_t (*)(ncclRedOp_t*, void* scalar, 
 using NcclRedOpDestroyFn = ncclResult_t (*)(ncclRedOp_t, ncclComm_t);
 
 // X(member, exported symbol, pointer type).
-#define COMMD_NCCL_FUNCTIONS(X)                                                  \
-  X(get_version, ncclGetVersion, NcclGetVersionFn)                               \
-  X(get_unique_id, ncclGetUniqueId, NcclGetUniqueIdFn)                           \
-  X(comm_init_rank_config, ncclCommInitRankConfig, NcclCommInitRankConfigFn)     \
-  X(comm_abort, ncclCommAbort, NcclCommFn)                                       \
-  X(comm_get_async_error, ncclCommGetAsyncError, NcclCommGetAsyncErrorFn)        \
-  X(get_error_string, ncclGetErrorString, NcclGetErrorStringFn)                  \
-  X(get_last_error, ncclGetLastError, NcclGetLastErrorFn)                        \
-  X(all_reduce, ncclAllReduce, NcclAllReduceFn)                                  \
-  X(broadcast, ncclBroadcast, NcclBroadcastFn)                                   \
+#define COMMD_NCCL_FUNCTIONS(X)                                                      \
+  X(get_version, ncclGetVersion, NcclGetVersionFn)                                   \
+  X(get_unique_id, ncclGetUniqueId, NcclGetUniqueIdFn)                               \
+  X(comm_init_rank_config, ncclCommInitRankConfig, NcclCommInitRankConfigFn)         \
+  X(comm_abort, ncclCommAbort, NcclCommFn)                                           \
+  X(comm_get_async_error, ncclCommGetAsyncError, NcclCommGetAsyncErrorFn)            \
+  X(get_error_string, ncclGetErrorString, NcclGetErrorStringFn)                      \
+  X(get_last_error, ncclGetLastError, NcclGetLastErrorFn)                            \
+  X(all_reduce, ncclAllReduce, NcclAllReduceFn)                                      \
+  X(broadcast, ncclBroadcast, NcclBroadcastFn)                                       \
   X(red_op_create_pre_mul_sum, ncclRedOpCreatePreMulSum, NcclRedOpCreatePreMulSumFn) \
   X(red_op_destroy, ncclRedOpDestroy, NcclRedOpDestroyFn)
 

@@ -72,8 +72,7 @@ TEST_F(NcclApiTest, MissingLibraryIsUnavailableNamingIt) {
   auto api = LoadNccl("/nonexistent/libnccl.so.2");
   ASSERT_FALSE(api.ok());
   EXPECT_TRUE(absl::IsUnavailable(api.status())) << api.status();
-  EXPECT_NE(api.status().message().find("cannot load /nonexistent/libnccl.so.2"),
-            std::string::npos)
+  EXPECT_NE(api.status().message().find("cannot load /nonexistent/libnccl.so.2"), std::string::npos)
       << api.status();
 }
 
@@ -122,8 +121,8 @@ TEST_F(NcclApiTest, CommunicatorsAreNonblockingAndPolledUntilEveryRankJoined) {
   const NcclApi api = Load();
   ncclUniqueId id{};
   std::snprintf(id.internal, sizeof(id.internal), "the-id");
-  auto comm = InitNcclComm(api, 4, 2, id, "commd.span/g/1/lane0", nullptr,
-                           absl::Now() + absl::Seconds(10));
+  auto comm =
+      InitNcclComm(api, 4, 2, id, "commd.span/g/1/lane0", nullptr, absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(comm.ok()) << comm.status();
   const std::vector<std::string> got = Calls();
   ASSERT_FALSE(got.empty());
@@ -139,12 +138,10 @@ TEST_F(NcclApiTest, AStopWhileInProgressAbortsTheCommunicator) {
   const NcclApi api = Load();
   int asked = 0;
   auto comm = InitNcclComm(
-      api, 2, 0, ncclUniqueId{}, "c", [&] { return ++asked > 5; },
-      absl::Now() + absl::Seconds(30));
+      api, 2, 0, ncclUniqueId{}, "c", [&] { return ++asked > 5; }, absl::Now() + absl::Seconds(30));
   ASSERT_FALSE(comm.ok());
   EXPECT_TRUE(absl::IsAborted(comm.status())) << comm.status();
-  EXPECT_EQ(comm.status().message(),
-            "ncclCommInitRankConfig: stopped while NCCL was in progress");
+  EXPECT_EQ(comm.status().message(), "ncclCommInitRankConfig: stopped while NCCL was in progress");
   EXPECT_EQ(CountOf("ncclCommAbort rank=0"), 1);
 }
 
@@ -183,7 +180,7 @@ TEST_F(NcclApiTest, TheToolkitsNcclResolvesEveryEntryPoint) {
   const char* home = std::getenv("CUDA_HOME");
   std::string library;
   for (const std::string& dir : {std::string(home != nullptr ? home : "/usr/local/cuda") + "/lib64",
-                                std::string("/usr/lib/x86_64-linux-gnu")}) {
+                                 std::string("/usr/lib/x86_64-linux-gnu")}) {
     if (std::filesystem::exists(dir + "/" + kNcclLibrary)) {
       library = dir + "/" + kNcclLibrary;
       break;

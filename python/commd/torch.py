@@ -348,7 +348,7 @@ class ProcessGroupCommd(_C10dBackend):
             raise NotImplementedError(
                 f"commd {op}: CUDA tensors on process group {self._name!r}, which spans "
                 f"{self.nodes} nodes; commd runs collectives across nodes on CPU tensors only "
-                "(NCCL between the nodes' GPUs is not implemented yet): use "
+                "(this backend does not use the SDK's NCCL path between nodes yet): use "
                 "\"cpu:commd,cuda:nccl\" to send CUDA tensors to NCCL")
         if self._cuda is None:
             self._cuda = self._make_cuda(device=f"cuda:{torch.cuda.current_device()}")

@@ -47,6 +47,7 @@ struct RankSpec {
   bool as_nobody = false;  // run as uid 65534 (needs root)
   // span_collective_rank and its mode instead of span_rank.
   std::string mode;
+  std::vector<std::string> env;  // "NAME=value", added to the rank's environment
 };
 
 // The first line of `log` starting with `prefix`, or "" when there is none.
@@ -140,8 +141,10 @@ class SpanFixture : public ::testing::Test {
                   {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"});
     }
     // Gloo between the nodes' leaders listens on loopback (all nodes are this machine).
-    auto p = ChildProcess::Start(argv, {"COMMD_RUNTIME_DIR=" + s.node->runtime_dir(),
-                                        "COMMD_JOB_ID=" + s.job, "COMMD_GLOO_IFACE=lo"});
+    std::vector<std::string> env = {"COMMD_RUNTIME_DIR=" + s.node->runtime_dir(),
+                                    "COMMD_JOB_ID=" + s.job, "COMMD_GLOO_IFACE=lo"};
+    env.insert(env.end(), s.env.begin(), s.env.end());
+    auto p = ChildProcess::Start(argv, env);
     EXPECT_TRUE(p.ok()) << p.status();
     if (!p.ok()) return nullptr;
     ranks_.push_back(std::move(*p));

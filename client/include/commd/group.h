@@ -166,8 +166,10 @@ class COMMD_API Group {
   // for a group on this node only. Collectives on a spanning host group run across the nodes
   // with the whole group's meaning (counts per global rank, wide buffers in global-rank
   // order, a global root; the host-memory overloads' staging buffer holds the input and the
-  // output): docs/cluster.md, "Collectives across nodes". The fused matmuls and CUDA groups
-  // spanning nodes fail UNIMPLEMENTED.
+  // output): docs/cluster.md, "Collectives across nodes". On a CUDA group spanning nodes,
+  // all-reduce (also coalesced), broadcast and barrier run (node-local kernels, NCCL between
+  // the nodes; each call first waits for every rank to make it); all-gather, reduce-scatter,
+  // all-to-all and the fused matmuls fail UNIMPLEMENTED.
   const std::vector<NodeRanks>& layout() const;
   int node_index() const;
   const std::string& name() const;
@@ -331,6 +333,10 @@ class COMMD_API Group {
   explicit Group(std::unique_ptr<State> state);
   // The one path of every collective: checks, records and runs `call` (collectives.cc).
   absl::Status Run(const CollectiveCall& call);
+  // AllocateSymmetric, in host memory when `host_memory` whatever the group's device (a
+  // spanning CUDA group's agreement words).
+  absl::StatusOr<std::unique_ptr<SymmetricBuffer>> AllocateSymmetricOn(size_t bytes,
+                                                                       bool host_memory);
   absl::Duration collective_timeout() const;
   bool owns(const SymmetricBuffer& buffer) const;  // allocated by this group for this rank
   std::unique_ptr<State> state_;

@@ -1,0 +1,142 @@
+// One rank of a group spanning nodes on CUDA memory, on tests/fixtures/fake_libcuda (the
+// daemons' and this process's driver) and tests/fixtures/fake_libnccl (COMMD_NCCL_LIBRARY;
+// it logs every NCCL call to COMMD_FAKE_NCCL_CALL_LOG), with only the node-local kernel launch
+// replaced at the CUDA runtime boundary (kernels::cuda_internal::SetKernelRuntimeForTesting).
+// Everything else is the real SDK: the agreement through host words and gloo between the
+// nodes, the plan, the NCCL communicators' rendezvous through the job's store, the recorder's
+// stream-ordered writes. No data moves (the fakes run no kernel); kernels/span_plan_test checks
+// what the steps compute.
+//
+//   cuda_span_rank GROUP RANK WORLD GLOBAL_RANK GLOBAL_WORLD TIMEOUT_MS LEAVE_FILE MODE
+//
+// Joins on cuda:RANK, prints "joined", runs MODE, printing a line per call
+// ("<name> <CODE> <message>") and each node-local launch ("launch <collective> count=<n>
+// root=<r> offset=<bytes>"):
+//   calls    all-reduce of 1000 fp32 (sum), all-gather (refused), an all-reduce of 1000 fp32
+//            with 999 on the last global rank (refused everywhere), broadcast of 10 int32 from
+//            global rank 1, all-reduce avg of 6 fp32, barrier, all-reduce of 1048577 fp32 (lanes)
+//   no-nccl  one all-reduce (COMMD_NCCL_LIBRARY names no library)
+// Prints "done", waits for the group's abort or LEAVE_FILE, prints "left", exits 0.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "commd/commd.h"
+#include "kernels/cuda/collectives.h"
+
+namespace {
+
+using commd::DataType;
+using commd::ReduceOp;
+using commd::kernels::cuda_internal::KernelRuntime;
+using commd::kernels::cuda_internal::LaunchArgs;
+
+void Print(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+const char* Name(commd::CollectiveOp op) {
+  switch (op) {
+    case commd::CollectiveOp::kBarrier:
+      return "barrier";
+    case commd::CollectiveOp::kAllReduce:
+      return "all_reduce";
+    case commd::CollectiveOp::kReduceScatter:
+      return "reduce_scatter";
+    case commd::CollectiveOp::kBroadcast:
+      return "broadcast";
+    case commd::CollectiveOp::kAllGather:
+      return "all_gather";
+    default:
+      return "other";
+  }
+}
+
+cudaError_t FakeLaunch(const commd::kernels::CudaCommView&, const LaunchArgs& a, cudaStream_t) {
+  Print(absl::StrCat("launch ", Name(a.collective), " count=", a.count, " root=", a.root,
+                     " offset=", a.offset));
+  return cudaSuccess;
+}
+cudaError_t FakePreload() { return cudaSuccess; }
+const KernelRuntime kFakeRuntime{&FakeLaunch, &FakePreload};
+
+void Said(const std::string& what, const absl::Status& s) {
+  Print(absl::StrCat(what, " ", absl::StatusCodeToString(s.code()), " ", s.message()));
+}
+
+void Calls(commd::Group& g, commd::SymmetricBuffer& a, commd::SymmetricBuffer& b, int global_rank,
+           int global_world) {
+  commd::CollectiveOptions o;
+  o.cuda_stream = reinterpret_cast<void*>(0x1000);
+  Said("all_reduce", g.AllReduce(a, 1000, DataType::kFloat32, ReduceOp::kSum, o));
+  Said("all_gather", g.AllGather(a, b, 10, DataType::kFloat32, o));
+  Said("mismatch", g.AllReduce(a, global_rank == global_world - 1 ? 999 : 1000, DataType::kFloat32,
+                               ReduceOp::kSum, o));
+  Said("broadcast", g.Broadcast(a, 10, DataType::kInt32, 1, o));
+  Said("avg", g.AllReduce(a, 6, DataType::kFloat32, ReduceOp::kAvg, o));
+  Said("barrier", g.Barrier());
+  Said("lanes", g.AllReduce(a, 1048577, DataType::kFloat32, ReduceOp::kSum, o));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rank = 0, world = 0, global_rank = 0, global_world = 0;
+  int64_t timeout_ms = 0;
+  if (argc != 9 || !absl::SimpleAtoi(argv[2], &rank) || !absl::SimpleAtoi(argv[3], &world) ||
+      !absl::SimpleAtoi(argv[4], &global_rank) || !absl::SimpleAtoi(argv[5], &global_world) ||
+      !absl::SimpleAtoi(argv[6], &timeout_ms)) {
+    std::fprintf(stderr,
+                 "usage: cuda_span_rank GROUP RANK WORLD GLOBAL_RANK GLOBAL_WORLD TIMEOUT_MS "
+                 "LEAVE_FILE MODE\n");
+    return 2;
+  }
+  commd::kernels::cuda_internal::SetKernelRuntimeForTesting(&kFakeRuntime);
+  const std::string mode = argv[8];
+  const char* job = std::getenv("COMMD_JOB_ID");
+  auto client = commd::Client::Connect({.job_id = job == nullptr ? "job" : job});
+  if (!client.ok()) {
+    Said("connect", client.status());
+    return 1;
+  }
+  auto group = (*client)->JoinGroup({.name = argv[1],
+                                     .rank = rank,
+                                     .world_size = world,
+                                     .global_rank = global_rank,
+                                     .global_world_size = global_world,
+                                     .device = commd::Device::Cuda(rank),
+                                     .timeout = absl::Milliseconds(timeout_ms)});
+  if (!group.ok()) {
+    Said("join", group.status());
+    return 1;
+  }
+  commd::Group& g = **group;
+  Print("joined");
+  auto a = g.AllocateSymmetric(1048577 * 4);
+  auto b = g.AllocateSymmetric(4096);
+  if (!a.ok() || !b.ok()) {
+    Said("allocate", a.ok() ? b.status() : a.status());
+    return 1;
+  }
+  if (mode == "calls") {
+    Calls(g, **a, **b, global_rank, global_world);
+  } else {
+    commd::CollectiveOptions o;
+    Said("all_reduce", g.AllReduce(**a, 1000, DataType::kFloat32, ReduceOp::kSum, o));
+  }
+  Print("done");
+  const std::string leave = argv[7];
+  while (!g.abort_requested() && ::access(leave.c_str(), F_OK) != 0) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (g.abort_requested()) absl::SleepFor(absl::Milliseconds(200));  // the hook's Close ran
+  Print("left");
+  return 0;
+}

@@ -1,0 +1,247 @@
+// A group spanning nodes on CUDA memory (docs/cluster.md "Collectives across nodes"), on fake
+// hardware only: real etcd on loopback, two real daemons as nodes and four real rank processes
+// (cuda_span_rank), the CUDA driver being tests/fixtures/fake_libcuda, NCCL being
+// tests/fixtures/fake_libnccl (it records each rank's NCCL calls), and the node-local kernel
+// launch replaced (each rank prints its launches). The SDK between them is the real one: the
+// agreement through host words and gloo, the plan, the NCCL communicators' unique ids through
+// the job's store, the abort. What the steps compute is kernels/span_plan_test's.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#define SPAN_RANK CUDA_SPAN_RANK
+#define SPAN_COLLECTIVE_RANK CUDA_SPAN_RANK
+#include "tests/integration/span_fixture.h"
+
+namespace commd::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// Per call of a rank's log ("<name> <CODE> <message>"): its result line and the node-local
+// launches printed before it.
+struct Call {
+  std::string result;
+  std::vector<std::string> launches;
+};
+std::map<std::string, Call> Calls(const std::string& log) {
+  std::map<std::string, Call> calls;
+  std::vector<std::string> pending;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StartsWith(line, "launch ")) {
+      pending.emplace_back(line);
+      continue;
+    }
+    const size_t space = line.find(' ');
+    if (space == absl::string_view::npos) continue;
+    calls[std::string(line.substr(0, space))] = {std::string(line.substr(space + 1)),
+                                                 std::move(pending)};
+    pending.clear();
+  }
+  return calls;
+}
+
+class CudaSpanTest : public SpanFixture {
+ protected:
+  void SetUp() override {
+#ifndef COMMD_FAKE_LIBNCCL
+    GTEST_SKIP() << "built without CUDA";
+#else
+    SpanFixture::SetUp();
+    // The daemons and the ranks inherit these: every process's CUDA driver is the fake.
+    ::setenv("COMMD_CUDA_DRIVER_LIBRARY", COMMD_FAKE_LIBCUDA, 1);
+    ::setenv("COMMD_FAKE_CUDA_DEVICES", "2", 1);
+#endif
+  }
+  void TearDown() override {
+    SpanFixture::TearDown();
+    ::unsetenv("COMMD_CUDA_DRIVER_LIBRARY");
+    ::unsetenv("COMMD_FAKE_CUDA_DEVICES");
+  }
+  std::string NcclLog(int global_rank) const {
+    return tmp_.Join(absl::StrCat("nccl.", global_rank));
+  }
+  // Global rank g's NCCL calls, without the polls of ncclCommGetAsyncError.
+  std::vector<std::string> NcclCalls(int global_rank) const {
+    std::ifstream in(NcclLog(global_rank));
+    std::vector<std::string> calls;
+    for (std::string line; std::getline(in, line);) {
+      if (!absl::StartsWith(line, "ncclCommGetAsyncError")) calls.push_back(line);
+    }
+    return calls;
+  }
+  // 2 nodes x 2 ranks of cuda_span_rank `mode`, NCCL from `nccl`.
+  std::vector<ChildProcess*> Start(const std::vector<DaemonProcess*>& n, const std::string& mode,
+                                   const std::string& nccl) {
+    std::vector<ChildProcess*> ranks;
+    for (int g = 0; g < 4; ++g) {
+      ranks.push_back(StartRank(
+          {.node = n[g / 2],
+           .rank = g % 2,
+           .world = 2,
+           .global_rank = g,
+           .global_world = 4,
+           .mode = mode,
+           .env = {"COMMD_NCCL_LIBRARY=" + nccl, "COMMD_FAKE_NCCL_CALL_LOG=" + NcclLog(g)}}));
+    }
+    return ranks;
+  }
+};
+
+// The value of `key=` in an NCCL log line.
+std::string Field(const std::string& line, const std::string& key) {
+  for (absl::string_view f : absl::StrSplit(line, ' ')) {
+    if (absl::StartsWith(f, key + "=")) return std::string(f.substr(key.size() + 1));
+  }
+  return "";
+}
+
+TEST_F(CudaSpanTest, TwoByTwoAgreesThenLaunchesTheNodeLocalKernelsAndNcclPerLane) {
+#ifdef COMMD_FAKE_LIBNCCL
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  const std::vector<ChildProcess*> ranks = Start(n, "calls", COMMD_FAKE_LIBNCCL);
+  for (ChildProcess* r : ranks) ASSERT_TRUE(r->WaitForLog("done", absl::Seconds(90))) << r->Log();
+
+  for (int g = 0; g < 4; ++g) {
+    SCOPED_TRACE(absl::StrCat("global rank ", g));
+    const bool node0 = g < 2, leader = g % 2 == 0;
+    std::map<std::string, Call> calls = Calls(ranks[g]->Log());
+    // Small all-reduce: the leaders' path.
+    EXPECT_EQ(calls["all_reduce"].result, "OK ");
+    EXPECT_THAT(calls["all_reduce"].launches,
+                ElementsAre("launch all_reduce count=1000 root=0 offset=0",
+                            "launch broadcast count=1000 root=0 offset=0"));
+    // Refused after the agreement, the same on every rank, nothing launched.
+    EXPECT_THAT(calls["all_gather"].result,
+                HasSubstr("UNIMPLEMENTED all_gather on group g: across nodes on CUDA memory this "
+                          "SDK runs all-reduce (also coalesced), broadcast and barrier"));
+    EXPECT_THAT(calls["all_gather"].launches, IsEmpty());
+    // One rank's other count fails every rank of every node before anything is enqueued.
+    EXPECT_THAT(calls["mismatch"].result,
+                HasSubstr("INVALID_ARGUMENT all_reduce on group g: the ranks' calls differ"));
+    EXPECT_THAT(calls["mismatch"].launches, IsEmpty());
+    // From global rank 1 (node-a's local rank 1): node-a spreads it from there first, node-b
+    // from its leader after NCCL.
+    EXPECT_EQ(calls["broadcast"].result, "OK ");
+    EXPECT_THAT(calls["broadcast"].launches,
+                ElementsAre(node0 ? "launch broadcast count=10 root=1 offset=0"
+                                  : "launch broadcast count=10 root=0 offset=0"));
+    EXPECT_EQ(calls["avg"].result, "OK ");
+    EXPECT_THAT(calls["avg"].launches, ElementsAre("launch all_reduce count=6 root=0 offset=0",
+                                                   "launch broadcast count=6 root=0 offset=0"));
+    EXPECT_EQ(calls["barrier"].result, "OK ");
+    EXPECT_THAT(calls["barrier"].launches, ElementsAre("launch barrier count=0 root=0 offset=0",
+                                                       "launch barrier count=0 root=0 offset=0"));
+    // 4 MiB + 4 bytes on even nodes: lanes, and the one element left over through the leaders.
+    EXPECT_EQ(calls["lanes"].result, "OK ");
+    EXPECT_THAT(calls["lanes"].launches,
+                ElementsAre("launch reduce_scatter count=524288 root=0 offset=0",
+                            "launch broadcast count=524288 root=0 offset=0",
+                            "launch broadcast count=524288 root=1 offset=2097152",
+                            "launch all_reduce count=1 root=0 offset=4194304",
+                            "launch broadcast count=1 root=0 offset=4194304"));
+
+    // NCCL: the leaders' communicator (lane 0) from the first call, each rank's own lane for
+    // the lanes; its NCCL rank is the node's index; node 0's rank makes the unique id.
+    const std::vector<std::string> nccl = NcclCalls(g);
+    std::vector<std::string> want;
+    if (leader) {
+      if (node0) want.push_back("ncclGetUniqueId");
+      want.push_back(absl::StrCat("ncclCommInitRankConfig nranks=2 rank=", node0 ? 0 : 1,
+                                  " blocking=0 id=fake-id-", ranks[node0 ? g : g - 2]->pid()));
+      want.push_back("ncclAllReduce count=1000 dtype=7 op=0");
+      want.push_back("ncclBroadcast count=10 dtype=2 root=0");
+      want.push_back("ncclRedOpCreatePreMulSum dtype=7 residence=1 scalar_f32=0.25");
+      want.push_back("ncclAllReduce count=6 dtype=7 op=5");
+      want.push_back("ncclRedOpDestroy op=5");
+      want.push_back("ncclAllReduce count=1 dtype=2 op=0");       // the barrier
+      want.push_back("ncclAllReduce count=524288 dtype=7 op=0");  // lane 0
+      want.push_back("ncclAllReduce count=1 dtype=7 op=0");       // the element left over
+    } else {
+      if (node0) want.push_back("ncclGetUniqueId");
+      want.push_back(absl::StrCat("ncclCommInitRankConfig nranks=2 rank=", node0 ? 0 : 1,
+                                  " blocking=0 id=fake-id-", ranks[node0 ? g : g - 2]->pid()));
+      want.push_back("ncclAllReduce count=524288 dtype=7 op=0");  // lane 1
+    }
+    ASSERT_EQ(nccl.size(), want.size()) << ::testing::PrintToString(nccl);
+    for (size_t i = 0; i < want.size(); ++i) {
+      // Each line as the fake logs it, without its pointers.
+      std::string line = nccl[i];
+      for (const char* key : {" send=", " recv=", " stream="}) {
+        const size_t at = line.find(key);
+        if (at != std::string::npos) line.erase(at, line.find(' ', at + 1) - at);
+      }
+      const size_t rank_at = line.find(" rank=", line.find("ncclComm") == 0 ? line.size() : 0);
+      if (rank_at != std::string::npos) line.erase(rank_at, line.find(' ', rank_at + 1) - rank_at);
+      EXPECT_EQ(line, want[i]) << nccl[i];
+    }
+    // The leaders' path reduces in place; a lane goes from the scratch into the region.
+    for (const std::string& line : nccl) {
+      if (!absl::StartsWith(line, "ncclAllReduce")) continue;
+      if (absl::StrContains(line, "count=524288")) {
+        EXPECT_NE(Field(line, "send"), Field(line, "recv")) << line;
+      } else if (!absl::StrContains(line, "dtype=2")) {
+        EXPECT_EQ(Field(line, "send"), Field(line, "recv")) << line;
+      }
+    }
+  }
+
+  // An abort ends every rank's communicator with ncclCommAbort (the hook's Close).
+  auto client = Client::Connect({.runtime_dir = n[0]->runtime_dir(), .job_id = "job"});
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Abort("g", "operator stop").ok());
+  for (int g = 0; g < 4; ++g) {
+    ASSERT_TRUE(ranks[g]->WaitForLog("left", absl::Seconds(20))) << ranks[g]->Log();
+    const std::vector<std::string> nccl = NcclCalls(g);
+    ASSERT_FALSE(nccl.empty());
+    EXPECT_THAT(nccl.back(), HasSubstr("ncclCommAbort rank=")) << "global rank " << g;
+  }
+#endif
+}
+
+TEST_F(CudaSpanTest, WithoutNcclEveryLeaderFailsPreconditionNamingTheVariable) {
+#ifdef COMMD_FAKE_LIBNCCL
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  const std::vector<ChildProcess*> ranks = Start(n, "no-nccl", "/nonexistent/libnccl.so.2");
+  for (ChildProcess* r : ranks) ASSERT_TRUE(r->WaitForLog("done", absl::Seconds(90))) << r->Log();
+  for (int g : {0, 2}) {
+    EXPECT_THAT(
+        Line(ranks[g]->Log(), "all_reduce "),
+        HasSubstr(absl::StrCat("all_reduce FAILED_PRECONDITION group g: collective seq 1 on CUDA "
+                               "buffers enqueued 1 of its 3 kernels before failing (group g (lane "
+                               "0, node ",
+                               g == 0 ? "node-a" : "node-b",
+                               "): collectives across nodes on "
+                               "CUDA memory need NCCL 2.14 or later (libnccl.so.2 from the CUDA "
+                               "toolkit, the nvidia-nccl wheel or the libnccl2 package; "
+                               "COMMD_NCCL_LIBRARY names another library): cannot load "
+                               "/nonexistent/libnccl.so.2")))
+        << ranks[g]->Log();
+  }
+  // The leaders' failure left the node's ranks out of step: the group is aborted on every node
+  // (the ranks wait for the abort, not for the leave file).
+  for (ChildProcess* r : ranks) {
+    EXPECT_TRUE(r->WaitForLog("left", absl::Seconds(20))) << r->Log();
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace commd::testing
