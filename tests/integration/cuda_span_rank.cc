@@ -16,7 +16,8 @@
 //            with 999 on the last global rank (refused everywhere), broadcast of 10 int32 from
 //            global rank 1, all-reduce avg of 6 fp32, barrier, all-reduce of 1048577 fp32 (lanes)
 //   no-nccl  one all-reduce (COMMD_NCCL_LIBRARY names no library)
-// Prints "done", waits for the group's abort or LEAVE_FILE, prints "left", exits 0.
+// Prints "done", waits for the group's abort or LEAVE_FILE, prints "left", exits 0 two seconds
+// later.
 #include <unistd.h>
 
 #include <cstdio>
@@ -138,5 +139,8 @@ int main(int argc, char** argv) {
   }
   if (g.abort_requested()) absl::SleepFor(absl::Milliseconds(200));  // the hook's Close ran
   Print("left");
+  // The group (and its communicators, which its destruction aborts too) stays a while, so that
+  // a test reading the NCCL log at "left" sees what the abort itself did.
+  absl::SleepFor(absl::Seconds(2));
   return 0;
 }
