@@ -15,6 +15,8 @@
 //   calls    all-reduce of 1000 fp32 (sum), all-gather (refused), an all-reduce of 1000 fp32
 //            with 999 on the last global rank (refused everywhere), broadcast of 10 int32 from
 //            global rank 1, all-reduce avg of 6 fp32, barrier, all-reduce of 1048577 fp32 (lanes)
+//   uneven   all-reduce of 1048577 fp32 (the leaders: nodes of unequal size), broadcast of 10
+//            int32 from the last global rank
 //   no-nccl  one all-reduce (COMMD_NCCL_LIBRARY names no library)
 // Prints "done", waits for the group's abort or LEAVE_FILE, prints "left", exits 0 two seconds
 // later.
@@ -128,6 +130,10 @@ int main(int argc, char** argv) {
   }
   if (mode == "calls") {
     Calls(g, **a, **b, global_rank, global_world);
+  } else if (mode == "uneven") {
+    commd::CollectiveOptions o;
+    Said("all_reduce", g.AllReduce(**a, 1048577, DataType::kFloat32, ReduceOp::kSum, o));
+    Said("broadcast", g.Broadcast(**a, 10, DataType::kInt32, global_world - 1, o));
   } else {
     commd::CollectiveOptions o;
     Said("all_reduce", g.AllReduce(**a, 1000, DataType::kFloat32, ReduceOp::kSum, o));

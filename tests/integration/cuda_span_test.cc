@@ -214,6 +214,100 @@ TEST_F(CudaSpanTest, TwoByTwoAgreesThenLaunchesTheNodeLocalKernelsAndNcclPerLane
 #endif
 }
 
+// Nodes of 1 and 2 ranks: no lanes (node-a has no local rank 1), so even a large all-reduce goes
+// through the leaders; node-a's lone rank has nothing to meet within and launches nothing.
+TEST_F(CudaSpanTest, UnevenNodesGoThroughTheLeadersAndALoneRankLaunchesNothing) {
+#ifdef COMMD_FAKE_LIBNCCL
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  std::vector<ChildProcess*> ranks;
+  const int nodes[] = {0, 1, 1}, locals[] = {0, 0, 1}, worlds[] = {1, 2, 2};
+  for (int g = 0; g < 3; ++g) {
+    ranks.push_back(StartRank({.node = n[nodes[g]],
+                               .rank = locals[g],
+                               .world = worlds[g],
+                               .global_rank = g,
+                               .global_world = 3,
+                               .mode = "uneven",
+                               .env = {std::string("COMMD_NCCL_LIBRARY=") + COMMD_FAKE_LIBNCCL,
+                                       "COMMD_FAKE_NCCL_CALL_LOG=" + NcclLog(g)}}));
+  }
+  for (ChildProcess* r : ranks) ASSERT_TRUE(r->WaitForLog("done", absl::Seconds(90))) << r->Log();
+  for (int g = 0; g < 3; ++g) {
+    SCOPED_TRACE(absl::StrCat("global rank ", g));
+    std::map<std::string, Call> calls = Calls(ranks[g]->Log());
+    EXPECT_EQ(calls["all_reduce"].result, "OK ");
+    EXPECT_EQ(calls["broadcast"].result, "OK ");
+    if (g == 0) {
+      EXPECT_THAT(calls["all_reduce"].launches, IsEmpty());
+      EXPECT_THAT(calls["broadcast"].launches, IsEmpty());
+    } else {
+      EXPECT_THAT(calls["all_reduce"].launches,
+                  ElementsAre("launch all_reduce count=1048577 root=0 offset=0",
+                              "launch broadcast count=1048577 root=0 offset=0"));
+      // The root (global rank 2) is node-b's local rank 1: node-b spreads it before NCCL.
+      EXPECT_THAT(calls["broadcast"].launches,
+                  ElementsAre("launch broadcast count=10 root=1 offset=0"));
+    }
+    std::vector<std::string> nccl;
+    for (std::string line : NcclCalls(g)) {
+      for (const char* key : {" send=", " recv=", " stream="}) {
+        const size_t at = line.find(key);
+        if (at != std::string::npos) line.erase(at, line.find(' ', at + 1) - at);
+      }
+      nccl.push_back(line);
+    }
+    if (g == 2) {
+      EXPECT_THAT(nccl, IsEmpty());  // not a leader
+    } else {
+      const std::string node = g == 0 ? "0" : "1";
+      std::vector<std::string> want;
+      if (g == 0) want.push_back("ncclGetUniqueId");
+      want.push_back(absl::StrCat("ncclCommInitRankConfig nranks=2 rank=", node,
+                                  " blocking=0 id=fake-id-", ranks[0]->pid()));
+      want.push_back(absl::StrCat("ncclAllReduce count=1048577 dtype=7 op=0 rank=", node));
+      want.push_back(absl::StrCat("ncclBroadcast count=10 dtype=2 root=1 rank=", node));
+      EXPECT_EQ(nccl, want);
+    }
+  }
+#endif
+}
+
+// NCCL failing on one node's leader (a remote error as its communicator forms): that leader's
+// call fails naming NCCL's error, and the group is aborted on every node.
+TEST_F(CudaSpanTest, AnNcclErrorOnOneNodeAbortsTheGroupOnEveryNode) {
+#ifdef COMMD_FAKE_LIBNCCL
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  std::vector<ChildProcess*> ranks;
+  for (int g = 0; g < 4; ++g) {
+    std::vector<std::string> env = {std::string("COMMD_NCCL_LIBRARY=") + COMMD_FAKE_LIBNCCL,
+                                    "COMMD_FAKE_NCCL_CALL_LOG=" + NcclLog(g)};
+    if (g == 2) env.push_back("COMMD_FAKE_NCCL_RESULT=6");  // ncclRemoteError
+    ranks.push_back(StartRank({.node = n[g / 2],
+                               .rank = g % 2,
+                               .world = 2,
+                               .global_rank = g,
+                               .global_world = 4,
+                               .mode = "no-nccl",
+                               .env = env}));
+  }
+  for (ChildProcess* r : ranks) ASSERT_TRUE(r->WaitForLog("done", absl::Seconds(90))) << r->Log();
+  EXPECT_THAT(
+      Line(ranks[2]->Log(), "all_reduce "),
+      HasSubstr("(group g (lane 0, node node-b): ncclCommInitRankConfig: remote process "
+                "exited or there was a network error (ncclResult_t 6); NCCL's last error: "))
+      << ranks[2]->Log();
+  for (ChildProcess* r : ranks) {
+    EXPECT_TRUE(r->WaitForLog("left", absl::Seconds(20))) << r->Log();
+  }
+  // The failed communicator was aborted where it failed.
+  EXPECT_THAT(NcclCalls(2), ::testing::Contains("ncclCommAbort rank=1"));
+#endif
+}
+
 TEST_F(CudaSpanTest, WithoutNcclEveryLeaderFailsPreconditionNamingTheVariable) {
 #ifdef COMMD_FAKE_LIBNCCL
   std::vector<DaemonProcess*> n;
