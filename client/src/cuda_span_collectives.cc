@@ -257,8 +257,9 @@ class CudaSpanPartImpl : public CudaSpanPart {
     }
   }
 
+  // Within a second: the abort is polled while it says it is in progress (nonblocking).
   void AbortCommLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (comm_ != nullptr) (void)nccl_->comm_abort(comm_);
+    if (comm_ != nullptr) kernels::AbortNcclComm(*nccl_, comm_, absl::Now() + absl::Seconds(1));
     comm_ = nullptr;
   }
 

@@ -130,10 +130,18 @@ absl::StatusOr<ncclComm_t> InitNcclComm(const NcclApi& api, int nranks, int rank
   }
   absl::Status st = WaitNccl(api, comm, first, "ncclCommInitRankConfig", stop, deadline);
   if (!st.ok()) {
-    api.comm_abort(comm);
+    AbortNcclComm(api, comm, absl::Now() + absl::Seconds(1));
     return st;
   }
   return comm;
+}
+
+void AbortNcclComm(const NcclApi& api, ncclComm_t comm, absl::Time deadline) {
+  ncclResult_t state = api.comm_abort(comm);
+  while (state == ncclInProgress && absl::Now() < deadline) {
+    absl::SleepFor(absl::Microseconds(200));
+    if (api.comm_get_async_error(comm, &state) != ncclSuccess) return;
+  }
 }
 
 namespace cuda_internal {

@@ -105,10 +105,18 @@ absl::Status WaitNccl(const NcclApi& api, ncclComm_t comm, ncclResult_t first,
 // A nonblocking communicator (ncclConfig_t.blocking = 0, named `name` in NCCL's logs) of
 // `nranks`, this process its rank `rank`, from `id`: ncclCommInitRankConfig, then WaitNccl
 // until every rank has joined. On any failure the half-made communicator is aborted
-// (ncclCommAbort) before the error is returned. The CUDA device must be current. Blocks.
+// (AbortNcclComm, for up to 1 s) before the error is returned. The CUDA device must be current.
+// Blocks.
 absl::StatusOr<ncclComm_t> InitNcclComm(const NcclApi& api, int nranks, int rank,
                                         const ncclUniqueId& id, const std::string& name,
                                         const std::function<bool()>& stop, absl::Time deadline);
+
+// Aborts `comm` (ncclCommAbort: frees it and ends its work still running on the device). On a
+// nonblocking communicator the abort itself may answer ncclInProgress: it is then polled with
+// ncclCommGetAsyncError until it is no longer in progress or `deadline` passes (as PyTorch's
+// ProcessGroupNCCL does), so that its resources are gone when this returns. Never call
+// anything on `comm` afterwards. Blocks at most until `deadline`.
+void AbortNcclComm(const NcclApi& api, ncclComm_t comm, absl::Time deadline);
 
 namespace cuda_internal {
 // Tests of the host side replace the table; null restores the loaded one. Not thread-safe

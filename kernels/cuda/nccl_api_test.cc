@@ -145,6 +145,20 @@ TEST_F(NcclApiTest, AStopWhileInProgressAbortsTheCommunicator) {
   EXPECT_EQ(CountOf("ncclCommAbort rank=0"), 1);
 }
 
+// A nonblocking abort that answers in progress is polled until it is done.
+TEST_F(NcclApiTest, AnAbortInProgressIsPolledToItsEnd) {
+  ScopedEnv calls("COMMD_FAKE_NCCL_CALL_LOG", log_);
+  const NcclApi api = Load();
+  auto comm = InitNcclComm(api, 2, 0, ncclUniqueId{}, "c", nullptr, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  ScopedEnv polls("COMMD_FAKE_NCCL_POLLS", "4");
+  AbortNcclComm(api, *comm, absl::Now() + absl::Seconds(5));
+  const std::vector<std::string> got = Calls();
+  ASSERT_GE(got.size(), 5u);
+  EXPECT_EQ(got[got.size() - 5], "ncclCommAbort rank=0");
+  for (size_t i = got.size() - 4; i < got.size(); ++i) EXPECT_EQ(got[i], "ncclCommGetAsyncError");
+}
+
 TEST_F(NcclApiTest, TheDeadlineWhileInProgressAbortsTheCommunicator) {
   ScopedEnv calls("COMMD_FAKE_NCCL_CALL_LOG", log_);
   ScopedEnv polls("COMMD_FAKE_NCCL_POLLS", "1000000");
