@@ -308,6 +308,28 @@ TEST_F(CudaSpanTest, AnNcclErrorOnOneNodeAbortsTheGroupOnEveryNode) {
 #endif
 }
 
+// A CUDA group that spans nodes on a daemon without a cluster is refused at the join, as a host
+// group is.
+TEST_F(CudaSpanTest, WithoutAClusterACudaSpanningJoinIsRefused) {
+#ifdef COMMD_FAKE_LIBNCCL
+  DaemonProcess* node = StartNode("solo", "", "", /*clustered=*/false);
+  ASSERT_NE(node, nullptr);
+  const std::vector<std::string> logs =
+      Run({{.node = node,
+            .rank = 0,
+            .world = 1,
+            .global_rank = 0,
+            .global_world = 2,
+            .mode = "calls",
+            .env = {std::string("COMMD_NCCL_LIBRARY=") + COMMD_FAKE_LIBNCCL}}});
+  EXPECT_EQ(Line(logs[0], "join "),
+            "join FAILED_PRECONDITION group g spans nodes (global world size 2 > its world size 1 "
+            "on this node), which needs a cluster; this daemon has none (add a cluster section "
+            "naming etcd: docs/cluster.md)")
+      << logs[0];
+#endif
+}
+
 TEST_F(CudaSpanTest, WithoutNcclEveryLeaderFailsPreconditionNamingTheVariable) {
 #ifdef COMMD_FAKE_LIBNCCL
   std::vector<DaemonProcess*> n;
