@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/control_block.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/nccl_api.h"
 #include "kernels/float16.h"
@@ -185,15 +184,10 @@ class CudaSpanPartImpl : public CudaSpanPart {
   }
 
   void Failed(const absl::Status& why) override {
-    if (!s_.request_abort) return;
-    std::string reason =
-        absl::StrCat("a collective across nodes on CUDA memory failed on node ",
-                     s_.layout[static_cast<size_t>(s_.node_index)].node, ": ", why.message());
-    // The daemon takes a reason that fits the control block's abort text with who asked
-    // (kAbortTextBytes); a longer one would be refused, and the group not aborted at all.
-    constexpr size_t kMaxReason = kAbortTextBytes - 1 - 64;
-    if (reason.size() > kMaxReason) reason.resize(kMaxReason);
-    s_.request_abort(reason);
+    if (!s_.request_abort) return;  // it cuts the reason to what the daemon takes
+    s_.request_abort(absl::StrCat("a collective across nodes on CUDA memory failed on node ",
+                                  s_.layout[static_cast<size_t>(s_.node_index)].node, ": ",
+                                  why.message()));
   }
 
  private:

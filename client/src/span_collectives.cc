@@ -27,7 +27,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/src/collective_call.h"
-#include "common/control_block.h"
 #include "common/random_token.h"
 #include "common/status_macros.h"
 #include "gloo/allgatherv.h"
@@ -645,13 +644,8 @@ class HostSpanBackend : public SpanBackend {
     std::memcpy(mine.text, text.data(), text.size());
     mine.text_bytes = static_cast<uint32_t>(text.size());
     if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument && s_.request_abort) {
-      std::string reason = absl::StrCat("the exchange between nodes failed on node ",
-                                        s_.layout[s_.node_index].node, ": ", st.message());
-      // What the daemon takes (the control block's abort text with who asked); a longer reason
-      // is refused and the group would not be aborted at all.
-      constexpr size_t kMaxReason = kAbortTextBytes - 1 - 64;
-      if (reason.size() > kMaxReason) reason.resize(kMaxReason);
-      s_.request_abort(reason);
+      s_.request_abort(absl::StrCat("the exchange between nodes failed on node ",
+                                    s_.layout[s_.node_index].node, ": ", st.message()));
     }
   }
 
