@@ -467,20 +467,7 @@ class CudaBackend : public SpanBackend {
       }
       blas = *loaded;
     }
-    if (state_ == nullptr) {
-      ASSIGN_OR_RETURN(state_, CreateCudaGroupState(device_, &entry.recorder_impl()));
-    }
-    CudaGroupState& s = *state_;
-    absl::MutexLock lock(&s.mu);
-    ContextScope scope(s);
-    if (!scope.ok()) return absl::InternalError("cuCtxPushCurrent of the primary context failed");
-    RETURN_IF_ERROR(Poll(s, entry.group().name()));
-    RETURN_IF_ERROR(RefuseCapture(s, entry.group().name(), options.cuda_stream));
-    ASSIGN_OR_RETURN(kernels::CudaCommView view, MakeView(entry, c, options.cuda_stream));
-    if (blas != nullptr) RETURN_IF_ERROR(MakeCublasHandle(s, blas));
-    ASSIGN_OR_RETURN(void* scratch, Scratch(s, reinterpret_cast<uintptr_t>(options.cuda_stream),
-                                            ScratchBytes(view, c)));
-    return Enqueue(s, c, entry, view, scratch);
+    return Launch(c, entry, blas, nullptr);
   }
 
  private:
@@ -495,13 +482,16 @@ class CudaBackend : public SpanBackend {
       return agreed;
     }
     ASSIGN_OR_RETURN(const kernels::SpanPlan plan, span_->Plan(c));  // the same on every rank
-    absl::Status st = EnqueueSpanning(c, entry, plan);
+    absl::Status st = Launch(c, entry, nullptr, &plan);
     if (!st.ok() && !absl::IsInvalidArgument(st) && !absl::IsAborted(st)) span_->Failed(st);
     return st;
   }
 
-  absl::Status EnqueueSpanning(const CheckedCall& c, CollectiveEntry& entry,
-                               const kernels::SpanPlan& plan) {
+  // One call's bookkeeping on the device: the group's state and context, the deferred errors
+  // of earlier calls, the view and the scratch; then the kernels of `c`, or of a spanning
+  // group's `plan` with its NCCL steps. `blas`: the fused matmuls' cuBLAS, else null.
+  absl::Status Launch(const CheckedCall& c, CollectiveEntry& entry, const kernels::CublasApi* blas,
+                      const kernels::SpanPlan* plan) {
     void* stream = c.call.options->cuda_stream;
     if (state_ == nullptr) {
       ASSIGN_OR_RETURN(state_, CreateCudaGroupState(device_, &entry.recorder_impl()));
@@ -513,13 +503,19 @@ class CudaBackend : public SpanBackend {
     RETURN_IF_ERROR(Poll(s, entry.group().name()));
     RETURN_IF_ERROR(RefuseCapture(s, entry.group().name(), stream));
     ASSIGN_OR_RETURN(kernels::CudaCommView view, MakeView(entry, c, stream));
-    const SpanLaunch span{.plan = &plan,
+    if (blas != nullptr) RETURN_IF_ERROR(MakeCublasHandle(s, blas));
+    if (plan == nullptr) {
+      ASSIGN_OR_RETURN(void* scratch,
+                       Scratch(s, reinterpret_cast<uintptr_t>(stream), ScratchBytes(view, c)));
+      return Enqueue(s, c, entry, view, scratch);
+    }
+    const SpanLaunch span{.plan = plan,
                           .part = span_.get(),
                           .thresholds = {.one_shot_max_read_bytes = static_cast<size_t>(
                                              entry.settings().one_shot_max_read_bytes())}};
     ASSIGN_OR_RETURN(void* scratch,
                      Scratch(s, reinterpret_cast<uintptr_t>(stream),
-                             SpanScratchBytes(plan, view.world_size, span.thresholds)));
+                             SpanScratchBytes(*plan, view.world_size, span.thresholds)));
     return Enqueue(s, c, entry, view, scratch, span);
   }
 

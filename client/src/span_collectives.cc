@@ -316,19 +316,7 @@ class HostSpanBackend : public SpanBackend {
       Publish(mine, st);
     }
     RETURN_IF_ERROR(kernels::Barrier(v));
-    const SpanWords& first = Words(c, 0);
-    if (first.code == 0) return absl::OkStatus();
-    const absl::Status st(
-        static_cast<absl::StatusCode>(first.code),
-        std::string(first.text, std::min<size_t>(first.text_bytes, sizeof(first.text))));
-    if (st.code() != absl::StatusCode::kInvalidArgument) {
-      failed_ = absl::Status(
-          st.code() == absl::StatusCode::kAborted ? st.code()
-                                                  : absl::StatusCode::kFailedPrecondition,
-          absl::StrCat("group ", s_.group,
-                       " failed for good at an earlier collective: ", st.message()));
-    }
-    return st;
+    return Outcome(Words(c, 0));
   }
 
   absl::Status Run(const CheckedCall& c, CollectiveEntry& entry) override {
@@ -452,18 +440,8 @@ class HostSpanBackend : public SpanBackend {
     r->first_nonfinite_rank = first.first_nonfinite_rank;
     r->group_nonfinite_count = first.group_nonfinite;
     for (int l = 0; l < v.world_size; ++l) {
-      const SpanWords& w = Words(c, l);
-      if (w.code == 0) continue;
-      const absl::Status st(static_cast<absl::StatusCode>(w.code),
-                            std::string(w.text, std::min<size_t>(w.text_bytes, sizeof(w.text))));
-      if (st.code() != absl::StatusCode::kInvalidArgument) {
-        // An aborted group stays ABORTED; any other failure leaves it out of step for good.
-        failed_ = absl::Status(
-            st.code() == absl::StatusCode::kAborted ? st.code()
-                                                    : absl::StatusCode::kFailedPrecondition,
-            absl::StrCat("group ", s_.group,
-                         " failed for good at an earlier collective: ", st.message()));
-      }
+      if (Words(c, l).code == 0) continue;
+      const absl::Status st = Outcome(Words(c, l));
       // After the lanes, a closing barrier as below: a peer may still read this region.
       if (lanes) RETURN_IF_ERROR(kernels::Barrier(v));
       return st;
@@ -633,6 +611,22 @@ class HostSpanBackend : public SpanBackend {
     const size_t bytes = call.count * ElementSize(call.dtype);
     for (int l = 1; l < v.world_size; ++l) std::memcpy(Dest(c, l), result, bytes);
     return absl::OkStatus();
+  }
+
+  // The status `w` carries. Anything but a refused call leaves the group failed for good:
+  // an aborted group stays ABORTED, any other failure leaves it out of step.
+  absl::Status Outcome(const SpanWords& w) {
+    if (w.code == 0) return absl::OkStatus();
+    const absl::Status st(static_cast<absl::StatusCode>(w.code),
+                          std::string(w.text, std::min<size_t>(w.text_bytes, sizeof(w.text))));
+    if (st.code() != absl::StatusCode::kInvalidArgument) {
+      failed_ = absl::Status(
+          st.code() == absl::StatusCode::kAborted ? st.code()
+                                                  : absl::StatusCode::kFailedPrecondition,
+          absl::StrCat("group ", s_.group,
+                       " failed for good at an earlier collective: ", st.message()));
+    }
+    return st;
   }
 
   // Writes `st` to this rank's words for its node's ranks to read; a failure between the

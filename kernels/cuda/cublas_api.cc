@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "kernels/cuda/dl_library.h"
 
 namespace commd::kernels {
 namespace {
@@ -15,26 +16,17 @@ const CublasApi* g_testing = nullptr;
 }  // namespace
 
 absl::StatusOr<CublasApi> LoadCublas(const std::string& library) {
-  void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = ::dlerror();
-    return absl::UnavailableError(
-        absl::StrCat("cannot load ", library, " (", why != nullptr ? why : "dlopen failed", ")"));
-  }
+  absl::StatusOr<void*> handle = DlOpen(library);
+  if (!handle.ok()) return handle.status();
   CublasApi api;
   api.library = library;
   absl::Status missing;
-#define COMMD_CUBLAS_RESOLVE_(member, symbol, type)                                      \
-  api.member = reinterpret_cast<type>(::dlsym(handle, #symbol));                         \
-  if (api.member == nullptr && missing.ok()) {                                           \
-    missing = absl::UnavailableError(absl::StrCat(library,                               \
-                                                  " is not a usable cuBLAS: it exports " \
-                                                  "no " #symbol));                       \
-  }
+#define COMMD_CUBLAS_RESOLVE_(member, symbol, type) \
+  DlResolve(*handle, #symbol, library, "cuBLAS", &api.member, &missing);
   COMMD_CUBLAS_FUNCTIONS(COMMD_CUBLAS_RESOLVE_)
 #undef COMMD_CUBLAS_RESOLVE_
   if (!missing.ok()) {
-    ::dlclose(handle);
+    ::dlclose(*handle);
     return missing;
   }
   return api;  // stays loaded: cuBLAS handles keep its kernels in the context

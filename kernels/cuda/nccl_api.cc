@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "kernels/cuda/dl_library.h"
 
 namespace commd::kernels {
 namespace {
@@ -23,21 +24,13 @@ std::string VersionText(int code) {
 }  // namespace
 
 absl::StatusOr<NcclApi> LoadNccl(const std::string& library) {
-  void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = ::dlerror();
-    return absl::UnavailableError(
-        absl::StrCat("cannot load ", library, " (", why != nullptr ? why : "dlopen failed", ")"));
-  }
+  absl::StatusOr<void*> handle = DlOpen(library);
+  if (!handle.ok()) return handle.status();
   NcclApi api;
   api.library = library;
   absl::Status missing;
-#define COMMD_NCCL_RESOLVE_(member, symbol, type)                                                \
-  api.member = reinterpret_cast<type>(::dlsym(handle, #symbol));                                 \
-  if (api.member == nullptr && missing.ok()) {                                                   \
-    missing = absl::UnavailableError(                                                            \
-        absl::StrCat(library, " is not a usable NCCL (2.14 or later): it exports no " #symbol)); \
-  }
+#define COMMD_NCCL_RESOLVE_(member, symbol, type) \
+  DlResolve(*handle, #symbol, library, "NCCL (2.14 or later)", &api.member, &missing);
   COMMD_NCCL_FUNCTIONS(COMMD_NCCL_RESOLVE_)
 #undef COMMD_NCCL_RESOLVE_
   if (missing.ok()) {
@@ -52,7 +45,7 @@ absl::StatusOr<NcclApi> LoadNccl(const std::string& library) {
     }
   }
   if (!missing.ok()) {
-    ::dlclose(handle);
+    ::dlclose(*handle);
     return missing;
   }
   return api;  // stays loaded: communicators live in it
