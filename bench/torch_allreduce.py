@@ -9,11 +9,18 @@ commd-bench (the C++ Group::AllReduce) in the same run. Rank 0 prints one row pe
 each path's time per call (calls back to back, the slowest rank) over the best of the
 rounds, bus bandwidth
 (2 (n-1)/n x bytes / time, nccl-tests' definition) and the ratios the targets name.
+
+The zero-copy path runs twice: through the process group's backend (the C++ one, commd._c10d,
+when built: "zcopy") and through a second commd process group made with COMMD_TORCH_CPP=0
+(the Python backend alone: "zcopy_py"); "binding" is the same all-reduce called on the commd
+group directly through the Python binding (the SDK's Group::AllReduce plus the binding's
+~3 us), the interleaved reference for the zero-copy paths.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
@@ -48,13 +55,29 @@ def main() -> None:
     parser.add_argument("--max-bytes", type=size_arg, default=64 << 20)
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sizes", default="",
+                        help="comma-separated sizes (8,1M,...) instead of x4 steps")
     args = parser.parse_args()
+    explicit = [size_arg(x) for x in args.sizes.split(",")] if args.sizes else []
+    if explicit:
+        args.max_bytes = max(explicit)
 
     dist.init_process_group("commd", pg_options=ct.Options(chunk_bytes=max(args.max_bytes, 1 << 20)))
     world, rank = dist.get_world_size(), dist.get_rank()
     gloo = dist.new_group(backend="gloo")
     backend = ct.backend_of()
     zero_copy = ct.empty((args.max_bytes // 4,), dtype=torch.float32)
+    cpp = not isinstance(dist.group.WORLD._get_backend(torch.device("cpu")),
+                         ct.ProcessGroupCommd)
+    saved = os.environ.get("COMMD_TORCH_CPP")
+    os.environ["COMMD_TORCH_CPP"] = "0"
+    py_group = dist.new_group(backend="commd")
+    if saved is None:
+        del os.environ["COMMD_TORCH_CPP"]
+    else:
+        os.environ["COMMD_TORCH_CPP"] = saved
+    zero_copy_py = ct.empty((args.max_bytes // 4,), dtype=torch.float32, group=py_group)
+    raw_buffer = backend.commd_group.allocate_symmetric(args.max_bytes)
     plain = torch.ones(args.max_bytes // 4)
 
     # The binding alone: an 8-byte all-reduce through commd's Python API, no torch.
@@ -67,17 +90,28 @@ def main() -> None:
         print(f"# {world} ranks, float32 sum, time per call over {args.iters} calls, best of "
               f"{args.rounds} interleaved rounds; busbw = 2(n-1)/n x bytes / time")
         print(f"# binding: group.all_reduce(8 B) {binding * 1e6:.2f} us per call")
-        print(f"{'bytes':>10} {'staged_us':>10} {'zcopy_us':>10} {'gloo_us':>10} "
-              f"{'staged_GBs':>10} {'zcopy_GBs':>10} {'gloo_GBs':>10} "
-              f"{'gloo/staged':>11} {'gloo/zcopy':>10}")
+        print(f"# zcopy: the process group's backend ({'C++, commd._c10d' if cpp else 'Python'});"
+              " zcopy_py: the Python backend")
+        print(f"{'bytes':>10} {'staged_us':>10} {'zcopy_us':>10} {'zcopy_py_us':>11} "
+              f"{'binding_us':>10} {'gloo_us':>10} "
+              f"{'staged_GBs':>10} {'zcopy_GBs':>10} {'zc_py_GBs':>10} {'bind_GBs':>10} "
+              f"{'gloo_GBs':>10} {'gloo/staged':>11} {'gloo/zcopy':>10} {'zcopy/bind':>10} "
+              f"{'zc_py/bind':>10}")
     sizes = [args.min_bytes]
     while sizes[-1] * 4 < args.max_bytes:
         sizes.append(sizes[-1] * 4)
-    for size in sizes + [args.max_bytes]:
+    if args.sizes:
+        sizes = explicit
+    else:
+        sizes.append(args.max_bytes)
+    for size in sizes:
         n = size // 4
+        view = raw_buffer.view("float32", (n,))
         paths = {
             "staged": lambda: dist.all_reduce(plain[:n]),
             "zcopy": lambda: dist.all_reduce(zero_copy[:n]),  # starts its symmetric buffer
+            "zcopy_py": lambda: dist.all_reduce(zero_copy_py[:n], group=py_group),
+            "binding": lambda: backend.commd_group.all_reduce(view),
             "gloo": lambda: dist.all_reduce(plain[:n], group=gloo),
         }
         iters = max(3, min(args.iters, int(args.iters * (1 << 20) / max(size, 1))))
@@ -88,9 +122,13 @@ def main() -> None:
         if rank == 0:
             bus = {k: 2 * (world - 1) / world * size / v / 1e9 for k, v in best.items()}
             print(f"{size:>10} {best['staged'] * 1e6:>10.2f} {best['zcopy'] * 1e6:>10.2f} "
+                  f"{best['zcopy_py'] * 1e6:>11.2f} {best['binding'] * 1e6:>10.2f} "
                   f"{best['gloo'] * 1e6:>10.2f} {bus['staged']:>10.3f} {bus['zcopy']:>10.3f} "
+                  f"{bus['zcopy_py']:>10.3f} {bus['binding']:>10.3f} "
                   f"{bus['gloo']:>10.3f} {best['gloo'] / best['staged']:>11.2f} "
-                  f"{best['gloo'] / best['zcopy']:>10.2f}", flush=True)
+                  f"{best['gloo'] / best['zcopy']:>10.2f} "
+                  f"{bus['zcopy'] / bus['binding']:>10.2f} "
+                  f"{bus['zcopy_py'] / bus['binding']:>10.2f}", flush=True)
     dist.destroy_process_group()
 
 

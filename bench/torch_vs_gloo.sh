@@ -6,6 +6,7 @@
 #
 #   bench/torch_vs_gloo.sh [BUILD_DIR]      (default build; torch from scripts/torch-venv)
 #   RANKS="2 4" MAX=64M ITERS=50 ROUNDS=3 DDP_HIDDEN="256 4096" bench/torch_vs_gloo.sh build
+#   SIZES=8,1M,2M,8M,32M (torch sizes instead of x4 steps; commd-bench then runs those too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
@@ -26,10 +27,15 @@ for n in ${RANKS:-2 4}; do
   COMMD_RUNTIME_DIR="$tmp/run" PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
     "$python" -m torch.distributed.run --standalone --nproc-per-node "$n" \
     bench/torch_allreduce.py --max-bytes "$max" --iters "${ITERS:-50}" --rounds "${ROUNDS:-3}" \
+    ${SIZES:+--sizes "$SIZES"} \
     2> >(grep -v "^W1\|Warning\|\*\*\*\*" >&2)
-  echo "## commd-bench -n $n -b 8 -e $max -f 4 (Group::AllReduce, the C++ SDK)"
-  "$build/tools/commd-bench/commd-bench" --runtime-dir "$tmp/run" -n "$n" -b 8 -e "$max" -f 4 \
-    -w 5 -i "${ITERS:-50}" -d float -o sum
+  for size in $(if [ -n "${SIZES:-}" ]; then tr , ' ' <<<"$SIZES"; else echo x; fi); do
+    range=(-b 8 -e "$max" -f 4)
+    [ "$size" = x ] || range=(-b "$size" -e "$size")
+    echo "## commd-bench -n $n ${range[*]} (Group::AllReduce, the C++ SDK)"
+    "$build/tools/commd-bench/commd-bench" --runtime-dir "$tmp/run" -n "$n" "${range[@]}" \
+      -w 5 -i "${ITERS:-50}" -d float -o sum
+  done
 done
 # A DDP step of examples/torch_train.py's model (and a wider one), commd against gloo.
 for hidden in ${DDP_HIDDEN:-256 4096}; do

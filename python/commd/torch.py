@@ -18,6 +18,12 @@ the options, the supported operations and what each error means.
 Collectives on host memory run synchronously: an ``async_op=True`` call returns a Work that
 is already complete, and a failure raises from the call itself (``DistBackendError`` with the
 ``commd.Error`` chained as its cause).
+
+When the package was built with torch (commd._c10d), the backend torch calls is a C++ one:
+collectives on zero-copy tensors (all_reduce, broadcast, all_gather_into_tensor,
+reduce_scatter_tensor) call the SDK there without Python; every other call goes to
+:class:`ProcessGroupCommd`, as without it. ``COMMD_TORCH_CPP=0`` uses the Python backend
+alone; ``COMMD_TORCH_CPP=1`` requires the C++ one.
 """
 
 from __future__ import annotations
@@ -36,6 +42,13 @@ from torch._C._distributed_c10d import Backend as _C10dBackend
 from torch._C._distributed_c10d import _create_work_from_future
 
 from . import Client, Error, Group, SymmetricBuffer
+
+try:  # the C++ half of the backend, built only against a torch (python/CMakeLists.txt)
+    from . import _c10d
+    _c10d_missing: str | None = None
+except ImportError as _e:
+    _c10d = None
+    _c10d_missing = str(_e)
 
 __all__ = ["Options", "ProcessGroupCommd", "empty", "backend_of"]
 
@@ -332,6 +345,8 @@ class ProcessGroupCommd(_C10dBackend):
         self._group = group if device == "host" else _OnCurrentStream(group)
         self._staging = _Staging(self._group, opts.chunk_bytes)
         self._symmetric: list[tuple[int, int, SymmetricBuffer]] = []  # (start, end, buffer)
+        # The C++ backend's registry of those buffers when it wraps this one (_create).
+        self._registry: Any = None
         self._fused: dict[int, SymmetricBuffer] = {}  # the fused matmuls' buffers, by role
 
     def _on_device(self, op: str, tensors: Sequence[Any]) -> "ProcessGroupCommd":
@@ -396,6 +411,8 @@ class ProcessGroupCommd(_C10dBackend):
         buf = self._group.allocate_symmetric(max(count * itemsize, 1))
         whole = torch.from_dlpack(buf)
         self._symmetric.append((whole.data_ptr(), whole.data_ptr() + buf.size, buf))
+        if self._registry is not None:
+            self._registry.add(buf._internal_handle())
         return whole[:count * itemsize].view(dtype).view(tuple(shape))
 
     def _in_place_view(self, t: torch.Tensor, cdtype: str):
@@ -416,10 +433,17 @@ class ProcessGroupCommd(_C10dBackend):
         try:
             call()
         except Error as e:
-            raise dist.DistBackendError(
-                f"commd {op} on process group {self._name!r} (rank {self.rank()} of "
-                f"{self.size()}): {e}") from e
+            raise self._backend_error(op, e) from e
         return _completed(result)
+
+    def _backend_error(self, op: str, e: Error) -> dist.DistBackendError:
+        """What a failed collective raises (here and in the C++ backend): the commd error
+        chained as the cause."""
+        error = dist.DistBackendError(
+            f"commd {op} on process group {self._name!r} (rank {self.rank()} of "
+            f"{self.size()}): {e}")
+        error.__cause__ = e
+        return error
 
     def _check(self, op: str, tensors: Sequence[torch.Tensor]) -> str:
         """Checks that the tensors are CPU tensors of one supported dtype; returns it."""
@@ -793,19 +817,37 @@ class ProcessGroupCommd(_C10dBackend):
     del _unsupported
 
 
-def _create(dist_opts: Any, options: Any) -> ProcessGroupCommd:
+def _use_cpp() -> bool:
+    """Whether process groups get the C++ backend (COMMD_TORCH_CPP: unset or "auto" when
+    built, "0" never, "1" always, failing without it)."""
+    choice = os.environ.get("COMMD_TORCH_CPP", "auto")
+    if choice not in ("auto", "0", "1"):
+        raise ValueError(f"commd: COMMD_TORCH_CPP={choice!r}; allowed auto, 0, 1")
+    if choice == "1" and _c10d is None:
+        raise RuntimeError(f"commd: COMMD_TORCH_CPP=1 but commd._c10d is not built or does not "
+                           f"load ({_c10d_missing}); build with -DCOMMD_TORCH_PYTHON=<python "
+                           "with torch>")
+    return choice != "0" and _c10d is not None
+
+
+def _create(dist_opts: Any, options: Any) -> Any:
     """torch's constructor hook (extended API): one commd group per process group, named as
     torch names the group ("0" for the default one), so that the flight recorder's entries
-    carry the name torch's own flight recorder would."""
+    carry the name torch's own flight recorder would. The C++ backend wraps the Python one
+    (see the module's docstring) on groups within one node."""
     if options is not None and not isinstance(options, Options):
         raise TypeError(f"commd: pg_options of type {type(options).__name__}; pass "
                         "commd.torch.Options")
     rank, size = dist_opts.group_rank, dist_opts.group_size
     ranks = list(dist_opts.global_ranks_in_group)
     global_rank = ranks[rank] if ranks else rank
-    return ProcessGroupCommd(dist_opts.store, rank, size, dist_opts.timeout,
-                             str(dist_opts.group_id), global_rank, options,
-                             description=_group_desc_being_made())
+    backend = ProcessGroupCommd(dist_opts.store, rank, size, dist_opts.timeout,
+                                str(dist_opts.group_id), global_rank, options,
+                                description=_group_desc_being_made())
+    if not _use_cpp() or backend.nodes > 1:
+        return backend
+    backend._registry = _c10d.SymmetricRegistry()
+    return _c10d.Backend(backend, backend._group._internal_handle(), backend._registry)
 
 
 def _tensors_in(args: Sequence[Any]):
@@ -841,6 +883,8 @@ def backend_of(group: dist.ProcessGroup | None = None) -> ProcessGroupCommd:
     """The commd backend of a process group (default: the default group)."""
     pg = group or dist.distributed_c10d._get_default_group()
     backend = pg._get_backend(torch.device("cpu"))
+    if _c10d is not None and isinstance(backend, _c10d.Backend):
+        backend = backend.python
     if not isinstance(backend, ProcessGroupCommd):
         raise ValueError(f"process group {pg.group_name!r} has no commd backend for cpu")
     return backend

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "binding.h"
+#include "internal.h"
 #include "memory.h"
 
 namespace commd::python {
@@ -93,6 +94,32 @@ auto Blocking(const GroupObject& g, const char* call, Fn fn) {
   }
   if (interrupted && PyErr_CheckSignals() != 0) throw py::error_already_set();
   return result;
+}
+
+// internal::GroupHandle::run_blocking: Blocking's work for commd._c10d, which calls without
+// the GIL (torch released it).
+absl::Status RunBlockingForHandle(const internal::GroupHandle& handle, const char* call,
+                                  absl::Status (*fn)(Group& group, void* arg), void* arg,
+                                  bool* interrupted) {
+  InterruptScope scope([client = handle.client, group = handle.group, call] {
+    (void)client->Abort(group->name(), InterruptReason(*group, call));
+  });
+  absl::Status status = fn(*handle.group, arg);
+  *interrupted = scope.interrupted();
+  return status;
+}
+
+// Group._internal_handle(): a capsule of an internal::GroupHandle (internal.h).
+py::object InternalGroupHandle(const GroupObject& g) {
+  g.get();  // raises once closed
+  auto* handle = new internal::GroupHandle;
+  handle->client = g.client;
+  handle->group = g.group;
+  handle->run_blocking = &RunBlockingForHandle;
+  return py::capsule(handle, internal::kGroupCapsule, [](PyObject* capsule) {
+    delete static_cast<internal::GroupHandle*>(
+        PyCapsule_GetPointer(capsule, internal::kGroupCapsule));
+  });
 }
 
 struct CallOptions {
@@ -825,6 +852,8 @@ void BindGroup(py::module_& m) {
           },
           "Leaves the group (the other ranks' collectives then fail naming this rank). "
           "Buffers stay mapped until they are gone.")
+      .def("_internal_handle", &InternalGroupHandle,
+           "Internal (commd.torch's C++ backend): a capsule holding the SDK group.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](GroupObject& g, py::args) {
         py::gil_scoped_release release;

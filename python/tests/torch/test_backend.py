@@ -21,7 +21,7 @@ def torchrun(daemon, tmp_path, scenario: str, nproc: int, *args: str,
     """Runs the scenario of `worker` on `nproc` ranks; returns torchrun's exit code and each
     rank's JSON (None for a rank that wrote none)."""
     out = tmp_path / scenario
-    out.mkdir()
+    out.mkdir(parents=True)
     run_env = dict(os.environ, COMMD_RUNTIME_DIR=daemon.runtime_dir, OMP_NUM_THREADS="1",
                    COMMD_TORCH_CHUNK_BYTES=str(1 << 20), **(env or {}))
     run_env.pop("COMMD_JOB_ID", None)  # the backend makes one per torchrun job
@@ -113,3 +113,30 @@ def test_fused_matmul_against_the_unfused_reference(daemon, tmp_path, world):
     for r in results:
         assert r["checked"] == 26, r  # 3 dtypes x 2 dims x 4 checks, in place, the MLP
         assert "not a multiple of the world size" in r["refused"], r
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_zero_copy_runs_in_the_cpp_backend_as_in_the_python_one(daemon, tmp_path, world):
+    """The same scenario with the C++ backend (COMMD_TORCH_CPP=1: the build has it) and with
+    the Python one alone: the same results, entries and error; only the C++ one's counters
+    show the zero-copy calls it ran itself."""
+    runs = {}
+    for cpp in ("1", "0"):
+        code, results = torchrun(daemon, tmp_path / f"cpp{cpp}", "zero_copy", world,
+                                 env={"COMMD_TORCH_CPP": cpp})
+        assert code == 0
+        runs[cpp] = results
+    for r in runs["1"]:
+        assert r["cpp"] is True, r
+        assert r["zero_copy_calls"] == r["taken"], r
+        assert r["after_mismatch"] == 1, r  # the mismatched call went through the C++ path
+    for r in runs["0"]:
+        assert r["cpp"] is False, r
+    for c, p in zip(runs["1"], runs["0"]):
+        assert c["checked"] == p["checked"] > 70, (c, p)
+        assert c["entries"] == p["entries"], (c, p)
+        # The error: DistBackendError, the commd error chained, alike in both.
+        assert c["mismatch"]["raised"] == "DistBackendError", c
+        assert c["mismatch"]["cause"] == "InvalidArgumentError", c
+        assert "ranks disagree on the call" in c["mismatch"]["message"], c
+        assert c["mismatch"] == p["mismatch"], (c, p)  # message included

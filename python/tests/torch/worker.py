@@ -304,6 +304,104 @@ def bad_arguments(out_dir: str) -> None:
     write(out_dir, {"local": seen, "mismatch": seen_mismatch})
 
 
+def _entries(rank: int) -> list:
+    """This rank's flight-recorder entries of the default group, as the daemon dumps them."""
+    dump = ct.backend_of().client.dump(group=ct.backend_of().commd_group.name)
+    path = [f for f in dump["files"] if f.endswith(f"/rank{rank}.json")][0]
+    with open(path) as f:
+        return json.load(f)["entries"]
+
+
+def zero_copy(out_dir: str) -> None:
+    """Collectives on commd.torch.empty tensors: which backend ran them (the C++ one's
+    counters, when it is the process group's backend), their results for every dtype and
+    reduce op against a float64 reference, async_op Works, the flight-recorder entries, and
+    what sizes that differ across ranks raise."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    cpp = not isinstance(backend, ct.ProcessGroupCommd)
+
+    def calls():
+        return (backend.zero_copy_calls, backend.forwarded_calls) if cpp else (0, 0)
+
+    start = calls()
+    entries_before = len(_entries(rank))
+    checked = taken = 0  # collectives checked, and those the C++ path should take
+    for n in (1, 1001):
+        everyone = torch.stack([inputs(r, n) for r in range(world)])
+        for dtype in DTYPES:
+            for name, (op, reduce) in OPS.items():
+                if name == "avg" and not dtype.is_floating_point:
+                    continue
+                x = everyone if name != "product" else FACTORS(everyone)
+                t = ct.empty((n,), dtype=dtype)
+                t.copy_(x[rank])
+                dist.all_reduce(t, op=op)
+                check(t, reduce(x), dtype, f"zero-copy all_reduce {dtype} {name} n={n}")
+                checked += 1
+                taken += name != "product"  # PRODUCT: the Python backend's all-gather
+            t = ct.empty((n,), dtype=dtype)
+            t.copy_(inputs(rank, n) if rank == world - 1 else torch.zeros(n))
+            dist.broadcast(t, src=world - 1)
+            check(t, inputs(world - 1, n), dtype, f"zero-copy broadcast {dtype}")
+            src, out = ct.empty((n,), dtype=dtype), ct.empty((world * n,), dtype=dtype)
+            src.copy_(inputs(rank, n))
+            dist.all_gather_into_tensor(out, src)
+            check(out, everyone.reshape(-1), dtype, f"zero-copy all_gather_into_tensor {dtype}")
+            big, out = ct.empty((world * n,), dtype=dtype), ct.empty((n,), dtype=dtype)
+            parts = torch.stack([inputs(rank * world + c, n) for c in range(world)])
+            big.copy_(parts.reshape(-1))
+            dist.reduce_scatter_tensor(out, big, op=dist.ReduceOp.MAX)
+            want = torch.stack([torch.stack([inputs(r * world + c, n) for c in range(world)])
+                                for r in range(world)]).max(0).values[rank]
+            check(out, want, dtype, f"zero-copy reduce_scatter_tensor {dtype}")
+            checked += 3
+            taken += 3
+    # A tensor that does not start its buffer: the Python backend stages it.
+    t = ct.empty((8,))
+    t.fill_(1.0)
+    tail = t[1:]
+    dist.all_reduce(tail)
+    assert tail.eq(world).all() and t[0].item() == 1.0, t
+    # async_op: a Work complete when returned, its future holding the tensor itself.
+    t = ct.empty((5,))
+    t.fill_(float(rank + 1))
+    work = dist.all_reduce(t, async_op=True)
+    if cpp:
+        # Complete when returned, as torch documents is_completed for CPU collectives (the
+        # Python backend's Work, from a future, says False until waited on).
+        assert work.is_completed()
+        assert work.result()[0].data_ptr() == t.data_ptr()  # the Python one's raises
+    assert work.wait() is True
+    assert work.exception() is None
+    result = work.get_future().wait()
+    assert len(result) == 1 and result[0].data_ptr() == t.data_ptr(), result
+    assert t.eq(world * (world + 1) / 2).all(), t
+    checked += 1
+    taken += 1
+    gathered = ct.empty((2 * world,))
+    src = ct.empty((2,))
+    src.fill_(float(rank))
+    work = dist.all_gather_into_tensor(gathered, src, async_op=True)
+    assert work.wait() is True and (work.is_completed() or not cpp)
+    assert work.get_future().wait().data_ptr() == gathered.data_ptr()
+    assert gathered.view(world, 2).eq(torch.arange(world).view(world, 1)).all(), gathered
+    taken += 1
+    end = calls()
+    # One flight-recorder entry per collective: every zero-copy call and the staged one (a
+    # PRODUCT is one all-gather entry per call too).
+    entries = len(_entries(rank)) - entries_before
+    # Sizes that differ across ranks on zero-copy tensors: the SDK's cross-rank call check.
+    t = ct.empty((16,))
+    _expect_failure(out_dir, lambda: dist.all_reduce(t[:10 + rank]))
+    with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
+        mismatch = json.load(f)
+    write(out_dir, {"cpp": cpp, "zero_copy_calls": end[0] - start[0],
+                    "forwarded_calls": end[1] - start[1], "taken": taken,
+                    "checked": checked, "entries": entries, "mismatch": mismatch,
+                    "after_mismatch": calls()[0] - end[0]})
+
+
 def _operand(rank: int, tag: int, shape) -> torch.Tensor:
     """Quarters in [-1, 1]: exact in every floating type, products exact in float32."""
     n = 1
@@ -371,7 +469,7 @@ def fused_matmul(out_dir: str) -> None:
 
 
 SCENARIOS = {f.__name__: f for f in (ops_matrix, coalesced, ddp, fsdp, hang, nan, death,
-                                     bad_arguments, fused_matmul)}
+                                     bad_arguments, fused_matmul, zero_copy)}
 
 
 def main() -> None:
@@ -385,7 +483,7 @@ def main() -> None:
     dist.init_process_group("commd", pg_options=options,
                             timeout=__import__("datetime").timedelta(seconds=timeout))
     SCENARIOS[scenario](out_dir, *args)
-    if scenario not in ("hang", "death", "nan"):
+    if scenario not in ("hang", "death", "nan", "zero_copy"):
         dist.destroy_process_group()
 
 

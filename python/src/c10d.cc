@@ -1,0 +1,473 @@
+// commd._c10d: the C++ half of the torch.distributed backend "commd" (commd.torch).
+//
+// Built against the venv's torch and torch's own pybind11 (never Debian's, which built
+// commd._commd): its Backend subclass is what torch's dispatcher calls for every collective
+// of a commd process group. Collectives on tensors that live in one of the group's symmetric
+// buffers (commd.torch.empty: the zero-copy path) call the SDK's commd::Group here, without
+// Python; everything else (staging through chunks, PRODUCT, CUDA tensors, coalescing, the ops
+// commd does not do, groups spanning nodes, argument errors) goes to the Python
+// ProcessGroupCommd, which stays the one implementation of those. The SDK objects come from
+// commd._commd through capsules (internal.h).
+#include <Python.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "commd/commd.h"
+#include "internal.h"
+
+namespace commd::python {
+namespace {
+
+namespace py = pybind11;
+using c10d::Work;
+
+template <typename T>
+const T& FromCapsule(const py::handle& capsule, const char* name) {
+  void* p = PyCapsule_GetPointer(capsule.ptr(), name);
+  if (p == nullptr) throw py::error_already_set();
+  const T& handle = *static_cast<const T*>(p);
+  if (handle.abi != internal::kAbi) {
+    throw std::runtime_error(
+        "commd._c10d and commd._commd come from different builds (internal ABI " +
+        std::to_string(handle.abi) + ", expected " + std::to_string(internal::kAbi) +
+        "); rebuild the package");
+  }
+  return handle;
+}
+
+// The group's symmetric buffers that hold zero-copy tensors (commd.torch.empty), shared by
+// the Python backend, which adds to it, and the C++ one, which looks tensors up in it.
+class SymmetricRegistry {
+ public:
+  struct Entry {
+    uintptr_t start = 0;
+    uintptr_t end = 0;
+    std::shared_ptr<SymmetricBuffer> buffer;
+  };
+
+  void Add(const py::handle& capsule) {
+    const auto& h = FromCapsule<internal::BufferHandle>(capsule, internal::kBufferCapsule);
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto start = reinterpret_cast<uintptr_t>(h.data);
+    entries_.push_back({start, start + h.size, h.buffer});
+  }
+
+  // The buffer a contiguous CPU tensor starts (commd's collectives take a buffer from its
+  // start) and fits in, as ProcessGroupCommd._in_place_view finds it; nullptr otherwise.
+  SymmetricBuffer* Find(const at::Tensor& t) const {
+    if (!t.device().is_cpu() || !t.is_contiguous()) return nullptr;
+    const auto start = reinterpret_cast<uintptr_t>(t.data_ptr());
+    const uintptr_t end = start + static_cast<uintptr_t>(t.numel()) * t.element_size();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Entry& e : entries_) {
+      if (start == e.start && end <= e.end) return e.buffer.get();
+    }
+    return nullptr;
+  }
+
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entries_.size();
+  }
+
+  // Drops the buffers (without the GIL: unmapping may wait for the SDK).
+  void Clear() {
+    std::vector<Entry> gone;
+    std::lock_guard<std::mutex> lock(mu_);
+    gone.swap(entries_);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Entry> entries_;
+};
+
+std::optional<DataType> CommdType(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return DataType::kFloat32;
+    case at::kHalf:
+      return DataType::kFloat16;
+    case at::kBFloat16:
+      return DataType::kBFloat16;
+    case at::kInt:
+      return DataType::kInt32;
+    case at::kLong:
+      return DataType::kInt64;
+    default:
+      return std::nullopt;
+  }
+}
+
+// PRODUCT (an all-gather and a product in Python) and the ops commd has not: nullopt.
+std::optional<ReduceOp> CommdOp(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return ReduceOp::kSum;
+    case c10d::ReduceOp::AVG:
+      return ReduceOp::kAvg;
+    case c10d::ReduceOp::MIN:
+      return ReduceOp::kMin;
+    case c10d::ReduceOp::MAX:
+      return ReduceOp::kMax;
+    default:
+      return std::nullopt;
+  }
+}
+
+// What the Python backend's Works are: complete at return (host collectives run
+// synchronously; a failure raised from the call), their future holding the result as
+// ProcessGroupCommd._completed's does, result() the tensors.
+class CompletedWork final : public Work {
+ public:
+  CompletedWork(c10::IValue value, c10::TypePtr type, std::vector<at::Tensor> tensors)
+      : future_(c10::make_intrusive<c10::ivalue::Future>(std::move(type))),
+        tensors_(std::move(tensors)) {
+    future_->markCompleted(std::move(value));
+  }
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
+  std::vector<at::Tensor> result() override { return tensors_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::vector<at::Tensor> tensors_;
+};
+
+c10::intrusive_ptr<Work> Completed(const std::vector<at::Tensor>& tensors) {
+  return c10::make_intrusive<CompletedWork>(c10::IValue(tensors), c10::ListType::ofTensors(),
+                                            tensors);
+}
+c10::intrusive_ptr<Work> Completed(const at::Tensor& tensor) {
+  return c10::make_intrusive<CompletedWork>(c10::IValue(tensor), c10::TensorType::get(),
+                                            std::vector<at::Tensor>{tensor});
+}
+
+class CommdBackend final : public c10d::Backend {
+ public:
+  // `python`: the ProcessGroupCommd of this process group; `group`: its commd group's
+  // capsule; `registry`: the one it adds its zero-copy buffers to.
+  CommdBackend(py::object python, const py::handle& group,
+               std::shared_ptr<SymmetricRegistry> registry)
+      : Backend(python.attr("rank")().cast<int>(), python.attr("size")().cast<int>()),
+        python_object_(std::move(python)),
+        python_(python_object_.cast<c10::intrusive_ptr<c10d::Backend>>()),
+        handle_(FromCapsule<internal::GroupHandle>(group, internal::kGroupCapsule)),
+        registry_(std::move(registry)) {}
+
+  ~CommdBackend() override {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      python_.reset();
+      python_object_ = py::object();
+      py::gil_scoped_release release;  // ~Group waits for the SDK's event thread
+      registry_.reset();
+      handle_ = {};
+    } else {  // the interpreter is gone: nothing to decref
+      (void)python_.release();
+      python_object_.release();
+    }
+  }
+
+  const std::string getBackendName() const override { return "commd"; }
+
+  py::object python() const { return python_object_; }
+  uint64_t zero_copy_calls() const { return zero_copy_calls_.load(); }
+  uint64_t forwarded_calls() const { return forwarded_calls_.load(); }
+
+  // ---- the zero-copy path ----------------------------------------------------------
+
+  c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& tensors,
+                                     const c10d::AllreduceOptions& opts) override {
+    if (tensors.size() == 1) {
+      const at::Tensor& t = tensors[0];
+      const auto dtype = CommdType(t);
+      const auto op = CommdOp(opts.reduceOp);
+      SymmetricBuffer* buf = dtype && op ? registry_->Find(t) : nullptr;
+      if (buf != nullptr) {
+        struct Args {
+          SymmetricBuffer* buf;
+          size_t count;
+          DataType dtype;
+          ReduceOp op;
+        } args{buf, static_cast<size_t>(t.numel()), *dtype, *op};
+        Run("allreduce", &args, [](Group& g, void* p) {
+          const auto& a = *static_cast<Args*>(p);
+          return g.AllReduce(*a.buf, a.count, a.dtype, a.op);
+        });
+        return Completed(tensors);
+      }
+    }
+    ++forwarded_calls_;
+    return python_->allreduce(tensors, opts);
+  }
+
+  c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& tensors,
+                                     const c10d::BroadcastOptions& opts) override {
+    if (tensors.size() == 1) {
+      const at::Tensor& t = tensors[0];
+      const auto dtype = CommdType(t);
+      SymmetricBuffer* buf = dtype ? registry_->Find(t) : nullptr;
+      if (buf != nullptr) {
+        struct Args {
+          SymmetricBuffer* buf;
+          size_t count;
+          DataType dtype;
+          int root;
+        } args{buf, static_cast<size_t>(t.numel()), *dtype, static_cast<int>(opts.rootRank)};
+        Run("broadcast", &args, [](Group& g, void* p) {
+          const auto& a = *static_cast<Args*>(p);
+          return g.Broadcast(*a.buf, a.count, a.dtype, a.root);
+        });
+        return Completed(tensors);
+      }
+    }
+    ++forwarded_calls_;
+    return python_->broadcast(tensors, opts);
+  }
+
+  // all_gather_into_tensor (torch calls one of the two names).
+  c10::intrusive_ptr<Work> all_gather_single(at::Tensor& output, at::Tensor& input,
+                                             const c10d::AllgatherOptions& opts) override {
+    if (auto pair = Pair(input, output, input.numel(), output.numel())) {
+      Run("all_gather_into_tensor", &*pair, [](Group& g, void* p) {
+        const auto& a = *static_cast<PairArgs*>(p);
+        return g.AllGather(*a.in, *a.out, a.count, a.dtype);
+      });
+      return Completed(output);
+    }
+    ++forwarded_calls_;
+    return python_->all_gather_single(output, input, opts);
+  }
+  c10::intrusive_ptr<Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                           const c10d::AllgatherOptions& opts) override {
+    return all_gather_single(output, input, opts);
+  }
+
+  // reduce_scatter_tensor (torch calls one of the two names).
+  c10::intrusive_ptr<Work> reduce_scatter_single(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::ReduceScatterOptions& opts) override {
+    const auto op = CommdOp(opts.reduceOp);
+    if (auto pair = op ? Pair(input, output, output.numel(), input.numel()) : std::nullopt) {
+      pair->op = *op;
+      Run("reduce_scatter_tensor", &*pair, [](Group& g, void* p) {
+        const auto& a = *static_cast<PairArgs*>(p);
+        return g.ReduceScatter(*a.in, *a.out, a.count, a.dtype, a.op);
+      });
+      return Completed(output);
+    }
+    ++forwarded_calls_;
+    return python_->reduce_scatter_single(output, input, opts);
+  }
+  c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    return reduce_scatter_single(output, input, opts);
+  }
+
+  // ---- the rest: ProcessGroupCommd (Python) ---------------------------------------
+
+  c10::intrusive_ptr<Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                            const c10d::AllreduceOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->allreduce_sparse(tensors, opts);
+  }
+  c10::intrusive_ptr<Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->allreduce_coalesced(tensors, opts);
+  }
+  c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& tensors,
+                                  const c10d::ReduceOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->reduce(tensors, opts);
+  }
+  c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                     std::vector<at::Tensor>& inputs,
+                                     const c10d::AllgatherOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->allgather(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                               std::vector<at::Tensor>& inputs,
+                                               const c10d::AllgatherOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->allgather_coalesced(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<Work> all_gather_single_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->all_gather_single_coalesced(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    return all_gather_single_coalesced(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                  std::vector<at::Tensor>& inputs,
+                                  const c10d::GatherOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->gather(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outputs,
+                                   std::vector<std::vector<at::Tensor>>& inputs,
+                                   const c10d::ScatterOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->scatter(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                          std::vector<std::vector<at::Tensor>>& inputs,
+                                          const c10d::ReduceScatterOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->reduce_scatter(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<Work> reduce_scatter_single_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->reduce_scatter_single_coalesced(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override {
+    return reduce_scatter_single_coalesced(outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<Work> all_to_all_single(at::Tensor& output, at::Tensor& input,
+                                             std::vector<int64_t>& output_splits,
+                                             std::vector<int64_t>& input_splits,
+                                             const c10d::AllToAllOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->all_to_all_single(output, input, output_splits, input_splits, opts);
+  }
+  c10::intrusive_ptr<Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                         std::vector<int64_t>& output_splits,
+                                         std::vector<int64_t>& input_splits,
+                                         const c10d::AllToAllOptions& opts) override {
+    return all_to_all_single(output, input, output_splits, input_splits, opts);
+  }
+  c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outputs,
+                                    std::vector<at::Tensor>& inputs,
+                                    const c10d::AllToAllOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->alltoall(outputs, inputs, opts);
+  }
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    python_->monitoredBarrier(opts, wait_all_ranks);
+  }
+  c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    return python_->send(tensors, dst, tag);
+  }
+  c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    return python_->recv(tensors, src, tag);
+  }
+  c10::intrusive_ptr<Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    return python_->recvAnysource(tensors, tag);
+  }
+  c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override {
+    ++forwarded_calls_;
+    return python_->barrier(opts);
+  }
+  void startCoalescing() override { python_->startCoalescing(); }
+  c10::intrusive_ptr<Work> endCoalescing() override { return python_->endCoalescing(); }
+
+ private:
+  struct PairArgs {
+    SymmetricBuffer* in;
+    SymmetricBuffer* out;
+    size_t count;
+    DataType dtype;
+    ReduceOp op = ReduceOp::kSum;
+  };
+
+  // all_gather / reduce_scatter on two zero-copy tensors of one dtype whose sizes match
+  // (`small` elements per rank, `big` = world x small); nullopt sends the call to Python,
+  // which also raises for what does not match.
+  std::optional<PairArgs> Pair(const at::Tensor& in, const at::Tensor& out, int64_t small,
+                               int64_t big) const {
+    const auto dtype = CommdType(in);
+    if (!dtype || out.scalar_type() != in.scalar_type() || big != small * size_) {
+      return std::nullopt;
+    }
+    SymmetricBuffer* i = registry_->Find(in);
+    SymmetricBuffer* o = i != nullptr ? registry_->Find(out) : nullptr;
+    if (o == nullptr) return std::nullopt;
+    return PairArgs{i, o, static_cast<size_t>(small), *dtype};
+  }
+
+  // One blocking collective through the binding (Ctrl-C aborts the group, as there). A
+  // failure raises what ProcessGroupCommd raises: DistBackendError naming the op, the process
+  // group and the rank, the commd.Error subclass of the status chained as its cause.
+  void Run(const char* op, void* args, absl::Status (*fn)(Group&, void*)) {
+    ++zero_copy_calls_;
+    bool interrupted = false;
+    const absl::Status status = handle_.run_blocking(handle_, op, fn, args, &interrupted);
+    if (status.ok() && !interrupted) return;
+    py::gil_scoped_acquire gil;
+    if (interrupted && PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (status.ok()) return;
+    py::object error = py::module_::import("commd.errors")
+                           .attr("_from_code")(absl::StatusCodeToString(status.code()),
+                                               std::string(status.message()));
+    py::object raised = python_object_.attr("_backend_error")(op, error);
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(raised.ptr())), raised.ptr());
+    throw py::error_already_set();
+  }
+
+  py::object python_object_;
+  c10::intrusive_ptr<c10d::Backend> python_;
+  internal::GroupHandle handle_;
+  std::shared_ptr<SymmetricRegistry> registry_;
+  std::atomic<uint64_t> zero_copy_calls_{0};
+  std::atomic<uint64_t> forwarded_calls_{0};
+};
+
+}  // namespace
+}  // namespace commd::python
+
+PYBIND11_MODULE(_c10d, m) {
+  using commd::python::CommdBackend;
+  using commd::python::SymmetricRegistry;
+  namespace py = pybind11;
+  m.doc() =
+      "Internal: the C++ part of commd.torch's backend (the zero-copy path), built against "
+      "torch. commd.torch uses it when present; COMMD_TORCH_CPP=0 turns it off.";
+  py::module_::import("torch.distributed");  // registers c10d.Backend, the base below
+
+  py::class_<SymmetricRegistry, std::shared_ptr<SymmetricRegistry>>(
+      m, "SymmetricRegistry", "The symmetric buffers of a group's zero-copy tensors.")
+      .def(py::init<>())
+      .def("add", &SymmetricRegistry::Add, py::arg("capsule"),
+           "Adds a buffer (SymmetricBuffer._internal_handle()).")
+      .def("__len__", &SymmetricRegistry::size);
+
+  py::class_<CommdBackend, c10d::Backend, c10::intrusive_ptr<CommdBackend>>(
+      m, "Backend",
+      "commd's torch.distributed backend in C++: zero-copy collectives here, the rest by the "
+      "ProcessGroupCommd it wraps (`python`).")
+      .def(py::init([](py::object python, py::object group,
+                       std::shared_ptr<SymmetricRegistry> registry) {
+             return c10::make_intrusive<CommdBackend>(std::move(python), group,
+                                                      std::move(registry));
+           }),
+           py::arg("python"), py::arg("group"), py::arg("registry"))
+      .def_property_readonly("python", &CommdBackend::python,
+                             "The ProcessGroupCommd this backend wraps.")
+      .def_property_readonly("zero_copy_calls", &CommdBackend::zero_copy_calls,
+                             "Collectives run here on zero-copy tensors.")
+      .def_property_readonly("forwarded_calls", &CommdBackend::forwarded_calls,
+                             "Collectives handed to the Python backend.");
+}

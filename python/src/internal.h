@@ -1,0 +1,48 @@
+// INTERNAL, not a public API: how commd._commd (this binding, built with Debian's pybind11)
+// hands the SDK objects behind a Group and a SymmetricBuffer to commd._c10d, the C++
+// torch.distributed backend (built with torch's own pybind11, so no pybind11 type can cross
+// between the two modules). They meet through PyCapsules of the structs below, made by
+// Group._internal_handle() and SymmetricBuffer._internal_handle(). Both modules come from one
+// build of one tree (one compiler, one libstdc++, one SDK); `abi` guards against a mix of
+// builds. Whoever reads a capsule copies the shared_ptrs out: the SDK objects then live as
+// long as the copy, whatever Python does with its Group (close) or buffer.
+#ifndef COMMD_PYTHON_SRC_INTERNAL_H_
+#define COMMD_PYTHON_SRC_INTERNAL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "commd/commd.h"
+
+namespace commd::python::internal {
+
+// Bumped whenever a struct below changes.
+inline constexpr uint32_t kAbi = 1;
+inline constexpr char kGroupCapsule[] = "commd._commd.GroupHandle";
+inline constexpr char kBufferCapsule[] = "commd._commd.SymmetricBufferHandle";
+
+struct GroupHandle {
+  uint32_t abi = kAbi;
+  std::shared_ptr<Client> client;
+  std::shared_ptr<Group> group;
+  // Runs fn(group, arg), a blocking collective, as the binding runs its own: the caller does
+  // not hold the GIL; Ctrl-C on the main thread meanwhile aborts the group (the only way to
+  // end a collective the peers are in too). Returns fn's status; `*interrupted` tells whether
+  // SIGINT fired, after which the caller raises KeyboardInterrupt (PyErr_CheckSignals).
+  absl::Status (*run_blocking)(const GroupHandle& handle, const char* call,
+                               absl::Status (*fn)(Group& group, void* arg), void* arg,
+                               bool* interrupted) = nullptr;
+};
+
+struct BufferHandle {
+  uint32_t abi = kAbi;
+  std::shared_ptr<SymmetricBuffer> buffer;  // keeps the binding's mapping alive too
+  char* data = nullptr;                     // this rank's bytes
+  size_t size = 0;                          // bytes per rank
+};
+
+}  // namespace commd::python::internal
+
+#endif  // COMMD_PYTHON_SRC_INTERNAL_H_
