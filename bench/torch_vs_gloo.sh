@@ -23,7 +23,7 @@ until grep -q "commd ready" "$tmp/commd.log"; do
 done
 echo "# $(date -u +%FT%TZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
 for n in ${RANKS:-2 4}; do
-  echo "## torchrun --nproc-per-node $n bench/torch_allreduce.py --max-bytes $max"
+  echo "## torchrun --nproc-per-node $n bench/torch_allreduce.py --max-bytes $max${SIZES:+ --sizes $SIZES}"
   COMMD_RUNTIME_DIR="$tmp/run" PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
     "$python" -m torch.distributed.run --standalone --nproc-per-node "$n" \
     bench/torch_allreduce.py --max-bytes "$max" --iters "${ITERS:-50}" --rounds "${ROUNDS:-3}" \
