@@ -9,8 +9,6 @@
 // ProcessGroupCommd, which stays the one implementation of those. The SDK objects come from
 // commd._commd through capsules (internal.h).
 #include <Python.h>
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/csrc/utils/pybind.h>
 
 #include <atomic>
@@ -19,6 +17,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <utility>
 #include <vector>
 
