@@ -204,7 +204,7 @@ class CommdBackend final : public c10d::Backend {
           DataType dtype;
           ReduceOp op;
         } args{buf, static_cast<size_t>(t.numel()), *dtype, *op};
-        Run("allreduce", &args, [](Group& g, void* p) {
+        Run("allreduce", "all_reduce", &args, [](Group& g, void* p) {
           const auto& a = *static_cast<Args*>(p);
           return g.AllReduce(*a.buf, a.count, a.dtype, a.op);
         });
@@ -228,7 +228,7 @@ class CommdBackend final : public c10d::Backend {
           DataType dtype;
           int root;
         } args{buf, static_cast<size_t>(t.numel()), *dtype, static_cast<int>(opts.rootRank)};
-        Run("broadcast", &args, [](Group& g, void* p) {
+        Run("broadcast", "broadcast", &args, [](Group& g, void* p) {
           const auto& a = *static_cast<Args*>(p);
           return g.Broadcast(*a.buf, a.count, a.dtype, a.root);
         });
@@ -243,7 +243,7 @@ class CommdBackend final : public c10d::Backend {
   c10::intrusive_ptr<Work> all_gather_single(at::Tensor& output, at::Tensor& input,
                                              const c10d::AllgatherOptions& opts) override {
     if (auto pair = Pair(input, output, input.numel(), output.numel())) {
-      Run("all_gather_into_tensor", &*pair, [](Group& g, void* p) {
+      Run("all_gather_into_tensor", "all_gather", &*pair, [](Group& g, void* p) {
         const auto& a = *static_cast<PairArgs*>(p);
         return g.AllGather(*a.in, *a.out, a.count, a.dtype);
       });
@@ -263,7 +263,7 @@ class CommdBackend final : public c10d::Backend {
     const auto op = CommdOp(opts.reduceOp);
     if (auto pair = op ? Pair(input, output, output.numel(), input.numel()) : std::nullopt) {
       pair->op = *op;
-      Run("reduce_scatter_tensor", &*pair, [](Group& g, void* p) {
+      Run("reduce_scatter_tensor", "reduce_scatter", &*pair, [](Group& g, void* p) {
         const auto& a = *static_cast<PairArgs*>(p);
         return g.ReduceScatter(*a.in, *a.out, a.count, a.dtype, a.op);
       });
@@ -411,10 +411,12 @@ class CommdBackend final : public c10d::Backend {
   // One blocking collective through the binding (Ctrl-C aborts the group, as there). A
   // failure raises what ProcessGroupCommd raises: DistBackendError naming the op, the process
   // group and the rank, the commd.Error subclass of the status chained as its cause.
-  void Run(const char* op, void* args, absl::Status (*fn)(Group&, void*)) {
+  // `op` is torch's name of the call (in errors, as ProcessGroupCommd names it), `call` the
+  // binding's (in the abort reason of a Ctrl-C, as the binding names it).
+  void Run(const char* op, const char* call, void* args, absl::Status (*fn)(Group&, void*)) {
     ++zero_copy_calls_;
     bool interrupted = false;
-    const absl::Status status = handle_.run_blocking(handle_, op, fn, args, &interrupted);
+    const absl::Status status = handle_.run_blocking(handle_, call, fn, args, &interrupted);
     if (status.ok() && !interrupted) return;
     py::gil_scoped_acquire gil;
     if (interrupted && PyErr_CheckSignals() != 0) throw py::error_already_set();

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -140,3 +142,37 @@ def test_zero_copy_runs_in_the_cpp_backend_as_in_the_python_one(daemon, tmp_path
         assert c["mismatch"]["cause"] == "InvalidArgumentError", c
         assert "ranks disagree on the call" in c["mismatch"]["message"], c
         assert c["mismatch"] == p["mismatch"], (c, p)  # message included
+
+
+@pytest.mark.parametrize("cpp", ["1", "0"])
+def test_ctrl_c_in_a_zero_copy_all_reduce_aborts_the_group(daemon, tmp_path, cpp):
+    """SIGINT to a rank blocked in a zero-copy all-reduce (its peer never comes): with either
+    backend it raises KeyboardInterrupt at once and aborts the group, so the peer raises
+    instead of waiting out the timeout. Timings only bound a hang."""
+    out = tmp_path / "interrupt"
+    out.mkdir()
+    env = dict(os.environ, COMMD_RUNTIME_DIR=daemon.runtime_dir, OMP_NUM_THREADS="1",
+               COMMD_TORCH_CPP=cpp)
+    env.pop("COMMD_JOB_ID", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         "--monitor-interval=5", WORKER, "interrupt", str(out)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    blocked = out / "blocked"
+    deadline = time.monotonic() + 300
+    while not blocked.exists() or not blocked.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.05)
+    time.sleep(0.5)  # into the all-reduce
+    os.kill(int(blocked.read_text()), signal.SIGINT)
+    output = proc.communicate(timeout=300)[0]
+    r0, r1 = (json.loads((out / f"rank{r}.json").read_text()) for r in range(2))
+    print(r0, r1)
+    assert proc.returncode == 0, output[-5000:]
+    assert r0["raised"] == "KeyboardInterrupt", r0
+    assert r0["cpp"] is (cpp == "1"), r0
+    assert r0["zero_copy_calls"] == (1 if cpp == "1" else 0), r0
+    assert r0["seconds"] < 30, r0  # the group's timeout is 60 s
+    assert r0["abort_requested"], r0
+    assert r0["abort_reason"].endswith("got KeyboardInterrupt in all_reduce"), r0
+    assert r1["raised"] == "DistBackendError" and r1["cause"] == "AbortedError", r1

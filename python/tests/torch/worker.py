@@ -402,6 +402,36 @@ def zero_copy(out_dir: str) -> None:
                     "after_mismatch": calls()[0] - end[0]})
 
 
+def interrupt(out_dir: str) -> None:
+    """Ctrl-C during a zero-copy all-reduce the last rank never joins: rank 0 writes its pid
+    and blocks; the test sends it SIGINT. Rank 0 must raise KeyboardInterrupt and leave the
+    group aborted; the last rank, once rank 0 is done, finds the group aborted."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    cpp = not isinstance(backend, ct.ProcessGroupCommd)
+    t = ct.empty((64,))
+    group = ct.backend_of().commd_group
+    if rank == 0:
+        with open(os.path.join(out_dir, "blocked"), "w") as f:
+            f.write(str(os.getpid()))
+        start = time.monotonic()
+        try:
+            dist.all_reduce(t)
+            result = {"raised": None}
+        except KeyboardInterrupt:
+            result = {"raised": "KeyboardInterrupt"}
+        result.update(seconds=time.monotonic() - start, cpp=cpp,
+                      zero_copy_calls=backend.zero_copy_calls if cpp else 0,
+                      abort_requested=group.abort_requested, abort_reason=group.abort_reason)
+        write(out_dir, result)
+        return
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(out_dir, "rank0.json")):
+        assert time.monotonic() < deadline, "rank 0 never finished"
+        time.sleep(0.05)
+    _expect_failure(out_dir, lambda: dist.all_reduce(t))
+
+
 def _operand(rank: int, tag: int, shape) -> torch.Tensor:
     """Quarters in [-1, 1]: exact in every floating type, products exact in float32."""
     n = 1
@@ -469,7 +499,7 @@ def fused_matmul(out_dir: str) -> None:
 
 
 SCENARIOS = {f.__name__: f for f in (ops_matrix, coalesced, ddp, fsdp, hang, nan, death,
-                                     bad_arguments, fused_matmul, zero_copy)}
+                                     bad_arguments, fused_matmul, zero_copy, interrupt)}
 
 
 def main() -> None:
@@ -483,7 +513,7 @@ def main() -> None:
     dist.init_process_group("commd", pg_options=options,
                             timeout=__import__("datetime").timedelta(seconds=timeout))
     SCENARIOS[scenario](out_dir, *args)
-    if scenario not in ("hang", "death", "nan", "zero_copy"):
+    if scenario not in ("hang", "death", "nan", "zero_copy", "interrupt"):
         dist.destroy_process_group()
 
 
