@@ -34,6 +34,11 @@ using c10d::Work;
 
 template <typename T>
 const T& FromCapsule(const py::handle& capsule, const char* name) {
+  if (PyCapsule_IsValid(capsule.ptr(), name) == 0) {
+    throw py::value_error(std::string("commd._c10d: expected a ") + name +
+                          " capsule (commd._commd's _internal_handle()), got " +
+                          std::string(py::str(py::type::of(capsule).attr("__name__"))));
+  }
   void* p = PyCapsule_GetPointer(capsule.ptr(), name);
   if (p == nullptr) throw py::error_already_set();
   const T& handle = *static_cast<const T*>(p);
@@ -462,6 +467,12 @@ PYBIND11_MODULE(_c10d, m) {
       "ProcessGroupCommd it wraps (`python`).")
       .def(py::init([](py::object python, py::object group,
                        std::shared_ptr<SymmetricRegistry> registry) {
+             if (!py::isinstance<c10d::Backend>(python) || !py::hasattr(python, "_backend_error") ||
+                 registry == nullptr) {
+               throw py::type_error(
+                   "commd._c10d.Backend(python, group, registry): python must be a "
+                   "commd.torch.ProcessGroupCommd and registry a SymmetricRegistry");
+             }
              return c10::make_intrusive<CommdBackend>(std::move(python), group,
                                                       std::move(registry));
            }),

@@ -176,3 +176,28 @@ def test_ctrl_c_in_a_zero_copy_all_reduce_aborts_the_group(daemon, tmp_path, cpp
     assert r0["abort_requested"], r0
     assert r0["abort_reason"].endswith("got KeyboardInterrupt in all_reduce"), r0
     assert r1["raised"] == "DistBackendError" and r1["cause"] == "AbortedError", r1
+
+
+def test_internal_handles_refuse_what_is_not_theirs():
+    """The internal surface between commd._commd and commd._c10d (capsules): anything else
+    passed where a capsule of the other kind is expected raises, and nothing is registered."""
+    c10d = pytest.importorskip("commd._c10d")
+    import torch.distributed as dist
+
+    registry = c10d.SymmetricRegistry()
+    for bad in (None, 3, b"x" * 64, object()):
+        with pytest.raises((TypeError, ValueError)):
+            registry.add(bad)
+    assert len(registry) == 0
+    import ctypes
+    forged = ctypes.pythonapi.PyCapsule_New
+    forged.restype = ctypes.py_object
+    forged.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+    wrong_name = forged(ctypes.c_void_p(id(registry)), b"commd._commd.GroupHandle", None)
+    with pytest.raises(ValueError, match="expected a commd._commd.SymmetricBufferHandle"):
+        registry.add(wrong_name)  # a group's capsule is no buffer's
+    assert len(registry) == 0
+    # The Backend takes only a ProcessGroupCommd and a group capsule.
+    store = dist.HashStore()
+    with pytest.raises(TypeError, match="must be a commd.torch.ProcessGroupCommd"):
+        c10d.Backend(store, wrong_name, registry)
