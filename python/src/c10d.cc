@@ -421,7 +421,13 @@ class CommdBackend final : public c10d::Backend {
   void Run(const char* op, const char* call, void* args, absl::Status (*fn)(Group&, void*)) {
     ++zero_copy_calls_;
     bool interrupted = false;
-    const absl::Status status = handle_.run_blocking(handle_, call, fn, args, &interrupted);
+    absl::Status status;
+    if (PyGILState_Check() != 0) {  // torch's Python entry points release it; in case one does not
+      py::gil_scoped_release release;
+      status = handle_.run_blocking(handle_, call, fn, args, &interrupted);
+    } else {
+      status = handle_.run_blocking(handle_, call, fn, args, &interrupted);
+    }
     if (status.ok() && !interrupted) return;
     py::gil_scoped_acquire gil;
     if (interrupted && PyErr_CheckSignals() != 0) throw py::error_already_set();
