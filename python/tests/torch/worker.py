@@ -390,7 +390,8 @@ def zero_copy(out_dir: str) -> None:
     end = calls()
     # One flight-recorder entry per collective: every zero-copy call and the staged one (a
     # PRODUCT is one all-gather entry per call too).
-    entries = len(_entries(rank)) - entries_before
+    entries = [[e["profiling_name"], e["input_sizes"], e["output_sizes"], e["process_group"],
+                e["state"]] for e in _entries(rank)[entries_before:]]
     # Sizes that differ across ranks on zero-copy tensors: the SDK's cross-rank call check.
     t = ct.empty((16,))
     _expect_failure(out_dir, lambda: dist.all_reduce(t[:10 + rank]))
