@@ -24,7 +24,7 @@
 namespace commd::watchdog {
 
 // Prefixes the summary when the nodes' views could not be read; the rest says why.
-inline constexpr char kJobViewUnavailable[] = "job-wide view unavailable";
+inline constexpr char kJobViewUnavailable[] = "other nodes' views unavailable";
 
 // The most findings of one uid's spanning groups that wait for the nodes' views at once on a
 // node; more go ahead at once with this node's diagnosis alone, saying so.
@@ -38,7 +38,7 @@ struct JobViewWaiter {
 
 // Why a finding on group `group_id` of `uid` may not wait for the nodes' views, given the
 // findings waiting already: at most one per group, kMaxJobViewWaitsPerUid per uid. nullopt
-// when it may; else the finding's job summary ("job-wide view unavailable: ...").
+// when it may; else the finding's job summary ("other nodes' views unavailable: ...").
 std::optional<std::string> JobViewRefusal(uint32_t uid, uint64_t group_id,
                                           const std::vector<JobViewWaiter>& waiting);
 

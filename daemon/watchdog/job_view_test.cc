@@ -114,12 +114,14 @@ TEST(JobViewTest, WaitsAreBoundedPerGroupAndPerUid) {
   EXPECT_EQ(JobViewRefusal(1000, 1, waiting), std::nullopt);
   for (uint64_t g = 1; g <= kMaxJobViewWaitsPerUid; ++g) waiting.push_back({1000, g});
   for (uint64_t g = 100; g < 105; ++g) waiting.push_back({2000, g});
-  EXPECT_EQ(JobViewRefusal(1000, 3, waiting),
-            "job-wide view unavailable: the group's previous finding is still reading it; this "
-            "diagnosis is this node's alone");
-  EXPECT_EQ(JobViewRefusal(1000, 50, waiting),
-            "job-wide view unavailable: uid 1000 has 8 findings reading the nodes' views already "
-            "(at most 8); this diagnosis is this node's alone");
+  EXPECT_EQ(
+      JobViewRefusal(1000, 3, waiting),
+      "other nodes' views unavailable: the group's previous finding is still reading it; this "
+      "diagnosis is this node's alone");
+  EXPECT_EQ(
+      JobViewRefusal(1000, 50, waiting),
+      "other nodes' views unavailable: uid 1000 has 8 findings reading the nodes' views already "
+      "(at most 8); this diagnosis is this node's alone");
   EXPECT_EQ(JobViewRefusal(3000, 50, waiting), std::nullopt);
   waiting.erase(waiting.begin());
   EXPECT_EQ(JobViewRefusal(1000, 50, waiting), std::nullopt);
@@ -128,9 +130,10 @@ TEST(JobViewTest, WaitsAreBoundedPerGroupAndPerUid) {
 TEST(JobViewTest, AFailedReadFallsBackSayingWhy) {
   const std::string s = JobViewSummary(
       absl::UnavailableError("etcd at 127.0.0.1:1 is not reachable"), Local(), Layout());
-  EXPECT_EQ(s,
-            "job-wide view unavailable: etcd at 127.0.0.1:1 is not reachable; this diagnosis is "
-            "node node-a's alone");
+  EXPECT_EQ(
+      s,
+      "other nodes' views unavailable: etcd at 127.0.0.1:1 is not reachable; this diagnosis is "
+      "node node-a's alone");
 }
 
 }  // namespace

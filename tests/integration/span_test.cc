@@ -674,14 +674,15 @@ TEST_F(SpanTest, WithEtcdGoneAHangIsDumpedWithThisNodesDiagnosisSayingSo) {
   ASSERT_EQ(a.size(), 1u) << absl::StrJoin(a, " ");
   EXPECT_THAT(a[0], ::testing::MatchesRegex("hang-g-f[0-9]+-s5"));
   for (const std::string& f : DumpFiles(*n[0], a[0])) {
-    EXPECT_THAT(f, HasSubstr("\"job_summary\":\"job-wide view unavailable: ")) << f;
+    EXPECT_THAT(f, HasSubstr("\"job_summary\":\"other nodes' views unavailable: ")) << f;
     EXPECT_THAT(f, HasSubstr("this diagnosis is node node-a's alone")) << f;
     EXPECT_THAT(f, HasSubstr("\"summary\":\"group g: ")) << f;
   }
-  EXPECT_THAT(n[0]->Log(), HasSubstr("; job-wide: job-wide view unavailable: "));
+  EXPECT_THAT(n[0]->Log(), HasSubstr("; job-wide: other nodes' views unavailable: "));
   const ProcessResult health =
       RunProcess({COMMCTL_BINARY, "--runtime-dir", n[0]->runtime_dir(), "health"});
-  EXPECT_THAT(health.output, HasSubstr("; job-wide: job-wide view unavailable: ")) << health.output;
+  EXPECT_THAT(health.output, HasSubstr("; job-wide: other nodes' views unavailable: "))
+      << health.output;
   std::cerr << health.output;
   for (DaemonProcess* node : n) {
     auto client = Connect(*node);
@@ -712,8 +713,9 @@ TEST_F(SpanTest, WithEtcdSlowAHangIsDumpedAtTheEndOfItsWait) {
   etcd_->Pause(false);
   ASSERT_EQ(a.size(), 1u) << absl::StrJoin(a, " ");
   for (const std::string& f : DumpFiles(*n[0], a[0])) {
-    EXPECT_THAT(f, HasSubstr("\"job_summary\":\"job-wide view unavailable: etcd did not answer "
-                             "within 300ms; this diagnosis is node node-a's alone\""))
+    EXPECT_THAT(f,
+                HasSubstr("\"job_summary\":\"other nodes' views unavailable: etcd did not answer "
+                          "within 300ms; this diagnosis is node node-a's alone\""))
         << f;
   }
   for (DaemonProcess* node : n) {
