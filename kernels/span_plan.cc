@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace commd::kernels {
 namespace {
@@ -27,7 +28,50 @@ absl::Status CheckShape(const SpanShape& s) {
     return absl::InvalidArgumentError(absl::StrCat(
         "local rank ", s.local_rank, " is out of range [0, ", local - 1, "] on node ", s.node));
   }
+  if (s.global_ranks.empty()) return absl::OkStatus();
+  int global = 0;
+  for (int n : s.node_sizes) global += n;
+  std::vector<bool> seen(static_cast<size_t>(global), false);
+  for (size_t n = 0; n < s.node_sizes.size(); ++n) {
+    if (n >= s.global_ranks.size() ||
+        static_cast<int>(s.global_ranks[n].size()) != s.node_sizes[n]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the layout's global ranks do not name node ", n, "'s ", s.node_sizes[n],
+                       " ranks"));
+    }
+    for (int g : s.global_ranks[n]) {
+      if (g < 0 || g >= global || seen[static_cast<size_t>(g)]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "global rank ", g, " on node ", n, " is out of range [0, ", global - 1,
+            "] or named twice"));
+      }
+      seen[static_cast<size_t>(g)] = true;
+    }
+  }
   return absl::OkStatus();
+}
+
+int GlobalRankOf(const SpanShape& s, int node, int local) {
+  if (!s.global_ranks.empty()) {
+    return s.global_ranks[static_cast<size_t>(node)][static_cast<size_t>(local)];
+  }
+  int g = 0;
+  for (int n = 0; n < node; ++n) g += s.node_sizes[static_cast<size_t>(n)];
+  return g + local;
+}
+
+// Node `node`'s local ranks as runs of consecutive global ranks: (first local rank, length).
+std::vector<std::pair<int, int>> Runs(const SpanShape& s, int node) {
+  std::vector<std::pair<int, int>> runs;
+  for (int l = 0; l < s.node_sizes[static_cast<size_t>(node)]; ++l) {
+    if (!runs.empty() && GlobalRankOf(s, node, runs.back().first) + runs.back().second ==
+                             GlobalRankOf(s, node, l)) {
+      ++runs.back().second;
+    } else {
+      runs.push_back({l, 1});
+    }
+  }
+  return runs;
 }
 
 bool Uniform(const SpanShape& s) {
@@ -181,6 +225,150 @@ absl::StatusOr<SpanPlan> PlanSpanBarrier(const SpanShape& s) {
   }
   plan.steps.push_back({.kind = SpanStepKind::kLocalBarrier});
   plan.scratch_bytes = sizeof(int32_t);
+  return plan;
+}
+
+absl::StatusOr<SpanPlan> PlanSpanAllGather(const SpanShape& s, size_t count, DataType dtype) {
+  if (absl::Status st = CheckShape(s); !st.ok()) return st;
+  SpanPlan plan;
+  if (count == 0) return plan;
+  const int local = s.node_sizes[static_cast<size_t>(s.node)];
+  const size_t es = DataTypeSize(dtype), block = count * es;
+  const SpanStep base{.count = count, .dtype = dtype};
+  if (local > 1) {
+    SpanStep gather = base;
+    gather.kind = SpanStepKind::kLocalAllGather;
+    gather.reads_input = true;
+    plan.steps.push_back(gather);
+    plan.scratch_bytes = static_cast<size_t>(local) * block;
+  }
+  // Where local rank l's block is on the leader: the scratch in local order, or on a node of
+  // one rank its input (no node-local step runs there).
+  const SpanBuffer from = local > 1 ? SpanBuffer::kScratch : SpanBuffer::kIn;
+  auto from_offset = [&](int l) { return local > 1 ? static_cast<size_t>(l) * block : 0; };
+  if (s.local_rank == 0) {
+    for (const auto& [first, n] : Runs(s, s.node)) {
+      SpanStep copy = base;
+      copy.kind = SpanStepKind::kLocalCopy;
+      copy.count = count * static_cast<size_t>(n);
+      copy.buffer = from;
+      copy.offset = from_offset(first);
+      copy.dst = SpanBuffer::kOut;
+      copy.dst_offset = static_cast<size_t>(GlobalRankOf(s, s.node, first)) * block;
+      plan.steps.push_back(copy);
+    }
+    SpanStep x = base;
+    x.kind = SpanStepKind::kNcclSendRecv;
+    x.lane = 0;
+    for (int k = 0; k < static_cast<int>(s.node_sizes.size()); ++k) {
+      if (k == s.node) continue;
+      for (const auto& [first, n] : Runs(s, s.node)) {
+        x.transfers.push_back({.send = true,
+                               .peer = k,
+                               .buffer = from,
+                               .offset = from_offset(first),
+                               .count = count * static_cast<size_t>(n)});
+      }
+      for (const auto& [first, n] : Runs(s, k)) {
+        x.transfers.push_back({.send = false,
+                               .peer = k,
+                               .buffer = SpanBuffer::kOut,
+                               .offset = static_cast<size_t>(GlobalRankOf(s, k, first)) * block,
+                               .count = count * static_cast<size_t>(n)});
+      }
+    }
+    if (!x.transfers.empty()) {
+      plan.steps.push_back(std::move(x));
+      plan.uses_lane = true;
+    }
+  }
+  if (local > 1) {
+    SpanStep bcast = base;
+    bcast.kind = SpanStepKind::kLocalBroadcast;
+    bcast.buffer = SpanBuffer::kOut;
+    bcast.count = count * static_cast<size_t>(GlobalSize(s));
+    bcast.root = 0;
+    plan.steps.push_back(bcast);
+  }
+  return plan;
+}
+
+absl::StatusOr<SpanPlan> PlanSpanReduceScatter(const SpanShape& s, size_t count, DataType dtype,
+                                               ReduceOp op, size_t lane_min_bytes) {
+  if (absl::Status st = CheckShape(s); !st.ok()) return st;
+  const size_t global = static_cast<size_t>(GlobalSize(s));
+  ASSIGN_OR_RETURN(SpanPlan plan,
+                   PlanSpanAllReduce(s, 0, global * count, dtype, op, lane_min_bytes));
+  if (count == 0) return plan;
+  const size_t block = count * DataTypeSize(dtype);
+  plan.steps.push_back(
+      {.kind = SpanStepKind::kLocalCopy,
+       .offset = static_cast<size_t>(GlobalRankOf(s, s.node, s.local_rank)) * block,
+       .count = count,
+       .dtype = dtype,
+       .buffer = SpanBuffer::kIn,
+       .dst = SpanBuffer::kOut});
+  return plan;
+}
+
+absl::StatusOr<SpanPlan> PlanSpanAllToAll(const SpanShape& s, size_t count, DataType dtype) {
+  if (absl::Status st = CheckShape(s); !st.ok()) return st;
+  SpanPlan plan;
+  if (count == 0) return plan;
+  const int local = s.node_sizes[static_cast<size_t>(s.node)];
+  const size_t block = count * DataTypeSize(dtype);
+  auto at = [&](int node, int l) {
+    return static_cast<size_t>(GlobalRankOf(s, node, l)) * block;
+  };
+  const SpanStep base{.count = count, .dtype = dtype};
+  plan.steps.push_back({.kind = SpanStepKind::kLocalBarrier});
+  // Within the node: this rank's block for local rank q goes to q's output at this rank's place.
+  for (int q = 0; q < local; ++q) {
+    SpanStep copy = base;
+    copy.kind = SpanStepKind::kLocalCopy;
+    copy.buffer = SpanBuffer::kIn;
+    copy.offset = at(s.node, q);
+    copy.dst = SpanBuffer::kOut;
+    copy.dst_owner = q == s.local_rank ? -1 : q;
+    copy.dst_offset = at(s.node, s.local_rank);
+    plan.steps.push_back(copy);
+  }
+  if (s.local_rank == 0) {
+    SpanStep x = base;
+    x.kind = SpanStepKind::kNcclSendRecv;
+    x.lane = 0;
+    auto owner = [](int l) { return l == 0 ? -1 : l; };
+    for (int k = 0; k < static_cast<int>(s.node_sizes.size()); ++k) {
+      if (k == s.node) continue;
+      // Sender order: for each local rank p here, its blocks for k's ranks in k's local order;
+      // the receiver posts its receives in the same (p, q) order.
+      for (int p = 0; p < local; ++p) {
+        for (int q = 0; q < s.node_sizes[static_cast<size_t>(k)]; ++q) {
+          x.transfers.push_back({.send = true,
+                                 .peer = k,
+                                 .buffer = SpanBuffer::kIn,
+                                 .owner = owner(p),
+                                 .offset = at(k, q),
+                                 .count = count});
+        }
+      }
+      for (int p = 0; p < s.node_sizes[static_cast<size_t>(k)]; ++p) {
+        for (int q = 0; q < local; ++q) {
+          x.transfers.push_back({.send = false,
+                                 .peer = k,
+                                 .buffer = SpanBuffer::kOut,
+                                 .owner = owner(q),
+                                 .offset = at(k, p),
+                                 .count = count});
+        }
+      }
+    }
+    if (!x.transfers.empty()) {
+      plan.steps.push_back(std::move(x));
+      plan.uses_lane = true;
+    }
+  }
+  plan.steps.push_back({.kind = SpanStepKind::kLocalBarrier});
   return plan;
 }
 

@@ -32,6 +32,26 @@
 // data), lane 0's NCCL broadcast from the root's node, then a node-local broadcast from the
 // leader on every other node. Barrier: a node-local barrier, lane 0's all-reduce of one int32
 // in the scratch, a node-local barrier.
+//
+// The collectives that place blocks by global rank (a node's global ranks may be any, in any
+// order: SpanShape::global_ranks) go through the leaders; a block moves between nodes once.
+// Runs of consecutive global ranks move as one block (one transfer for the usual layout).
+//   All-gather: a node-local all-gather of the inputs into each rank's scratch (the node's
+//   blocks in local order); the leader copies them to their global places in its output,
+//   exchanges its node's blocks with every other leader in one NCCL group of sends and
+//   receives (straight into their global places), then broadcasts its whole output to the node
+//   (a node-local broadcast over the output buffer).
+//   Reduce-scatter: the all-reduce above of all global_size * count input elements (lanes when
+//   it is large and the nodes even), then each rank copies its own block to its output.
+//   Between the nodes this moves up to twice what a reduce-scatter needs (an all-reduce is a
+//   reduce-scatter and an all-gather), and reuses the all-reduce's checked paths and its lanes;
+//   a direct exchange needs a node-local reduction of the received blocks that no kernel does.
+//   All-to-all: a node-local barrier (every local input staged, every output free); each rank
+//   copies its blocks for the node's ranks into their outputs (peer-mapped); the leader sends
+//   every local rank's block for every rank of each other node, and receives every block for
+//   its node's ranks straight into their outputs, in one NCCL group (NCCL reads and writes the
+//   node's peer-mapped regions); a node-local barrier (the leader's NCCL work is done before
+//   any rank reads its output or reuses its input).
 #ifndef COMMD_KERNELS_SPAN_PLAN_H_
 #define COMMD_KERNELS_SPAN_PLAN_H_
 
@@ -49,10 +69,31 @@ inline constexpr size_t kSpanLaneMinBytes = size_t{4} << 20;
 
 // The group as the plan sees it: how many local ranks each node has (in layout order), which
 // node this is and this rank's local rank there.
+// global_ranks[n][l] is the global rank of node n's local rank l; empty means global ranks in
+// layout order (node 0's first). Only the collectives that place blocks by global rank read it.
 struct SpanShape {
   std::vector<int> node_sizes;
   int node = 0;
   int local_rank = 0;
+  std::vector<std::vector<int>> global_ranks;
+};
+
+// Which of this rank's buffers a step reads or writes: the call's input buffer's data region
+// (the CUDA view's; in-place collectives have only this one), its output buffer's region
+// (all-gather, reduce-scatter, all-to-all), or the device scratch outside every region.
+enum class SpanBuffer { kIn, kOut, kScratch };
+
+// One send or receive of a kNcclSendRecv group: `count` elements at byte `offset` of
+// `buffer`, of this rank (owner -1) or of local rank `owner` of this node through its
+// peer mapping, to or from the leader of node `peer` (its NCCL rank on lane 0).
+struct SpanTransfer {
+  bool send = false;
+  int peer = -1;
+  SpanBuffer buffer = SpanBuffer::kIn;
+  int owner = -1;
+  size_t offset = 0;
+  size_t count = 0;
+  bool operator==(const SpanTransfer&) const = default;
 };
 
 enum class SpanStepKind {
@@ -63,6 +104,18 @@ enum class SpanStepKind {
   kNcclAllReduce,       // lane `lane`: from scratch [0, count) or region [offset, +count), into
                         // scratch [0, count) or region [offset, +count) (from_/to_scratch)
   kNcclBroadcast,       // lane `lane`, in place on region [offset, +count) from node `root`
+  // Node-local all-gather kernel: [offset, +count) of every local input region -> this rank's
+  // scratch [0, local*count), local rank p's elements at p*count.
+  kLocalAllGather,
+  // This rank alone (not a meeting; runs on nodes of one rank too): a stream-ordered device
+  // copy of `count` elements from `src` of local rank `src_owner` (-1: this rank) at byte
+  // `offset` to `dst` of `dst_owner` at byte `dst_offset`. A peer's buffer is touched only
+  // between node-local meetings that order it (see each plan).
+  kLocalCopy,
+  // Lane `lane`: `transfers` in one ncclGroupStart/ncclGroupEnd, sends and receives to and
+  // from each peer in this order (NCCL matches a pair's sends and receives in order; each
+  // must have the other side's count and type).
+  kNcclSendRecv,
 };
 
 // The reduction NCCL applies between the nodes.
@@ -86,6 +139,13 @@ struct SpanStep {
   bool from_scratch = false;  // kNcclAllReduce: reads the scratch rather than the region
   bool to_scratch = false;    // kNcclAllReduce: writes the scratch rather than the region
   bool reads_input = false;   // reads its elements of the call's input: their NaN/Inf check
+  // kLocalBroadcast: the view it runs over (kIn or kOut); kLocalCopy: where it reads.
+  SpanBuffer buffer = SpanBuffer::kIn;
+  SpanBuffer dst = SpanBuffer::kIn;  // kLocalCopy: where it writes
+  int src_owner = -1;                // kLocalCopy: -1 this rank, else a local rank (peer-mapped)
+  int dst_owner = -1;
+  size_t dst_offset = 0;                // kLocalCopy: bytes
+  std::vector<SpanTransfer> transfers;  // kNcclSendRecv
   bool operator==(const SpanStep&) const = default;
 };
 
@@ -108,6 +168,22 @@ absl::StatusOr<SpanPlan> PlanSpanBroadcast(const SpanShape& shape, size_t count,
 
 // This rank's steps for a barrier.
 absl::StatusOr<SpanPlan> PlanSpanBarrier(const SpanShape& shape);
+
+// This rank's steps for an all-gather of `count` elements per rank: input at the start of
+// the input region, output global_size * count elements at the start of the output region,
+// global rank j's block at j * count.
+absl::StatusOr<SpanPlan> PlanSpanAllGather(const SpanShape& shape, size_t count, DataType dtype);
+
+// A reduce-scatter: input global_size * count elements (block j for global rank j) at the start
+// of the input region, which it overwrites; output `count` elements at the start of the output
+// region. The all-reduce's ops and refusals.
+absl::StatusOr<SpanPlan> PlanSpanReduceScatter(const SpanShape& shape, size_t count,
+                                               DataType dtype, ReduceOp op,
+                                               size_t lane_min_bytes);
+
+// An all-to-all of equal blocks of `count` elements: input block j (for global rank j) and
+// output block i (from global rank i) at i * count of the input and output regions.
+absl::StatusOr<SpanPlan> PlanSpanAllToAll(const SpanShape& shape, size_t count, DataType dtype);
 
 // Appends `more` to `plan` (a coalesced all-reduce: one plan per tensor, one scratch).
 void AppendSpanPlan(SpanPlan& plan, const SpanPlan& more);
