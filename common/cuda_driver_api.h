@@ -65,6 +65,7 @@ inline constexpr char kCudaDriverLibraryEnv[] = "COMMD_CUDA_DRIVER_LIBRARY";
   X(mem_host_unregister, cuMemHostUnregister, 4000)                          \
   X(mem_host_get_device_pointer, cuMemHostGetDevicePointer, 3020)            \
   X(memset_d8, cuMemsetD8, 3020)                                             \
+  X(memcpy_dtod_async, cuMemcpyDtoDAsync, 3020)                              \
   /* shareable allocations (VMM) */                                          \
   X(mem_get_allocation_granularity, cuMemGetAllocationGranularity, 10020)    \
   X(mem_create, cuMemCreate, 10020)                                          \

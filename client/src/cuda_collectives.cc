@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <deque>
 #include <new>
+#include <optional>
 #include <span>
 
 #include "absl/base/thread_annotations.h"
@@ -210,8 +211,8 @@ size_t ScratchBytes(const kernels::CudaCommView& v, const CheckedCall& c) {
 }
 
 absl::StatusOr<kernels::CudaCommView> MakeView(CollectiveEntry& e, const CheckedCall& c,
-                                               void* stream) {
-  const kernels::HostCommView& host = c.views.host;
+                                               void* stream, const BufferViews* views = nullptr) {
+  const kernels::HostCommView& host = (views != nullptr ? *views : c.views).host;
   const int n = host.world_size;
   if (n > kernels::kCudaMaxWorldSize) {
     return absl::InvalidArgumentError(absl::StrCat("world size ", n, " is out of range [1, ",
@@ -350,6 +351,9 @@ struct SpanLaunch {
   const kernels::SpanPlan* plan = nullptr;
   CudaSpanPart* part = nullptr;
   kernels::AllReduceThresholds thresholds;
+  // The view over the call's output buffer (all-gather, reduce-scatter, all-to-all), whose
+  // node-local steps wait on its own signal pads (every local rank makes the same steps).
+  std::optional<kernels::CudaCommView> out;
 };
 
 absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e,
@@ -370,7 +374,13 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
   int enqueued = 0;
   absl::Status st = rec.Started(id, o.cuda_stream);
   if (st.ok() && span.plan != nullptr) {
-    st = span.part->Launch(*span.plan, v, e.nan(), span.thresholds, scratch, stream, &enqueued);
+    std::optional<kernels::CudaCommView> out = span.out;
+    if (out.has_value()) {  // the same device words as the input's view
+      out->error_word = v.error_word;
+      out->nonfinite_count = v.nonfinite_count;
+    }
+    st = span.part->Launch(*span.plan, v, out.has_value() ? &*out : nullptr, e.nan(),
+                           span.thresholds, scratch, stream, &enqueued);
   } else if (st.ok()) {
     st = Launch(v, c, e.nan(), scratch, blas, stream, &enqueued);
   }
@@ -509,10 +519,13 @@ class CudaBackend : public SpanBackend {
                        Scratch(s, reinterpret_cast<uintptr_t>(stream), ScratchBytes(view, c)));
       return Enqueue(s, c, entry, view, scratch);
     }
-    const SpanLaunch span{.plan = plan,
-                          .part = span_.get(),
-                          .thresholds = {.one_shot_max_read_bytes = static_cast<size_t>(
-                                             entry.settings().one_shot_max_read_bytes())}};
+    SpanLaunch span{.plan = plan,
+                    .part = span_.get(),
+                    .thresholds = {.one_shot_max_read_bytes = static_cast<size_t>(
+                                       entry.settings().one_shot_max_read_bytes())}};
+    if (c.call.out != c.call.in && c.out_views != nullptr) {
+      ASSIGN_OR_RETURN(span.out, MakeView(entry, c, stream, c.out_views));
+    }
     ASSIGN_OR_RETURN(void* scratch,
                      Scratch(s, reinterpret_cast<uintptr_t>(stream),
                              SpanScratchBytes(*plan, view.world_size, span.thresholds)));

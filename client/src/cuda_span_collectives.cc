@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/cuda_driver_api.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/nccl_api.h"
 #include "kernels/float16.h"
@@ -62,14 +63,56 @@ Scalar InverseOf(int n, kernels::DataType t) {
 }
 
 bool IsNccl(SpanStepKind k) {
-  return k == SpanStepKind::kNcclAllReduce || k == SpanStepKind::kNcclBroadcast;
+  return k == SpanStepKind::kNcclAllReduce || k == SpanStepKind::kNcclBroadcast ||
+         k == SpanStepKind::kNcclSendRecv;
 }
+
+// The node-local kernels every local rank meets in (a copy is this rank's alone).
+bool IsMeeting(SpanStepKind k) { return !IsNccl(k) && k != SpanStepKind::kLocalCopy; }
+
+// A call's buffers as the plan names them (kernels::SpanBuffer): this rank's and, through
+// their mappings, its node's peers'.
+struct Buffers {
+  const kernels::CudaCommView* in = nullptr;
+  const kernels::CudaCommView* out = nullptr;  // null for in-place collectives
+  std::byte* scratch = nullptr;
+
+  absl::StatusOr<const kernels::CudaCommView*> View(kernels::SpanBuffer which) const {
+    const kernels::CudaCommView* v = which == kernels::SpanBuffer::kOut ? out : in;
+    if (which == kernels::SpanBuffer::kScratch || v == nullptr) {
+      return absl::InternalError(absl::StrCat("a step over buffer ", static_cast<int>(which),
+                                              ", which this call has no view of"));
+    }
+    return v;
+  }
+  // `bytes` at byte `offset` of `which` of local rank `owner` (-1: this rank), checked against
+  // the region (the plan derives every offset from the checked call; this guards the plan).
+  absl::StatusOr<std::byte*> At(kernels::SpanBuffer which, int owner, size_t offset,
+                                size_t bytes) const {
+    if (which == kernels::SpanBuffer::kScratch) {
+      if (owner >= 0 || scratch == nullptr) {
+        return absl::InternalError("a step names another rank's scratch, or none was made");
+      }
+      return scratch + offset;
+    }
+    ASSIGN_OR_RETURN(const kernels::CudaCommView* v, View(which));
+    const int rank = owner < 0 ? v->rank : owner;
+    if (rank >= v->world_size || offset > v->data_bytes || bytes > v->data_bytes - offset) {
+      return absl::InternalError(absl::StrCat("a step's ", bytes, " bytes at ", offset,
+                                              " of local rank ", rank,
+                                              "'s region pass its end (", v->data_bytes,
+                                              " bytes) or its rank is not on this node"));
+    }
+    return v->data[rank] + offset;
+  }
+};
 
 class CudaSpanPartImpl : public CudaSpanPart {
  public:
   explicit CudaSpanPartImpl(SpanSetup s) : s_(std::move(s)) {
     for (const NodeRanks& n : s_.layout) {
       shape_.node_sizes.push_back(static_cast<int>(n.global_ranks.size()));
+      shape_.global_ranks.emplace_back(n.global_ranks.begin(), n.global_ranks.end());
     }
     shape_.node = s_.node_index;
     shape_.local_rank = s_.local_rank;
@@ -124,9 +167,20 @@ class CudaSpanPartImpl : public CudaSpanPart {
       case CollectiveOp::kBarrier:
         plan = kernels::PlanSpanBarrier(shape_);
         break;
+      case CollectiveOp::kAllGather:
+        plan = kernels::PlanSpanAllGather(shape_, call.count, dtype);
+        break;
+      case CollectiveOp::kReduceScatter:
+        plan = kernels::PlanSpanReduceScatter(shape_, call.count, dtype, op,
+                                              kernels::kSpanLaneMinBytes);
+        break;
+      case CollectiveOp::kAllToAll:
+        plan = kernels::PlanSpanAllToAll(shape_, call.count, dtype);
+        break;
       default:
         plan = absl::UnimplementedError(Unsupported(call));
     }
+    if (call.matmul != nullptr) plan = absl::UnimplementedError(Unsupported(call));
     if (plan.ok()) return plan;
     return absl::Status(plan.status().code(),
                         absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)),
@@ -134,12 +188,14 @@ class CudaSpanPartImpl : public CudaSpanPart {
   }
 
   absl::Status Launch(const kernels::SpanPlan& plan, const kernels::CudaCommView& v,
-                      kernels::NanCheck nan, const kernels::AllReduceThresholds& thresholds,
-                      void* scratch, cudaStream_t stream, int* enqueued) override {
+                      const kernels::CudaCommView* out, kernels::NanCheck nan,
+                      const kernels::AllReduceThresholds& thresholds, void* scratch,
+                      cudaStream_t stream, int* enqueued) override {
+    const Buffers b{.in = &v, .out = out, .scratch = static_cast<std::byte*>(scratch)};
     std::byte* region = v.data[v.rank];
     for (const SpanStep& st : plan.steps) {
       // A node of one rank has nothing to meet within (its buffer already is the node's).
-      if (!IsNccl(st.kind) && v.world_size == 1) continue;
+      if (IsMeeting(st.kind) && v.world_size == 1) continue;
       const kernels::NanCheck step_nan = st.reads_input ? nan : kernels::NanCheck::kOff;
       void* at = region + st.offset;
       switch (st.kind) {
@@ -158,13 +214,26 @@ class CudaSpanPartImpl : public CudaSpanPart {
           RETURN_IF_ERROR(kernels::LaunchReduceScatter(v, at, scratch, st.count, st.dtype,
                                                        st.local_op, step_nan, stream));
           break;
-        case SpanStepKind::kLocalBroadcast:
+        case SpanStepKind::kLocalAllGather:
           RETURN_IF_ERROR(
-              kernels::LaunchBroadcast(v, at, st.count, st.dtype, st.root, step_nan, stream));
+              kernels::LaunchAllGather(v, at, scratch, st.count, st.dtype, step_nan, stream));
+          break;
+        case SpanStepKind::kLocalBroadcast: {
+          ASSIGN_OR_RETURN(const kernels::CudaCommView* view, b.View(st.buffer));
+          RETURN_IF_ERROR(kernels::LaunchBroadcast(*view, view->data[view->rank] + st.offset,
+                                                   st.count, st.dtype, st.root, step_nan,
+                                                   stream));
+          break;
+        }
+        case SpanStepKind::kLocalCopy:
+          RETURN_IF_ERROR(Copy(st, b, stream));
           break;
         case SpanStepKind::kNcclAllReduce:
         case SpanStepKind::kNcclBroadcast:
           RETURN_IF_ERROR(NcclStep(st, region, scratch, stream));
+          break;
+        case SpanStepKind::kNcclSendRecv:
+          RETURN_IF_ERROR(NcclSendRecv(st, b, stream));
           break;
       }
       ++*enqueued;
@@ -199,14 +268,14 @@ class CudaSpanPartImpl : public CudaSpanPart {
   std::string Unsupported(const CollectiveCall& call) const {
     if (call.matmul != nullptr) {
       return absl::StrCat("the fused matmuls run on groups within one node only (this one spans ",
-                          s_.layout.size(), " nodes)");
+                          s_.layout.size(),
+                          " nodes: their GEMM is fused into the node-local kernels' passes over "
+                          "peer memory, which NCCL's steps between the nodes cannot join)");
     }
     return absl::StrCat(
-        "across nodes on CUDA memory this SDK runs all-reduce (also coalesced), broadcast and "
-        "barrier; this collective places each global rank's block at its global rank, and the "
-        "node-local CUDA kernels take a node's blocks in local-rank order while a node's global "
-        "ranks may be any (this group spans ",
-        s_.layout.size(), " nodes). Use a host group for it, or a node-local group");
+        "across nodes on CUDA memory this SDK runs all-reduce (also coalesced), broadcast, "
+        "barrier, all-gather, reduce-scatter and all-to-all (this group spans ",
+        s_.layout.size(), " nodes)");
   }
 
   std::pair<int, int> Locate(int global_rank) const {
@@ -360,6 +429,60 @@ class CudaSpanPartImpl : public CudaSpanPart {
     // May go once the call that takes it has returned (nccl.h); the communicator may be gone.
     if (premul && comm_ != nullptr) (void)nccl_->red_op_destroy(op, comm_);
     return done;
+  }
+
+  // A stream-ordered device copy (the driver's, so a peer's region is reached through its
+  // mapping here).
+  static absl::Status Copy(const SpanStep& st, const Buffers& b, cudaStream_t stream) {
+    const size_t bytes = st.count * kernels::DataTypeSize(st.dtype);
+    ASSIGN_OR_RETURN(std::byte * from, b.At(st.buffer, st.src_owner, st.offset, bytes));
+    ASSIGN_OR_RETURN(std::byte * to, b.At(st.dst, st.dst_owner, st.dst_offset, bytes));
+    ASSIGN_OR_RETURN(const CudaDriverApi* cu, CudaDriver());
+    if (const CUresult r = cu->memcpy_dtod_async(reinterpret_cast<CUdeviceptr>(to),
+                                                 reinterpret_cast<CUdeviceptr>(from), bytes,
+                                                 reinterpret_cast<CUstream>(stream));
+        r != CUDA_SUCCESS) {
+      const char* name = nullptr;
+      cu->get_error_name(r, &name);
+      return absl::InternalError(absl::StrCat("cuMemcpyDtoDAsync of ", bytes,
+                                              " bytes: ", name != nullptr ? name : "error ",
+                                              name != nullptr ? "" : absl::StrCat(r)));
+    }
+    return absl::OkStatus();
+  }
+
+  // One group of sends and receives on this rank's lane (see SpanStepKind::kNcclSendRecv):
+  // every call of the group is made, then ncclGroupEnd, which is polled to its end.
+  absl::Status NcclSendRecv(const SpanStep& st, const Buffers& b, cudaStream_t stream) {
+    const size_t es = kernels::DataTypeSize(st.dtype);
+    std::vector<std::byte*> at;
+    for (const kernels::SpanTransfer& x : st.transfers) {
+      ASSIGN_OR_RETURN(std::byte * p, b.At(x.buffer, x.owner, x.offset, x.count * es));
+      at.push_back(p);
+    }
+    absl::MutexLock lock(&mu_);
+    if (comm_ == nullptr) {
+      if (absl::Status made = ConnectLocked(); !made.ok()) {
+        FailLocked(made);
+        return failed_;
+      }
+    }
+    const ncclDataType_t type = NcclType(st.dtype);
+    if (const ncclResult_t r = nccl_->group_start(); r != ncclSuccess) {
+      return Finish(r, "ncclGroupStart");
+    }
+    ncclResult_t first = ncclSuccess;
+    std::string failed_call;
+    for (size_t i = 0; i < st.transfers.size() && first == ncclSuccess; ++i) {
+      const kernels::SpanTransfer& x = st.transfers[i];
+      first = x.send ? nccl_->send(at[i], x.count, type, x.peer, comm_, stream)
+                     : nccl_->recv(at[i], x.count, type, x.peer, comm_, stream);
+      if (first != ncclSuccess) failed_call = x.send ? "ncclSend" : "ncclRecv";
+    }
+    // Ended even after a failed call, as NCCL asks, so no group stays open on this thread.
+    const ncclResult_t end = nccl_->group_end();
+    if (first != ncclSuccess) return Finish(first, failed_call);
+    return Finish(end, "ncclGroupEnd");
   }
 
   // Polls the call that returned `first` to its end (nonblocking communicator).

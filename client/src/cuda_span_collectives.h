@@ -54,11 +54,13 @@ class CudaSpanPart {
   // has none across nodes on CUDA memory.
   virtual absl::StatusOr<kernels::SpanPlan> Plan(const CheckedCall& c) = 0;
   // Enqueues `plan` on `stream` with the group's device current; *enqueued counts the steps
-  // queued. Makes the lane's communicator first if the plan needs it (blocks until every
-  // member has joined).
+  // queued. `v` is the view over the call's input buffer, `out` over its output buffer (null
+  // for the in-place collectives). Makes the lane's communicator first if the plan needs it
+  // (blocks until every member has joined).
   virtual absl::Status Launch(const kernels::SpanPlan& plan, const kernels::CudaCommView& v,
-                              kernels::NanCheck nan, const kernels::AllReduceThresholds& thresholds,
-                              void* scratch, cudaStream_t stream, int* enqueued) = 0;
+                              const kernels::CudaCommView* out, kernels::NanCheck nan,
+                              const kernels::AllReduceThresholds& thresholds, void* scratch,
+                              cudaStream_t stream, int* enqueued) = 0;
   // The group was aborted (the client's event thread).
   virtual void Close() = 0;
   // The call failed after the agreement: the ranks are out of step, so ask the daemon to

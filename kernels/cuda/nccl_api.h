@@ -16,7 +16,8 @@
 // the communicator and whatever of it still runs on the device (NCCL's "Fault tolerance"
 // documentation; PyTorch's ProcessGroupNCCL does the same under
 // TORCH_NCCL_USE_COMM_NONBLOCKING). ncclGetLastError (2.13) and ncclRedOpCreatePreMulSum
-// (2.11) are older. Only in builds with CUDA headers (nccl.h from the toolkit).
+// (2.11) are older, as are ncclSend/ncclRecv and ncclGroupStart/ncclGroupEnd (2.7; on a
+// nonblocking communicator ncclGroupEnd may return ncclInProgress and is polled like a call). Only in builds with CUDA headers (nccl.h from the toolkit).
 #ifndef COMMD_KERNELS_CUDA_NCCL_API_H_
 #define COMMD_KERNELS_CUDA_NCCL_API_H_
 
@@ -50,6 +51,11 @@ using NcclBroadcastFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataTyp
 using NcclRedOpCreatePreMulSumFn = ncclResult_t (*)(ncclRedOp_t*, void* scalar, ncclDataType_t,
                                                     ncclScalarResidence_t, ncclComm_t);
 using NcclRedOpDestroyFn = ncclResult_t (*)(ncclRedOp_t, ncclComm_t);
+using NcclSendFn = ncclResult_t (*)(const void*, size_t, ncclDataType_t, int peer, ncclComm_t,
+                                    cudaStream_t);
+using NcclRecvFn = ncclResult_t (*)(void*, size_t, ncclDataType_t, int peer, ncclComm_t,
+                                    cudaStream_t);
+using NcclGroupFn = ncclResult_t (*)();
 
 // X(member, exported symbol, pointer type).
 #define COMMD_NCCL_FUNCTIONS(X)                                                      \
@@ -63,7 +69,11 @@ using NcclRedOpDestroyFn = ncclResult_t (*)(ncclRedOp_t, ncclComm_t);
   X(all_reduce, ncclAllReduce, NcclAllReduceFn)                                      \
   X(broadcast, ncclBroadcast, NcclBroadcastFn)                                       \
   X(red_op_create_pre_mul_sum, ncclRedOpCreatePreMulSum, NcclRedOpCreatePreMulSumFn) \
-  X(red_op_destroy, ncclRedOpDestroy, NcclRedOpDestroyFn)
+  X(red_op_destroy, ncclRedOpDestroy, NcclRedOpDestroyFn)                           \
+  X(send, ncclSend, NcclSendFn)                                                      \
+  X(recv, ncclRecv, NcclRecvFn)                                                      \
+  X(group_start, ncclGroupStart, NcclGroupFn)                                        \
+  X(group_end, ncclGroupEnd, NcclGroupFn)
 
 struct NcclApi {
 #define COMMD_NCCL_MEMBER_(member, symbol, type) type member = nullptr;

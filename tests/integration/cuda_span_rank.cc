@@ -4,19 +4,25 @@
 // replaced at the CUDA runtime boundary (kernels::cuda_internal::SetKernelRuntimeForTesting).
 // Everything else is the real SDK: the agreement through host words and gloo between the
 // nodes, the plan, the NCCL communicators' rendezvous through the job's store, the recorder's
-// stream-ordered writes. No data moves (the fakes run no kernel); kernels/span_plan_test checks
-// what the steps compute.
+// stream-ordered writes. Only the driver's copies move data (the fakes run no kernel and NCCL
+// moves nothing); kernels/span_plan_test checks what the steps compute.
 //
 //   cuda_span_rank GROUP RANK WORLD GLOBAL_RANK GLOBAL_WORLD TIMEOUT_MS LEAVE_FILE MODE
 //
 // Joins on cuda:RANK, prints "joined", runs MODE, printing a line per call
 // ("<name> <CODE> <message>") and each node-local launch ("launch <collective> count=<n>
 // root=<r> offset=<bytes>"):
-//   calls    all-reduce of 1000 fp32 (sum), all-gather (refused), an all-reduce of 1000 fp32
-//            with 999 on the last global rank (refused everywhere), broadcast of 10 int32 from
-//            global rank 1, all-reduce avg of 6 fp32, barrier, all-reduce of 1048577 fp32 (lanes)
+//   calls    all-reduce of 1000 fp32 (sum); all-gather, reduce-scatter (sum) and all-to-all of
+//            10 fp32 per block, printing the output the fake driver's copies wrote
+//            ("reduce_scatter_out <10 values>", a barrier, "all_to_all_out <element 0 of each
+//            block>");
+//            an all-gather of 9 on the last global rank and 10 elsewhere (refused everywhere);
+//            an all-reduce of 1000 fp32 with 999 on the last global rank (refused everywhere),
+//            broadcast of 10 int32 from global rank 1, all-reduce avg of 6 fp32, barrier,
+//            all-reduce of 1048577 fp32 (lanes)
 //   uneven   all-reduce of 1048577 fp32 (the leaders: nodes of unequal size), broadcast of 10
 //            int32 from the last global rank
+//   blocks   the all-gather, reduce-scatter and all-to-all of "calls"
 //   no-nccl  one all-reduce (COMMD_NCCL_LIBRARY names no library)
 // Prints "done", waits for the group's abort or LEAVE_FILE, prints "left", exits 0 two seconds
 // later.
@@ -25,10 +31,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "commd/commd.h"
 #include "kernels/cuda/collectives.h"
@@ -57,6 +65,8 @@ const char* Name(commd::CollectiveOp op) {
       return "broadcast";
     case commd::CollectiveOp::kAllGather:
       return "all_gather";
+    case commd::CollectiveOp::kAllToAll:
+      return "all_to_all";
     default:
       return "other";
   }
@@ -74,12 +84,41 @@ void Said(const std::string& what, const absl::Status& s) {
   Print(absl::StrCat(what, " ", absl::StatusCodeToString(s.code()), " ", s.message()));
 }
 
+// All-gather, reduce-scatter and all-to-all of 10 fp32 per block on the caller's stream.
+void Blocks(commd::Group& g, commd::SymmetricBuffer& a, commd::SymmetricBuffer& b,
+            int global_rank, int global_world) {
+  commd::CollectiveOptions o;
+  o.cuda_stream = reinterpret_cast<void*>(0x1000);
+  Said("all_gather", g.AllGather(a, b, 10, DataType::kFloat32, o));
+  // The fake driver's copies move data (its device memory is this process's): input element e
+  // of global rank r holds r * 1000 + e, so where each copy read from shows in the output.
+  auto* in = static_cast<float*>(a.data());
+  auto* out = static_cast<float*>(b.data());
+  const auto fill = [&] {
+    for (int e = 0; e < 10 * global_world; ++e) in[e] = static_cast<float>(global_rank * 1000 + e);
+    for (int e = 0; e < 10 * global_world; ++e) out[e] = -1;
+  };
+  fill();
+  Said("reduce_scatter", g.ReduceScatter(a, b, 10, DataType::kFloat32, ReduceOp::kSum, o));
+  Print(absl::StrCat("reduce_scatter_out ", absl::StrJoin(out, out + 10, ",")));
+  fill();
+  Said("all_to_all", g.AllToAll(a, b, 10, DataType::kFloat32, o));
+  // The peers' copies into this output ran (at once, on the fake) before they entered this
+  // barrier's agreement: the fake kernels order nothing.
+  Said("sync", g.Barrier());
+  std::vector<float> blocks;  // element 0 of each block of the output
+  for (int r = 0; r < global_world; ++r) blocks.push_back(out[r * 10]);
+  Print(absl::StrCat("all_to_all_out ", absl::StrJoin(blocks, ",")));
+}
+
 void Calls(commd::Group& g, commd::SymmetricBuffer& a, commd::SymmetricBuffer& b, int global_rank,
            int global_world) {
   commd::CollectiveOptions o;
   o.cuda_stream = reinterpret_cast<void*>(0x1000);
   Said("all_reduce", g.AllReduce(a, 1000, DataType::kFloat32, ReduceOp::kSum, o));
-  Said("all_gather", g.AllGather(a, b, 10, DataType::kFloat32, o));
+  Blocks(g, a, b, global_rank, global_world);
+  Said("mismatch_gather",
+       g.AllGather(a, b, global_rank == global_world - 1 ? 9 : 10, DataType::kFloat32, o));
   Said("mismatch", g.AllReduce(a, global_rank == global_world - 1 ? 999 : 1000, DataType::kFloat32,
                                ReduceOp::kSum, o));
   Said("broadcast", g.Broadcast(a, 10, DataType::kInt32, 1, o));
@@ -130,6 +169,8 @@ int main(int argc, char** argv) {
   }
   if (mode == "calls") {
     Calls(g, **a, **b, global_rank, global_world);
+  } else if (mode == "blocks") {
+    Blocks(g, **a, **b, global_rank, global_world);
   } else if (mode == "uneven") {
     commd::CollectiveOptions o;
     Said("all_reduce", g.AllReduce(**a, 1048577, DataType::kFloat32, ReduceOp::kSum, o));

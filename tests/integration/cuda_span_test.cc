@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -126,11 +127,37 @@ TEST_F(CudaSpanTest, TwoByTwoAgreesThenLaunchesTheNodeLocalKernelsAndNcclPerLane
     EXPECT_THAT(calls["all_reduce"].launches,
                 ElementsAre("launch all_reduce count=1000 root=0 offset=0",
                             "launch broadcast count=1000 root=0 offset=0"));
-    // Refused after the agreement, the same on every rank, nothing launched.
-    EXPECT_THAT(calls["all_gather"].result,
-                HasSubstr("UNIMPLEMENTED all_gather on group g: across nodes on CUDA memory this "
-                          "SDK runs all-reduce (also coalesced), broadcast and barrier"));
-    EXPECT_THAT(calls["all_gather"].launches, IsEmpty());
+    // All-gather: the node's blocks into each rank's scratch, the leaders' exchange (NCCL,
+    // below), the leader's output broadcast over the output buffer's view.
+    EXPECT_EQ(calls["all_gather"].result, "OK ");
+    EXPECT_THAT(calls["all_gather"].launches,
+                ElementsAre("launch all_gather count=10 root=0 offset=0",
+                            "launch broadcast count=40 root=0 offset=0"));
+    // Reduce-scatter: the all-reduce of all 40 elements, then the driver's copy of this rank's
+    // block (at its global rank) into its output: the fakes reduce nothing, so the output is
+    // this rank's own input block there.
+    EXPECT_EQ(calls["reduce_scatter"].result, "OK ");
+    EXPECT_THAT(calls["reduce_scatter"].launches,
+                ElementsAre("launch all_reduce count=40 root=0 offset=0",
+                            "launch broadcast count=40 root=0 offset=0"));
+    std::vector<std::string> block;
+    for (int e = 0; e < 10; ++e) block.push_back(absl::StrCat(g * 1010 + e));
+    EXPECT_EQ(calls["reduce_scatter_out"].result, absl::StrJoin(block, ","));
+    // All-to-all: two barriers around the copies within the node (the driver's, into the peers'
+    // outputs through their mappings: real data here) and the leaders' exchange.
+    EXPECT_EQ(calls["all_to_all"].result, "OK ");
+    EXPECT_THAT(calls["all_to_all"].launches,
+                ElementsAre("launch barrier count=0 root=0 offset=0",
+                            "launch barrier count=0 root=0 offset=0"));
+    std::vector<std::string> firsts;  // block r of this rank's output, element 0
+    for (int r = 0; r < 4; ++r) {
+      firsts.push_back(r / 2 == g / 2 ? absl::StrCat(r * 1000 + g * 10) : "-1");  // NCCL: fake
+    }
+    EXPECT_EQ(calls["all_to_all_out"].result, absl::StrJoin(firsts, ","));
+    // One rank's other count fails every rank of every node before anything is enqueued.
+    EXPECT_THAT(calls["mismatch_gather"].result,
+                HasSubstr("INVALID_ARGUMENT all_gather on group g: the ranks' calls differ"));
+    EXPECT_THAT(calls["mismatch_gather"].launches, IsEmpty());
     // One rank's other count fails every rank of every node before anything is enqueued.
     EXPECT_THAT(calls["mismatch"].result,
                 HasSubstr("INVALID_ARGUMENT all_reduce on group g: the ranks' calls differ"));
@@ -165,6 +192,19 @@ TEST_F(CudaSpanTest, TwoByTwoAgreesThenLaunchesTheNodeLocalKernelsAndNcclPerLane
       want.push_back(absl::StrCat("ncclCommInitRankConfig nranks=2 rank=", node0 ? 0 : 1,
                                   " blocking=0 id=fake-id-", ranks[node0 ? g : g - 2]->pid()));
       want.push_back("ncclAllReduce count=1000 dtype=7 op=0");
+      const std::string peer = node0 ? "1" : "0";
+      // All-gather: the node's two blocks (global ranks in a run) each way, in one group.
+      want.push_back("ncclGroupStart");
+      want.push_back("ncclSend count=20 dtype=7 peer=" + peer);
+      want.push_back("ncclRecv count=20 dtype=7 peer=" + peer);
+      want.push_back("ncclGroupEnd");
+      want.push_back("ncclAllReduce count=40 dtype=7 op=0");  // reduce-scatter
+      // All-to-all: each local rank's block for each of the other node's ranks, one group.
+      want.push_back("ncclGroupStart");
+      for (int i = 0; i < 4; ++i) want.push_back("ncclSend count=10 dtype=7 peer=" + peer);
+      for (int i = 0; i < 4; ++i) want.push_back("ncclRecv count=10 dtype=7 peer=" + peer);
+      want.push_back("ncclGroupEnd");
+      want.push_back("ncclAllReduce count=1 dtype=2 op=0");  // the barrier after it
       want.push_back("ncclBroadcast count=10 dtype=2 root=0");
       want.push_back("ncclRedOpCreatePreMulSum dtype=7 residence=1 scalar_f32=0.25");
       want.push_back("ncclAllReduce count=6 dtype=7 op=5");
@@ -189,6 +229,20 @@ TEST_F(CudaSpanTest, TwoByTwoAgreesThenLaunchesTheNodeLocalKernelsAndNcclPerLane
       const size_t rank_at = line.find(" rank=", line.find("ncclComm") == 0 ? line.size() : 0);
       if (rank_at != std::string::npos) line.erase(rank_at, line.find(' ', rank_at + 1) - rank_at);
       EXPECT_EQ(line, want[i]) << nccl[i];
+    }
+    // The all-to-all's sends read both local ranks' inputs (the peer's through its mapping):
+    // blocks 2 and 3 of each, 40 bytes apart within one region.
+    if (leader) {
+      std::vector<uint64_t> from;
+      for (const std::string& line : nccl) {
+        if (absl::StartsWith(line, "ncclSend") && absl::StrContains(line, "count=10 ")) {
+          from.push_back(std::stoull(Field(line, "send"), nullptr, 16));
+        }
+      }
+      ASSERT_EQ(from.size(), 4u);
+      EXPECT_EQ(from[1] - from[0], 40u);
+      EXPECT_EQ(from[3] - from[2], 40u);
+      EXPECT_NE(from[0], from[2]);
     }
     // The leaders' path reduces in place; a lane goes from the scratch into the region.
     for (const std::string& line : nccl) {
@@ -271,6 +325,86 @@ TEST_F(CudaSpanTest, UnevenNodesGoThroughTheLeadersAndALoneRankLaunchesNothing) 
       EXPECT_EQ(nccl, want);
     }
   }
+#endif
+}
+
+// Three nodes of 1, 2 and 3 ranks whose global ranks interleave (node-a {3}, node-b {0, 5},
+// node-c {1, 2, 4}): all-gather, reduce-scatter and all-to-all through the leaders, every block
+// at its global rank (the copies' data are real here; NCCL's sends and receives are counted).
+TEST_F(CudaSpanTest, UnevenInterleavedNodesPlaceEveryBlockByGlobalRank) {
+#ifdef COMMD_FAKE_LIBNCCL
+  ::setenv("COMMD_FAKE_CUDA_DEVICES", "3", 1);
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b", "node-c"}, &n);
+  if (HasFatalFailure()) return;
+  const std::vector<std::vector<int>> globals = {{3}, {0, 5}, {1, 2, 4}};
+  std::map<int, ChildProcess*> ranks;  // by global rank
+  std::map<int, int> node_of;
+  for (int node = 0; node < 3; ++node) {
+    const int world = static_cast<int>(globals[node].size());
+    for (int l = 0; l < world; ++l) {
+      const int g = globals[node][l];
+      node_of[g] = node;
+      ranks[g] = StartRank({.node = n[node],
+                            .rank = l,
+                            .world = world,
+                            .global_rank = g,
+                            .global_world = 6,
+                            .mode = "blocks",
+                            .env = {std::string("COMMD_NCCL_LIBRARY=") + COMMD_FAKE_LIBNCCL,
+                                    "COMMD_FAKE_NCCL_CALL_LOG=" + NcclLog(g)}});
+    }
+  }
+  for (auto& [g, r] : ranks) ASSERT_TRUE(r->WaitForLog("done", absl::Seconds(120))) << r->Log();
+  for (auto& [g, r] : ranks) {
+    SCOPED_TRACE(absl::StrCat("global rank ", g));
+    const int node = node_of[g];
+    const int local = static_cast<int>(globals[node].size());
+    const bool leader = globals[node][0] == g;
+    std::map<std::string, Call> calls = Calls(r->Log());
+    EXPECT_EQ(calls["all_gather"].result, "OK ");
+    EXPECT_EQ(calls["reduce_scatter"].result, "OK ");
+    EXPECT_EQ(calls["all_to_all"].result, "OK ");
+    if (local == 1) {  // nothing to meet within: no node-local kernel
+      EXPECT_THAT(calls["all_gather"].launches, IsEmpty());
+      EXPECT_THAT(calls["all_to_all"].launches, IsEmpty());
+    } else {
+      EXPECT_THAT(calls["all_gather"].launches,
+                  ElementsAre("launch all_gather count=10 root=0 offset=0",
+                              "launch broadcast count=60 root=0 offset=0"));
+    }
+    // This rank's block is the one at its global rank.
+    std::vector<std::string> block;
+    for (int e = 0; e < 10; ++e) block.push_back(absl::StrCat(g * 1010 + e));
+    EXPECT_EQ(calls["reduce_scatter_out"].result, absl::StrJoin(block, ","));
+    std::vector<std::string> firsts;
+    for (int i = 0; i < 6; ++i) {
+      firsts.push_back(node_of[i] == node ? absl::StrCat(i * 1000 + g * 10) : "-1");
+    }
+    EXPECT_EQ(calls["all_to_all_out"].result, absl::StrJoin(firsts, ","));
+    // NCCL: the leaders only; per group, what this node sends and receives.
+    size_t sent = 0, received = 0, groups = 0;
+    for (const std::string& line : NcclCalls(g)) {
+      if (absl::StartsWith(line, "ncclGroupStart")) ++groups;
+      size_t count = 0;
+      if (absl::StartsWith(line, "ncclSend") || absl::StartsWith(line, "ncclRecv")) {
+        count = std::stoul(Field(line, "count"));
+        EXPECT_NE(Field(line, "peer"), "") << line;
+      }
+      (absl::StartsWith(line, "ncclSend") ? sent : received) += count;
+    }
+    if (!leader) {
+      EXPECT_THAT(NcclCalls(g), IsEmpty());
+      continue;
+    }
+    EXPECT_EQ(groups, 2u);
+    const size_t others = 6 - static_cast<size_t>(local);
+    // All-gather: this node's blocks to each of 2 other nodes, every other node's blocks in;
+    // all-to-all: each local rank's block for each rank elsewhere, and back.
+    EXPECT_EQ(sent, 10 * (2 * static_cast<size_t>(local) + local * others));
+    EXPECT_EQ(received, 10 * (others + others * local));
+  }
+  ::setenv("COMMD_FAKE_CUDA_DEVICES", "2", 1);
 #endif
 }
 
