@@ -35,15 +35,14 @@ absl::Status CheckShape(const SpanShape& s) {
   for (size_t n = 0; n < s.node_sizes.size(); ++n) {
     if (n >= s.global_ranks.size() ||
         static_cast<int>(s.global_ranks[n].size()) != s.node_sizes[n]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the layout's global ranks do not name node ", n, "'s ", s.node_sizes[n],
-                       " ranks"));
+      return absl::InvalidArgumentError(absl::StrCat("the layout's global ranks do not name node ",
+                                                     n, "'s ", s.node_sizes[n], " ranks"));
     }
     for (int g : s.global_ranks[n]) {
       if (g < 0 || g >= global || seen[static_cast<size_t>(g)]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "global rank ", g, " on node ", n, " is out of range [0, ", global - 1,
-            "] or named twice"));
+        return absl::InvalidArgumentError(absl::StrCat("global rank ", g, " on node ", n,
+                                                       " is out of range [0, ", global - 1,
+                                                       "] or named twice"));
       }
       seen[static_cast<size_t>(g)] = true;
     }
@@ -64,8 +63,8 @@ int GlobalRankOf(const SpanShape& s, int node, int local) {
 std::vector<std::pair<int, int>> Runs(const SpanShape& s, int node) {
   std::vector<std::pair<int, int>> runs;
   for (int l = 0; l < s.node_sizes[static_cast<size_t>(node)]; ++l) {
-    if (!runs.empty() && GlobalRankOf(s, node, runs.back().first) + runs.back().second ==
-                             GlobalRankOf(s, node, l)) {
+    if (!runs.empty() &&
+        GlobalRankOf(s, node, runs.back().first) + runs.back().second == GlobalRankOf(s, node, l)) {
       ++runs.back().second;
     } else {
       runs.push_back({l, 1});
@@ -317,9 +316,7 @@ absl::StatusOr<SpanPlan> PlanSpanAllToAll(const SpanShape& s, size_t count, Data
   if (count == 0) return plan;
   const int local = s.node_sizes[static_cast<size_t>(s.node)];
   const size_t block = count * DataTypeSize(dtype);
-  auto at = [&](int node, int l) {
-    return static_cast<size_t>(GlobalRankOf(s, node, l)) * block;
-  };
+  auto at = [&](int node, int l) { return static_cast<size_t>(GlobalRankOf(s, node, l)) * block; };
   const SpanStep base{.count = count, .dtype = dtype};
   plan.steps.push_back({.kind = SpanStepKind::kLocalBarrier});
   // Within the node: this rank's block for local rank q goes to q's output at this rank's place.

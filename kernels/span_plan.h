@@ -177,9 +177,8 @@ absl::StatusOr<SpanPlan> PlanSpanAllGather(const SpanShape& shape, size_t count,
 // A reduce-scatter: input global_size * count elements (block j for global rank j) at the start
 // of the input region, which it overwrites; output `count` elements at the start of the output
 // region. The all-reduce's ops and refusals.
-absl::StatusOr<SpanPlan> PlanSpanReduceScatter(const SpanShape& shape, size_t count,
-                                               DataType dtype, ReduceOp op,
-                                               size_t lane_min_bytes);
+absl::StatusOr<SpanPlan> PlanSpanReduceScatter(const SpanShape& shape, size_t count, DataType dtype,
+                                               ReduceOp op, size_t lane_min_bytes);
 
 // An all-to-all of equal blocks of `count` elements: input block j (for global rank j) and
 // output block i (from global rank i) at i * count of the input and output regions.

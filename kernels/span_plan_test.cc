@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <map>
 #include <ostream>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -43,7 +43,7 @@ std::ostream& operator<<(std::ostream& os, const Elem& e) { return os << Text(e)
 struct Rank {
   int node, local, global;
   SpanPlan plan;
-  size_t next = 0;  // the next step to run
+  size_t next = 0;                         // the next step to run
   std::vector<Elem> region, out, scratch;  // region: the call's input buffer's data region
 };
 
@@ -53,8 +53,8 @@ std::string Describe(const SpanStep& s) {
   std::string t;
   for (const SpanTransfer& x : s.transfers) {
     absl::StrAppend(&t, x.send ? " send" : " recv", "(peer ", x.peer, " buf ",
-                    static_cast<int>(x.buffer), " owner ", x.owner, " @", x.offset, " n ",
-                    x.count, ")");
+                    static_cast<int>(x.buffer), " owner ", x.owner, " @", x.offset, " n ", x.count,
+                    ")");
   }
   return absl::StrCat("kind ", static_cast<int>(s.kind), " offset ", s.offset, " count ", s.count,
                       " lane ", s.lane, " root ", s.root, " dtype ", static_cast<int>(s.dtype),
@@ -111,7 +111,8 @@ class Model {
         if (!ready) continue;
         std::vector<Rank*> group = Members(s, r);
         err = Execute(r, s, group);
-        if (!err.empty()) return absl::StrCat("global rank ", r.global, ": ", err, " in ", Describe(s));
+        if (!err.empty())
+          return absl::StrCat("global rank ", r.global, ": ", err, " in ", Describe(s));
         for (Rank* q : group) ++q->next;
         progressed = true;
       }
@@ -324,7 +325,8 @@ class Model {
           const auto& [va, a, na, sa] = t[i];
           const auto& [vb, b, nb, sb] = t[j];
           if (va == vb && a < b + nb && b < a + na && !(sa && sb)) {
-            return absl::StrCat("global rank ", q->global, "'s transfers overlap at ", a, " and ", b);
+            return absl::StrCat("global rank ", q->global, "'s transfers overlap at ", a, " and ",
+                                b);
           }
         }
       }
@@ -346,9 +348,10 @@ class Model {
                               " has ", x.count, " elements, its receive ", y.count);
         }
         const std::vector<Elem>& sv = *Buf(*from, x.buffer, x.owner);
-        writes.push_back({Buf(*to, y.buffer, y.owner), y.offset / es_,
-                          std::vector<Elem>(sv.begin() + static_cast<ptrdiff_t>(x.offset / es_),
-                                            sv.begin() + static_cast<ptrdiff_t>(x.offset / es_ + x.count))});
+        writes.push_back(
+            {Buf(*to, y.buffer, y.owner), y.offset / es_,
+             std::vector<Elem>(sv.begin() + static_cast<ptrdiff_t>(x.offset / es_),
+                               sv.begin() + static_cast<ptrdiff_t>(x.offset / es_ + x.count))});
       }
     }
     for (const auto& [pair, list] : recvs) {
@@ -357,7 +360,8 @@ class Model {
                             ", which sends nothing");
       }
     }
-    for (Pending& w : writes) std::copy(w.data.begin(), w.data.end(), w.to->begin() + static_cast<ptrdiff_t>(w.at));
+    for (Pending& w : writes)
+      std::copy(w.data.begin(), w.data.end(), w.to->begin() + static_cast<ptrdiff_t>(w.at));
     return "";
   }
 
@@ -380,8 +384,8 @@ Elem Input(size_t g, int global, size_t index) {
 // Every rank of `sizes` (global ranks from `globals`, or in layout order), its region of
 // `elems` elements holding its own input on [first, first + count) and untouched elsewhere;
 // `out_elems` untouched output elements.
-std::vector<Rank> MakeRanks(const std::vector<int>& sizes, size_t elems, size_t first,
-                            size_t count, const std::vector<std::vector<int>>& globals = {},
+std::vector<Rank> MakeRanks(const std::vector<int>& sizes, size_t elems, size_t first, size_t count,
+                            const std::vector<std::vector<int>>& globals = {},
                             size_t out_elems = 0) {
   int g = 0;
   for (int n : sizes) g += n;
@@ -633,8 +637,10 @@ int ForEveryLayout(const std::vector<size_t>& counts, size_t in_blocks, size_t o
           const size_t out = count * (out_blocks == 0 ? 1 : out_blocks * g);
           std::vector<Rank> ranks = MakeRanks(sizes, in + 2, 0, in, globals, out + 2);
           for (Rank& r : ranks) {
-            const SpanShape shape{
-                .node_sizes = sizes, .node = r.node, .local_rank = r.local, .global_ranks = globals};
+            const SpanShape shape{.node_sizes = sizes,
+                                  .node = r.node,
+                                  .local_rank = r.local,
+                                  .global_ranks = globals};
             absl::StatusOr<SpanPlan> plan = plan_of(shape, count, dtype);
             if (!plan.ok()) {
               ADD_FAILURE() << plan.status();
@@ -644,12 +650,12 @@ int ForEveryLayout(const std::vector<size_t>& counts, size_t in_blocks, size_t o
             r.scratch.assign(plan->scratch_bytes / es + 1, Untouched(g));
             EXPECT_EQ(plan->scratch_bytes % es, 0u);
           }
-          const std::string what = absl::StrCat("layout ", Layout(sizes), " globals ",
-                                                absl::StrJoin(globals, " ", [](std::string* o,
-                                                                               const auto& v) {
-                                                  absl::StrAppend(o, absl::StrJoin(v, ","));
-                                                }),
-                                                " count ", count, " dtype ", DataTypeName(dtype));
+          const std::string what = absl::StrCat(
+              "layout ", Layout(sizes), " globals ",
+              absl::StrJoin(
+                  globals, " ",
+                  [](std::string* o, const auto& v) { absl::StrAppend(o, absl::StrJoin(v, ",")); }),
+              " count ", count, " dtype ", DataTypeName(dtype));
           const std::string ran = Simulate(ranks, sizes, es);
           if (!ran.empty()) {
             ADD_FAILURE() << what << ": " << ran;
@@ -676,8 +682,8 @@ TEST(SpanPlanTest, AllGatherPutsEveryGlobalRanksBlockAtItsPlaceOnEveryRank) {
          const std::string& what) {
         for (const Rank& r : ranks) {
           for (size_t e = 0; e < out + 2; ++e) {
-            const Elem want = e < out ? Input(g, static_cast<int>(e / count), e % count)
-                                      : Untouched(g);
+            const Elem want =
+                e < out ? Input(g, static_cast<int>(e / count), e % count) : Untouched(g);
             if (r.out[e] != want) {
               ADD_FAILURE() << what << ": global rank " << r.global << " output element " << e
                             << " is " << r.out[e] << ", want " << want;
@@ -742,10 +748,9 @@ TEST(SpanPlanTest, AllToAllDeliversEveryBlockFromEveryGlobalRankToItsPlace) {
         for (const Rank& r : ranks) {
           for (size_t e = 0; e < out + 2; ++e) {
             // Block i of rank j's output: block j of global rank i's input.
-            const Elem want =
-                e < out ? Input(g, static_cast<int>(e / count),
-                                static_cast<size_t>(r.global) * count + e % count)
-                        : Untouched(g);
+            const Elem want = e < out ? Input(g, static_cast<int>(e / count),
+                                              static_cast<size_t>(r.global) * count + e % count)
+                                      : Untouched(g);
             if (r.out[e] != want) {
               ADD_FAILURE() << what << ": global rank " << r.global << " output element " << e
                             << " is " << r.out[e] << ", want " << want;
@@ -776,16 +781,13 @@ TEST(SpanPlanTest, BlockCollectivesUseTheLeadersAndTheAllReducesOps) {
     ++nccl;
     EXPECT_EQ(st.lane, 0);
     ASSERT_EQ(st.transfers.size(), 2u) << Describe(st);
-    EXPECT_EQ(st.transfers[0], (SpanTransfer{.send = true,
-                                             .peer = 0,
-                                             .buffer = SpanBuffer::kScratch,
-                                             .offset = 0,
-                                             .count = 40}));
-    EXPECT_EQ(st.transfers[1], (SpanTransfer{.send = false,
-                                             .peer = 0,
-                                             .buffer = SpanBuffer::kOut,
-                                             .offset = 0,
-                                             .count = 40}));
+    EXPECT_EQ(
+        st.transfers[0],
+        (SpanTransfer{
+            .send = true, .peer = 0, .buffer = SpanBuffer::kScratch, .offset = 0, .count = 40}));
+    EXPECT_EQ(st.transfers[1],
+              (SpanTransfer{
+                  .send = false, .peer = 0, .buffer = SpanBuffer::kOut, .offset = 0, .count = 40}));
   }
   EXPECT_EQ(nccl, 1);
   EXPECT_EQ(plan->scratch_bytes, 4u * 10 * 4);
@@ -836,7 +838,8 @@ TEST(SpanPlanTest, ALayoutWhoseGlobalRanksDoNotAddUpIsRefused) {
   SpanShape s{.node_sizes = {2, 2}, .node = 0, .local_rank = 0, .global_ranks = {{0, 1}, {1, 3}}};
   auto plan = PlanSpanAllGather(s, 4, DataType::kFloat32);
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(plan.status().message(), "global rank 1 on node 1 is out of range [0, 3] or named twice");
+  EXPECT_EQ(plan.status().message(),
+            "global rank 1 on node 1 is out of range [0, 3] or named twice");
   s.global_ranks = {{0, 1}};
   plan = PlanSpanAllToAll(s, 4, DataType::kFloat32);
   EXPECT_EQ(plan.status().message(), "the layout's global ranks do not name node 1's 2 ranks");

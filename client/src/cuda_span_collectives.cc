@@ -98,10 +98,9 @@ struct Buffers {
     ASSIGN_OR_RETURN(const kernels::CudaCommView* v, View(which));
     const int rank = owner < 0 ? v->rank : owner;
     if (rank >= v->world_size || offset > v->data_bytes || bytes > v->data_bytes - offset) {
-      return absl::InternalError(absl::StrCat("a step's ", bytes, " bytes at ", offset,
-                                              " of local rank ", rank,
-                                              "'s region pass its end (", v->data_bytes,
-                                              " bytes) or its rank is not on this node"));
+      return absl::InternalError(absl::StrCat(
+          "a step's ", bytes, " bytes at ", offset, " of local rank ", rank,
+          "'s region pass its end (", v->data_bytes, " bytes) or its rank is not on this node"));
     }
     return v->data[rank] + offset;
   }
@@ -221,8 +220,7 @@ class CudaSpanPartImpl : public CudaSpanPart {
         case SpanStepKind::kLocalBroadcast: {
           ASSIGN_OR_RETURN(const kernels::CudaCommView* view, b.View(st.buffer));
           RETURN_IF_ERROR(kernels::LaunchBroadcast(*view, view->data[view->rank] + st.offset,
-                                                   st.count, st.dtype, st.root, step_nan,
-                                                   stream));
+                                                   st.count, st.dtype, st.root, step_nan, stream));
           break;
         }
         case SpanStepKind::kLocalCopy:

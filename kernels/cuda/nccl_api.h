@@ -17,7 +17,8 @@
 // documentation; PyTorch's ProcessGroupNCCL does the same under
 // TORCH_NCCL_USE_COMM_NONBLOCKING). ncclGetLastError (2.13) and ncclRedOpCreatePreMulSum
 // (2.11) are older, as are ncclSend/ncclRecv and ncclGroupStart/ncclGroupEnd (2.7; on a
-// nonblocking communicator ncclGroupEnd may return ncclInProgress and is polled like a call). Only in builds with CUDA headers (nccl.h from the toolkit).
+// nonblocking communicator ncclGroupEnd may return ncclInProgress and is polled like a call). Only
+// in builds with CUDA headers (nccl.h from the toolkit).
 #ifndef COMMD_KERNELS_CUDA_NCCL_API_H_
 #define COMMD_KERNELS_CUDA_NCCL_API_H_
 
@@ -69,7 +70,7 @@ using NcclGroupFn = ncclResult_t (*)();
   X(all_reduce, ncclAllReduce, NcclAllReduceFn)                                      \
   X(broadcast, ncclBroadcast, NcclBroadcastFn)                                       \
   X(red_op_create_pre_mul_sum, ncclRedOpCreatePreMulSum, NcclRedOpCreatePreMulSumFn) \
-  X(red_op_destroy, ncclRedOpDestroy, NcclRedOpDestroyFn)                           \
+  X(red_op_destroy, ncclRedOpDestroy, NcclRedOpDestroyFn)                            \
   X(send, ncclSend, NcclSendFn)                                                      \
   X(recv, ncclRecv, NcclRecvFn)                                                      \
   X(group_start, ncclGroupStart, NcclGroupFn)                                        \

@@ -85,8 +85,8 @@ void Said(const std::string& what, const absl::Status& s) {
 }
 
 // All-gather, reduce-scatter and all-to-all of 10 fp32 per block on the caller's stream.
-void Blocks(commd::Group& g, commd::SymmetricBuffer& a, commd::SymmetricBuffer& b,
-            int global_rank, int global_world) {
+void Blocks(commd::Group& g, commd::SymmetricBuffer& a, commd::SymmetricBuffer& b, int global_rank,
+            int global_world) {
   commd::CollectiveOptions o;
   o.cuda_stream = reinterpret_cast<void*>(0x1000);
   Said("all_gather", g.AllGather(a, b, 10, DataType::kFloat32, o));
