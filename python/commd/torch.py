@@ -359,12 +359,8 @@ class ProcessGroupCommd(_C10dBackend):
                              "takes tensors of one device")
         if not devices or not devices[0].startswith("cuda") or self._device != "host":
             return self
-        if self.nodes > 1:
-            raise NotImplementedError(
-                f"commd {op}: CUDA tensors on process group {self._name!r}, which spans "
-                f"{self.nodes} nodes; commd runs collectives across nodes on CPU tensors only "
-                "(this backend does not use the SDK's NCCL path between nodes yet): use "
-                "\"cpu:commd,cuda:nccl\" to send CUDA tensors to NCCL")
+        # On a group spanning nodes the CUDA group spans them too (the SDK's CUDA path: the
+        # node-local kernels and NCCL between the nodes, docs/cluster.md).
         if self._cuda is None:
             self._cuda = self._make_cuda(device=f"cuda:{torch.cuda.current_device()}")
         return self._cuda

@@ -153,7 +153,12 @@ def test_every_op_across_two_nodes(nodes, tmp_path):
         refused = res["refused"]
         assert "send" in refused["send"], refused
         assert "BAND" in refused["bitwise and"], refused
-        assert "CUDA tensors" in refused["cuda"] and "spans 2 nodes" in refused["cuda"], refused
+        # Not refused any more: it reaches the CUDA group's making, which needs a GPU (or, on
+        # a machine with one, runs).
+        assert not refused["cuda"].startswith("NotImplementedError"), refused
+        assert "spans" not in refused["cuda"], refused
+        if not torch.cuda.is_available():
+            assert refused["cuda"].startswith(("AssertionError", "RuntimeError")), refused
         assert "spans 2 nodes" in refused["fused matmul"], refused
         assert "fused_matmul_reduce_scatter" in refused["fused matmul"], refused
     # new_group([1, 2, 3]): one rank on node-a, two on node-b.
