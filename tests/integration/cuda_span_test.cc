@@ -442,6 +442,47 @@ TEST_F(CudaSpanTest, AnNcclErrorOnOneNodeAbortsTheGroupOnEveryNode) {
 #endif
 }
 
+// A unique id in the store that no NCCL root answers (forged or stale, of the right size):
+// both leaders' communicators stay in progress, and at the group's timeout (3 s) their call
+// fails naming ncclCommInitRankConfig and the group is aborted on every node; nothing hangs.
+TEST_F(CudaSpanTest, AnIdNoRootAnswersEndsAtTheGroupsTimeoutAndAbortsTheGroup) {
+#ifdef COMMD_FAKE_LIBNCCL
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  std::vector<ChildProcess*> ranks;
+  const absl::Time start = absl::Now();
+  for (int g = 0; g < 4; ++g) {
+    std::vector<std::string> env = {std::string("COMMD_NCCL_LIBRARY=") + COMMD_FAKE_LIBNCCL,
+                                    "COMMD_FAKE_NCCL_CALL_LOG=" + NcclLog(g)};
+    if (g == 0) env.push_back("COMMD_FAKE_NCCL_UNIQUE_ID=unreachable-forged-id");
+    ranks.push_back(StartRank({.node = n[g / 2],
+                               .rank = g % 2,
+                               .world = 2,
+                               .global_rank = g,
+                               .global_world = 4,
+                               .timeout_ms = 3000,
+                               .mode = "no-nccl",
+                               .env = env}));
+  }
+  for (ChildProcess* r : ranks) ASSERT_TRUE(r->WaitForLog("done", absl::Seconds(60))) << r->Log();
+  for (int g : {0, 2}) {
+    EXPECT_THAT(Line(ranks[g]->Log(), "all_reduce "),
+                HasSubstr(absl::StrCat("(group g (lane 0, node ", g == 0 ? "node-a" : "node-b",
+                                       "): ncclCommInitRankConfig: NCCL still in progress at "
+                                       "the deadline)")))
+        << ranks[g]->Log();
+    // node-b read the id node-a published.
+    EXPECT_THAT(NcclCalls(g), ::testing::Contains(HasSubstr("id=unreachable-forged-id")));
+  }
+  for (ChildProcess* r : ranks) EXPECT_TRUE(r->WaitForLog("left", absl::Seconds(20))) << r->Log();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(40));  // the 3 s timeout, not a hang
+  for (int g : {0, 2}) {
+    EXPECT_THAT(NcclCalls(g), ::testing::Contains(HasSubstr("ncclCommAbort"))) << g;
+  }
+#endif
+}
+
 // A CUDA group that spans nodes on a daemon without a cluster is refused at the join, as a host
 // group is.
 TEST_F(CudaSpanTest, WithoutAClusterACudaSpanningJoinIsRefused) {
