@@ -10,7 +10,7 @@ Every process group is a commd group of the same name in one commd job, so the n
 daemon sees a torch job as it sees a C++ one: one flight-recorder entry per collective,
 hang and dead-rank diagnosis, NaN checks, abort, metrics. A process group whose ranks are on
 several commd nodes (daemons of one cluster) is a commd group spanning them, each node's
-ranks its node-local part (see _placement); CPU tensors only. Tensors are staged through the
+ranks its node-local part (see _placement), on CPU and CUDA tensors. Tensors are staged through the
 group's symmetric buffer in chunks of ``Options.chunk_bytes``; tensors allocated with
 :func:`empty` live in a symmetric buffer and skip the staging copies. docs/python.md has
 the options, the supported operations and what each error means.
