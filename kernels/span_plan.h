@@ -100,7 +100,8 @@ enum class SpanStepKind {
   kLocalBarrier,        // node-local barrier kernel
   kLocalAllReduce,      // in place on [offset, +count) of every local region (local_op)
   kLocalReduceScatter,  // [offset, +local*count) of every region -> this rank's scratch [0, count)
-  kLocalBroadcast,      // [offset, +count) of local rank `root`'s region into every region
+  kLocalBroadcast,      // [offset, +count) of local rank `root`'s region into every region, over
+                        // the view of `buffer` (the input's or the output's)
   kNcclAllReduce,       // lane `lane`: from scratch [0, count) or region [offset, +count), into
                         // scratch [0, count) or region [offset, +count) (from_/to_scratch)
   kNcclBroadcast,       // lane `lane`, in place on region [offset, +count) from node `root`
