@@ -137,6 +137,12 @@ if [ -e /usr/lib/cmake/pybind11/pybind11Config.cmake ] || [ -d "$pydir/commd" ];
     /usr/bin/python3 -c 'import commd; print("connected to commd", commd.Client.connect().status()["version"])' 2>&1) ||
     fail "python3 -c 'import commd': $out"
   [ "$out" = "connected to commd $version" ] || fail "python3 commd printed: $out"
+  # No commd._c10d (built against one torch wheel, docs/python.md); the package's source for
+  # `pip install` from the installed SDK instead (python_pip_install_test builds it).
+  ! ls "$pydir"/commd/_c10d* >/dev/null 2>&1 || fail "package ships commd._c10d"
+  for f in pyproject.toml CMakeLists.txt commd/torch.py src/c10d.cc src/binding.cc; do
+    [ -e "$root/usr/share/commd/python/$f" ] || fail "package lacks share/commd/python/$f"
+  done
 fi
 kill "$daemon_pid"; wait "$daemon_pid" || fail "commd did not exit 0 on SIGTERM"; daemon_pid=""
 echo "package ok"

@@ -1,7 +1,8 @@
-"""`pip install ./python` as the docs tell users (docs/python.md, "Install"): the build tree
-installed like the .deb lays it out (DESTDIR=D cmake --install --prefix /usr), then the
-package built by pip against that SDK into a directory of its own, imported from there
-(outside the source and build trees) and used for a real collective on a real daemon.
+"""`pip install` of the package as the docs tell users (docs/python.md, "Install"): the build
+tree installed as the .deb lays it out (DESTDIR=D cmake --install --prefix /usr), then the
+package's source the .deb ships (D/usr/share/commd/python) built by pip against that SDK
+into a directory of its own, imported from there (outside the source and build trees) and
+used for a real collective on a real daemon.
 
 COMMD_PIP_PYTHON is the python pip runs with (--no-build-isolation: scikit-build-core comes
 from its environment, scripts/pybuild-venv or scripts/torch-venv): without torch the package
@@ -38,7 +39,8 @@ def test_pip_install_builds_against_the_installed_sdk(daemon, tmp_path):
     root = str(tmp_path)
     for tree in (SOURCE, build_dir):  # the package is imported from neither
         assert os.path.commonpath([root, os.path.realpath(tree)]) != os.path.realpath(tree)
-    has_torch = subprocess.run([python, "-c", "import torch"]).returncode == 0
+    has_torch = subprocess.run([python, "-c", "import torch"],
+                               stderr=subprocess.DEVNULL).returncode == 0
     assert has_torch == (os.environ.get("COMMD_PIP_TORCH") == "1"), python
 
     # The SDK as the .deb lays it out, under a DESTDIR (the install rules also name /etc).
@@ -49,6 +51,10 @@ def test_pip_install_builds_against_the_installed_sdk(daemon, tmp_path):
     prefix = os.path.join(dest, "usr")
     assert glob.glob(os.path.join(prefix, "lib", "**", "cmake", "commd", "commdConfig.cmake"),
                      recursive=True)
+    # The package's source as the .deb ships it, which users pip-install from.
+    package = os.path.join(prefix, "share", "commd", "python")
+    assert not glob.glob(os.path.join(prefix, "lib", "python3", "dist-packages", "commd",
+                                      "_c10d*"))  # the .deb's binding has no _c10d
 
     # pip, as a user runs it, with the SDK's prefix on CMake's search path. ccache with the
     # temporary root as its base dir: paths inside it hash alike from run to run.
@@ -60,7 +66,7 @@ def test_pip_install_builds_against_the_installed_sdk(daemon, tmp_path):
                        CCACHE_NOHASHDIR="true")
     run([python, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-cache-dir",
          "--target", site, f"--config-settings=build-dir={os.path.join(root, 'build')}",
-         SOURCE], pip_env, root)
+         package], pip_env, root)
     modules = sorted(os.path.basename(p) for p in glob.glob(os.path.join(site, "commd", "*.so")))
     want = ["_c10d", "_commd"] if has_torch else ["_commd"]
     assert [m.split(".")[0] for m in modules] == want, modules
