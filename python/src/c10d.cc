@@ -161,6 +161,46 @@ c10::intrusive_ptr<Work> Completed(const at::Tensor& tensor) {
                                             std::vector<at::Tensor>{tensor});
 }
 
+// A Work of the Python backend as torch hands it back: torch wraps what a Python backend
+// returns in a holder (PyProcessGroup::PyWorkHolder) that forwards only wait() and
+// getFuture(), so its isCompleted() is false and its result() raises however the call went.
+// This answers them from the future, which ProcessGroupCommd completes before it returns
+// (host collectives run synchronously; a CUDA one is then queued on torch's stream, which is
+// what torch's Work calls complete for CUDA). A failure raises from the call itself, as on
+// the zero-copy path, so the future never holds an error; it is still read, should one come.
+class ForwardedWork final : public Work {
+ public:
+  ForwardedWork(c10::intrusive_ptr<Work> work, c10::intrusive_ptr<c10::ivalue::Future> future)
+      : work_(std::move(work)), future_(std::move(future)) {}
+  bool isCompleted() override { return future_->completed(); }
+  bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
+  std::exception_ptr exception() const override {
+    return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
+  }
+  bool wait(std::chrono::milliseconds timeout) override { return work_->wait(timeout); }
+  void synchronize() override { work_->synchronize(); }
+  std::vector<at::Tensor> result() override {
+    if (!isSuccess()) return {};
+    const c10::IValue& value = future_->constValue();
+    if (value.isTensor()) return {value.toTensor()};
+    if (value.isTensorList()) return value.toTensorVector();
+    if (value.isPyObject()) return value.toPyObjectHolder()->extractTensors();
+    return {};
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  c10::intrusive_ptr<Work> work_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+c10::intrusive_ptr<Work> Forwarded(c10::intrusive_ptr<Work> work) {
+  if (!work) return work;  // a Python backend's None
+  auto future = work->getFuture();
+  if (!future) return work;
+  return c10::make_intrusive<ForwardedWork>(std::move(work), std::move(future));
+}
+
 class CommdBackend final : public c10d::Backend {
  public:
   // `python`: the ProcessGroupCommd of this process group; `group`: its commd group's
@@ -217,7 +257,7 @@ class CommdBackend final : public c10d::Backend {
       }
     }
     ++forwarded_calls_;
-    return python_->allreduce(tensors, opts);
+    return Forwarded(python_->allreduce(tensors, opts));
   }
 
   c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -241,7 +281,7 @@ class CommdBackend final : public c10d::Backend {
       }
     }
     ++forwarded_calls_;
-    return python_->broadcast(tensors, opts);
+    return Forwarded(python_->broadcast(tensors, opts));
   }
 
   // all_gather_into_tensor (torch calls one of the two names).
@@ -255,7 +295,7 @@ class CommdBackend final : public c10d::Backend {
       return Completed(output);
     }
     ++forwarded_calls_;
-    return python_->all_gather_single(output, input, opts);
+    return Forwarded(python_->all_gather_single(output, input, opts));
   }
   c10::intrusive_ptr<Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                            const c10d::AllgatherOptions& opts) override {
@@ -275,7 +315,7 @@ class CommdBackend final : public c10d::Backend {
       return Completed(output);
     }
     ++forwarded_calls_;
-    return python_->reduce_scatter_single(output, input, opts);
+    return Forwarded(python_->reduce_scatter_single(output, input, opts));
   }
   c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                 const c10d::ReduceScatterOptions& opts) override {
@@ -287,35 +327,35 @@ class CommdBackend final : public c10d::Backend {
   c10::intrusive_ptr<Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
                                             const c10d::AllreduceOptions& opts) override {
     ++forwarded_calls_;
-    return python_->allreduce_sparse(tensors, opts);
+    return Forwarded(python_->allreduce_sparse(tensors, opts));
   }
   c10::intrusive_ptr<Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
     ++forwarded_calls_;
-    return python_->allreduce_coalesced(tensors, opts);
+    return Forwarded(python_->allreduce_coalesced(tensors, opts));
   }
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& tensors,
                                   const c10d::ReduceOptions& opts) override {
     ++forwarded_calls_;
-    return python_->reduce(tensors, opts);
+    return Forwarded(python_->reduce(tensors, opts));
   }
   c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                      std::vector<at::Tensor>& inputs,
                                      const c10d::AllgatherOptions& opts) override {
     ++forwarded_calls_;
-    return python_->allgather(outputs, inputs, opts);
+    return Forwarded(python_->allgather(outputs, inputs, opts));
   }
   c10::intrusive_ptr<Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                std::vector<at::Tensor>& inputs,
                                                const c10d::AllgatherOptions& opts) override {
     ++forwarded_calls_;
-    return python_->allgather_coalesced(outputs, inputs, opts);
+    return Forwarded(python_->allgather_coalesced(outputs, inputs, opts));
   }
   c10::intrusive_ptr<Work> all_gather_single_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override {
     ++forwarded_calls_;
-    return python_->all_gather_single_coalesced(outputs, inputs, opts);
+    return Forwarded(python_->all_gather_single_coalesced(outputs, inputs, opts));
   }
   c10::intrusive_ptr<Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -326,25 +366,25 @@ class CommdBackend final : public c10d::Backend {
                                   std::vector<at::Tensor>& inputs,
                                   const c10d::GatherOptions& opts) override {
     ++forwarded_calls_;
-    return python_->gather(outputs, inputs, opts);
+    return Forwarded(python_->gather(outputs, inputs, opts));
   }
   c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outputs,
                                    std::vector<std::vector<at::Tensor>>& inputs,
                                    const c10d::ScatterOptions& opts) override {
     ++forwarded_calls_;
-    return python_->scatter(outputs, inputs, opts);
+    return Forwarded(python_->scatter(outputs, inputs, opts));
   }
   c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                           std::vector<std::vector<at::Tensor>>& inputs,
                                           const c10d::ReduceScatterOptions& opts) override {
     ++forwarded_calls_;
-    return python_->reduce_scatter(outputs, inputs, opts);
+    return Forwarded(python_->reduce_scatter(outputs, inputs, opts));
   }
   c10::intrusive_ptr<Work> reduce_scatter_single_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
     ++forwarded_calls_;
-    return python_->reduce_scatter_single_coalesced(outputs, inputs, opts);
+    return Forwarded(python_->reduce_scatter_single_coalesced(outputs, inputs, opts));
   }
   c10::intrusive_ptr<Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -356,7 +396,7 @@ class CommdBackend final : public c10d::Backend {
                                              std::vector<int64_t>& input_splits,
                                              const c10d::AllToAllOptions& opts) override {
     ++forwarded_calls_;
-    return python_->all_to_all_single(output, input, output_splits, input_splits, opts);
+    return Forwarded(python_->all_to_all_single(output, input, output_splits, input_splits, opts));
   }
   c10::intrusive_ptr<Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                          std::vector<int64_t>& output_splits,
@@ -368,26 +408,26 @@ class CommdBackend final : public c10d::Backend {
                                     std::vector<at::Tensor>& inputs,
                                     const c10d::AllToAllOptions& opts) override {
     ++forwarded_calls_;
-    return python_->alltoall(outputs, inputs, opts);
+    return Forwarded(python_->alltoall(outputs, inputs, opts));
   }
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
     python_->monitoredBarrier(opts, wait_all_ranks);
   }
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
-    return python_->send(tensors, dst, tag);
+    return Forwarded(python_->send(tensors, dst, tag));
   }
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
-    return python_->recv(tensors, src, tag);
+    return Forwarded(python_->recv(tensors, src, tag));
   }
   c10::intrusive_ptr<Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
-    return python_->recvAnysource(tensors, tag);
+    return Forwarded(python_->recvAnysource(tensors, tag));
   }
   c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override {
     ++forwarded_calls_;
-    return python_->barrier(opts);
+    return Forwarded(python_->barrier(opts));
   }
   void startCoalescing() override { python_->startCoalescing(); }
-  c10::intrusive_ptr<Work> endCoalescing() override { return python_->endCoalescing(); }
+  c10::intrusive_ptr<Work> endCoalescing() override { return Forwarded(python_->endCoalescing()); }
 
  private:
   struct PairArgs {

@@ -147,6 +147,16 @@ def test_zero_copy_runs_in_the_cpp_backend_as_in_the_python_one(daemon, tmp_path
 
 
 @pytest.mark.parametrize("cpp", ["1", "0"])
+def test_work_of_an_async_op_behaves_as_torch_documents(daemon, tmp_path, cpp):
+    """The same body with the C++ backend and with the Python one alone (worker.work)."""
+    code, results = torchrun(daemon, tmp_path, "work", 2, env={"COMMD_TORCH_CPP": cpp})
+    assert code == 0
+    for r in results:
+        assert r["cpp"] is (cpp == "1"), r
+        assert r["checked"] == 4, r
+
+
+@pytest.mark.parametrize("cpp", ["1", "0"])
 def test_ctrl_c_in_a_zero_copy_all_reduce_aborts_the_group(daemon, tmp_path, cpp):
     """SIGINT to a rank blocked in a zero-copy all-reduce (its peer never comes): with either
     backend it raises KeyboardInterrupt at once and aborts the group, so the peer raises

@@ -5,6 +5,7 @@ OUT_DIR/rank<N>.json."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -369,7 +370,7 @@ def zero_copy(out_dir: str) -> None:
     work = dist.all_reduce(t, async_op=True)
     if cpp:
         # Complete when returned, as torch documents is_completed for CPU collectives (the
-        # Python backend's Work, from a future, says False until waited on).
+        # Python backend alone cannot say so: torch's holder of its Work; see work()).
         assert work.is_completed()
         assert work.result()[0].data_ptr() == t.data_ptr()  # the Python one's raises
     assert work.wait() is True
@@ -401,6 +402,89 @@ def zero_copy(out_dir: str) -> None:
                     "forwarded_calls": end[1] - start[1], "taken": taken,
                     "checked": checked, "entries": entries, "mismatch": mismatch,
                     "after_mismatch": calls()[0] - end[0]})
+
+
+def work(out_dir: str) -> None:
+    """The Work of an async_op call, as torch documents it, on a staged tensor, a zero-copy
+    one, an all_gather_into_tensor and a barrier: is_completed() (non-blocking; True once the
+    operation finished, which a host collective has when the call returns), wait() True,
+    exception() None, get_future() done and holding the outputs, result() the outputs; a
+    failure raised from the call; a DDP comm hook (get_future().then) training as DDP's own
+    all-reduce does. With the Python backend alone torch's holder of a Python backend's Work
+    answers is_completed() False and result() raises (docs/torch.md, "Work")."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    cpp = not isinstance(backend, ct.ProcessGroupCommd)
+    completes = cpp  # what is_completed() says of a finished operation
+    checked = 0
+
+    def check_work(w, outputs: list[torch.Tensor], what: str) -> None:
+        nonlocal checked
+        assert w.is_completed() is completes, (what, w.is_completed())
+        assert w.wait() is True, what
+        assert w.wait(timeout=datetime.timedelta(seconds=1)) is True, what
+        assert w.is_completed() is completes, what
+        assert w.exception() is None, what
+        fut = w.get_future()
+        assert fut.done(), what
+        value = fut.wait()
+        got = value if isinstance(value, list) else [] if value is None else [value]
+        assert [t.data_ptr() for t in got] == [t.data_ptr() for t in outputs], (what, got)
+        if cpp:
+            assert [t.data_ptr() for t in w.result()] == [t.data_ptr() for t in outputs], what
+        else:
+            try:
+                w.result()
+                raise AssertionError(f"{what}: result() of the Python backend's Work returned")
+            except RuntimeError as e:
+                assert "not implemented" in str(e), (what, e)
+        checked += 1
+
+    staged = torch.full((3000,), float(rank + 1))
+    w = dist.all_reduce(staged, async_op=True)
+    check_work(w, [staged], "staged all_reduce")
+    assert staged.eq(world * (world + 1) / 2).all(), staged
+    zero = ct.empty((5,))
+    zero.fill_(float(rank + 1))
+    w = dist.all_reduce(zero, async_op=True)
+    check_work(w, [zero], "zero-copy all_reduce")
+    assert zero.eq(world * (world + 1) / 2).all(), zero
+    gathered, src = ct.empty((2 * world,)), ct.empty((2,))
+    src.fill_(float(rank))
+    w = dist.all_gather_into_tensor(gathered, src, async_op=True)
+    check_work(w, [gathered], "all_gather_into_tensor")
+    assert gathered.view(world, 2).eq(torch.arange(world).view(world, 1)).all(), gathered
+    w = dist.barrier(async_op=True)
+    check_work(w, [], "barrier")
+    # A failure raises from the call (async_op or not), never from a later wait().
+    raised = None
+    try:
+        dist.all_reduce(torch.ones(10 + rank), async_op=True)
+    except dist.DistBackendError as e:
+        raised = type(e.__cause__).__name__
+    assert raised == "InvalidArgumentError", raised
+    # DDP's comm hooks get the future of an async all_reduce: the same training as without.
+    params = []
+    for hook in (None, default_hooks.allreduce_hook):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                    torch.nn.Linear(16, 2))
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        if hook is not None:
+            ddp.register_comm_hook(None, hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        data = torch.Generator().manual_seed(7 + rank)
+        for _ in range(3):
+            opt.zero_grad()
+            loss = ddp(torch.randn(4, 8, generator=data)).square().mean()
+            loss.backward()
+            opt.step()
+        params.append([p.detach().clone() for p in model.parameters()])
+    for a, b in zip(*params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    write(out_dir, {"cpp": cpp, "checked": checked})
 
 
 def interrupt(out_dir: str) -> None:
@@ -500,7 +584,7 @@ def fused_matmul(out_dir: str) -> None:
 
 
 SCENARIOS = {f.__name__: f for f in (ops_matrix, coalesced, ddp, fsdp, hang, nan, death,
-                                     bad_arguments, fused_matmul, zero_copy, interrupt)}
+                                     bad_arguments, fused_matmul, zero_copy, work, interrupt)}
 
 
 def main() -> None:
