@@ -194,6 +194,8 @@ class ForwardedWork final : public Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// The future is taken at once (one Python call, the holder's getFuture()), not lazily under
+// a lock that a caller holding the GIL could then wait on while the taker waits for the GIL.
 c10::intrusive_ptr<Work> Forwarded(c10::intrusive_ptr<Work> work) {
   if (!work) return work;  // a Python backend's None
   auto future = work->getFuture();
