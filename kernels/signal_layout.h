@@ -13,29 +13,30 @@
 //     ahead into the next barrier (at most one ahead: it cannot pass a barrier without us)
 //     never makes us miss one, and back-to-back collectives need no reset.
 //   - The CPU path also uses slot (1, r) of rank r's own pad as a "sleeping" flag: nonzero
-//     while r may be blocked in FUTEX_WAIT on its pad, so arriving peers issue FUTEX_WAKE
-//     only when someone sleeps.
+//     while r may be blocked in FUTEX_WAIT on its pad or exchange area, so arriving peers
+//     issue FUTEX_WAKE only when someone sleeps.
 //
-// Call check (CPU path, channels 2 to 5): every collective with data (not Barrier) writes, in
-// ITS OWN pad only, slot (c, r) of channels 2 to 5 (relaxed stores) before its staging
-// barrier, and after that barrier reads slot (c, p) of every peer p's pad:
-//   - channel 2, the call word: a 31-bit hash of the call's kind, op, algorithm, root
-//     (broadcast), number of tensors and each tensor's count and dtype, shifted left by one, with
-//     bit 0 set when this rank's input had NaN/Inf (only known when it was checked; 0 otherwise).
-//     Read on every collective (world_size loads): ranks whose hash differs from rank 0's make
-//     every rank fail with INVALID_ARGUMENT, and the bits give the group-wide NaN finding.
-//   - channel 3: this rank's NaN/Inf count, saturated to 2^32 - 1 (0 when not checked);
-//   - channel 4: the first tensor's count, saturated to 2^32 - 1;
-//   - channel 5: kind | op << 4 | algorithm << 8 | dtype of the first tensor << 12 | number
-//     of tensors (saturated to 2^16 - 1) << 16; a broadcast (one tensor) has its root there.
-//   Channels 3 to 5 are written on every collective but read only when a call word asks
-//   (a NaN bit, a mismatch), to describe it. The slots are written every time, so they
-//   always describe this rank's latest call.
-// Safe without a reset: a peer reads r's slots between the staging barrier and the next
-// barrier of the same collective, and r writes them again only after the closing barrier,
-// which the reader has not reached before it has read. On a mismatch every rank sees the same
-// call words, so every rank runs the same single closing barrier: the barrier counts stay
-// equal and the allocation stays usable.
+// Exchange (CPU path; common/symmetric_layout.h sizes the area): every collective with data
+// (not Barrier) starts with one exchange instead of a barrier. Slot (2, r) of rank r's own pad
+// is r's private count of exchanges on the allocation; exchange e uses parity e % 2. Rank r
+// writes its message into slot (e % 2, r) of every rank's exchange area, its own included:
+//   - bytes 0-3, the flag: e, stored last (seq_cst), then the reader's sleeping flag read and
+//     its futex woken on the flag as the barrier does;
+//   - bytes 4-19, the call words: the call word (a 31-bit hash of the call's kind, op,
+//     algorithm, root (broadcast), number of tensors, each tensor's count and dtype and where
+//     they are staged, shifted left by one, bit 0 set when this rank's input had NaN/Inf),
+//     the NaN/Inf count (saturated), the first tensor's count (saturated), and the shape word
+//     (kind | op << 4 | algorithm << 8 | dtype of the first tensor << 12 | number of tensors
+//     (saturated to 2^16 - 1) << 16; a broadcast has its root there);
+//   - from byte 32, the payload: a small one-shot all-reduce's inputs (each tensor at a
+//     16-byte boundary), so that the exchange is the whole synchronisation of the call.
+// A rank waits until the flag of slot (e % 2, p) of its own area reaches e for every peer p,
+// then reads the messages in its own memory. Every rank compares every rank's call word with
+// rank 0's: ranks whose hash differs make every rank fail with INVALID_ARGUMENT (the same
+// verdict everywhere, described from the other words); the NaN bits give the group-wide NaN
+// finding. No reset and no closing barrier: rank r writes parity e % 2 again at exchange e + 2,
+// which it starts only after exchange e + 1 brought every peer's message, which each peer
+// sends only after it has read everything of exchange e.
 // A fresh allocation is zero-filled, which is the initial state of every slot. After a
 // collective failed (abort, deadline) the counts of the ranks disagree: the allocation can no
 // longer be used for collectives.
@@ -50,11 +51,13 @@ namespace commd::kernels {
 
 inline constexpr int kHostBarrierChannel = 0;
 inline constexpr int kHostSleepChannel = 1;
-inline constexpr int kHostCallChannel = 2;      // call hash << 1 | NaN/Inf found
-inline constexpr int kHostNanCountChannel = 3;  // NaN/Inf count, saturated
-inline constexpr int kHostCountChannel = 4;     // first tensor's count, saturated
-inline constexpr int kHostShapeChannel = 5;     // kind, op, algorithm, dtype, tensors/root
-inline constexpr int kHostPadChannels = 6;      // channels the CPU path needs
+inline constexpr int kHostExchangeChannel = 2;  // own slot: exchanges taken on the allocation
+inline constexpr int kHostPadChannels = 3;      // channels the CPU path needs
+
+// Byte offsets in an exchange slot.
+inline constexpr size_t kExchangeFlagOffset = 0;
+inline constexpr size_t kExchangeWordsOffset = 4;     // call, NaN count, count, shape (uint32)
+inline constexpr size_t kExchangePayloadOffset = 32;  // to the end of the slot
 
 COMMD_HOST_DEVICE constexpr size_t PadSlot(int channel, int peer, int world_size) {
   return static_cast<size_t>(channel) * static_cast<size_t>(world_size) + static_cast<size_t>(peer);

@@ -9,12 +9,14 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/symmetric_layout.h"
 #include "kernels/signal_layout.h"
 
 namespace commd::kernels {
@@ -67,22 +69,20 @@ int OnlineCpus() {
 
 }  // namespace
 
-std::atomic_ref<uint32_t> HostBarrierRound::Slot(int peer) const {
-  return std::atomic_ref<uint32_t>(
-      view_.pads[view_.rank][PadSlot(kHostBarrierChannel, peer, view_.world_size)]);
+HostWait::~HostWait() {
+  if (sleeping_) {
+    std::atomic_ref<uint32_t>(
+        view_.pads[view_.rank][PadSlot(kHostSleepChannel, view_.rank, view_.world_size)])
+        .store(0, std::memory_order_relaxed);
+  }
 }
 
-std::atomic_ref<uint32_t> HostBarrierRound::SleepFlag() const {
-  return std::atomic_ref<uint32_t>(
-      view_.pads[view_.rank][PadSlot(kHostSleepChannel, view_.rank, view_.world_size)]);
-}
-
-absl::Status HostBarrierRound::WaitFor(int peer) {
-  std::atomic_ref<uint32_t> slot = Slot(peer);
+HostWait::Result HostWait::Until(uint32_t* word, uint32_t target) {
+  std::atomic_ref<uint32_t> slot(*word);
   const bool spin = view_.world_size <= OnlineCpus();
   // A peer that is a few hundred nanoseconds behind arrives within these spins: no clock.
   for (int i = 0; i < (spin ? kSpinCheckEvery : 1); ++i) {
-    if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();
+    if (Reached(slot.load(std::memory_order_acquire), target)) return Result::kReached;
     CpuRelax();
   }
   const absl::Time start = absl::Now();
@@ -92,7 +92,7 @@ absl::Status HostBarrierRound::WaitFor(int peer) {
   if (spin) {
     const absl::Time spin_until = std::min(start + kSpinTime, deadline_);
     for (int i = 1;; ++i) {
-      if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();
+      if (Reached(slot.load(std::memory_order_acquire), target)) return Result::kReached;
       CpuRelax();
       if (i % kSpinCheckEvery == 0 && (absl::Now() >= spin_until || AbortValue(view_) != 0)) {
         break;
@@ -101,50 +101,63 @@ absl::Status HostBarrierRound::WaitFor(int peer) {
   }
   const absl::Time yield_until = start + kYieldTime;
   for (;;) {
-    if (AbortValue(view_) != 0) return Failure(peer, true);
+    if (AbortValue(view_) != 0) return Result::kAborted;
     const absl::Time now = absl::Now();
-    if (now >= deadline_) return Failure(peer, false);
+    if (now >= deadline_) return Result::kDeadline;
     if (now < yield_until) {
       sched_yield();
-      if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();
+      if (Reached(slot.load(std::memory_order_acquire), target)) return Result::kReached;
       continue;
     }
-    // Dekker handshake with Arrive(): flag store then slot load here, slot store then flag
-    // load there, all seq_cst, so either we see the arrival or the arriver sees the flag.
+    // Dekker handshake with Wake(): flag store then word load here, word store then flag
+    // load there, all seq_cst, so either we see the word or the writer sees the flag.
     if (!sleeping_) {
-      SleepFlag().store(1, std::memory_order_seq_cst);
+      std::atomic_ref<uint32_t>(
+          view_.pads[view_.rank][PadSlot(kHostSleepChannel, view_.rank, view_.world_size)])
+          .store(1, std::memory_order_seq_cst);
       sleeping_ = true;
     }
     const uint32_t seen = slot.load(std::memory_order_seq_cst);
-    if (Reached(seen, target_)) return absl::OkStatus();
+    if (Reached(seen, target)) return Result::kReached;
     if (view_.heartbeat_ns != nullptr && now - last_beat_ >= kHeartbeatPeriod) {
       __atomic_store_n(view_.heartbeat_ns, static_cast<uint64_t>(absl::ToUnixNanos(now)),
                        __ATOMIC_RELAXED);
       last_beat_ = now;
     }
-    FutexWait(&view_.pads[view_.rank][PadSlot(kHostBarrierChannel, peer, view_.world_size)], seen,
-              std::min(kMaxSleep, deadline_ - now));
-    if (Reached(slot.load(std::memory_order_acquire), target_)) return absl::OkStatus();
+    FutexWait(word, seen, std::min(kMaxSleep, deadline_ - now));
+    if (Reached(slot.load(std::memory_order_acquire), target)) return Result::kReached;
   }
 }
 
-absl::Status HostBarrierRound::Failure(int peer, bool aborted) const {
-  std::vector<int> missing;
-  for (int p = 0; p < view_.world_size; ++p) {
-    if (p != view_.rank && !Reached(Slot(p).load(std::memory_order_acquire), target_)) {
-      missing.push_back(p);
-    }
-  }
-  if (missing.empty()) missing.push_back(peer);
-  const std::string where = absl::StrCat(
-      collective_, " on rank ", view_.rank, " of ", view_.world_size, " waiting for rank ", peer,
-      " (ranks not arrived: [", absl::StrJoin(missing, ", "), "], barrier #", target_, ")");
-  // The kernels see only the abort word; the SDK puts the daemon's words for it in front.
-  if (aborted) return absl::AbortedError(absl::StrCat(where, ": the daemon aborted the group"));
-  return absl::DeadlineExceededError(absl::StrCat(where, ": deadline exceeded"));
+void HostWait::Wake(const HostCommView& view, int owner, uint32_t* word) {
+  const uint32_t sleeping =
+      std::atomic_ref<uint32_t>(
+          view.pads[owner][PadSlot(kHostSleepChannel, owner, view.world_size)])
+          .load(std::memory_order_seq_cst);
+  if (sleeping != 0) FutexWakeAll(word);
 }
 
 namespace {
+
+// ABORTED or DEADLINE_EXCEEDED for a wait of `what` (a barrier's, an exchange's) that ended
+// without `peer`, naming every rank `arrived` says is missing.
+template <typename Arrived>
+absl::Status WaitFailure(const HostCommView& view, absl::string_view collective, int peer,
+                         HostWait::Result result, absl::string_view what, Arrived arrived) {
+  std::vector<int> missing;
+  for (int p = 0; p < view.world_size; ++p) {
+    if (p != view.rank && !arrived(p)) missing.push_back(p);
+  }
+  if (missing.empty()) missing.push_back(peer);
+  const std::string where = absl::StrCat(
+      collective, " on rank ", view.rank, " of ", view.world_size, " waiting for rank ", peer,
+      " (ranks not arrived: [", absl::StrJoin(missing, ", "), "], ", what, ")");
+  // The kernels see only the abort word; the SDK puts the daemon's words for it in front.
+  if (result == HostWait::Result::kAborted) {
+    return absl::AbortedError(absl::StrCat(where, ": the daemon aborted the group"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(where, ": deadline exceeded"));
+}
 
 // Publishes this rank's arrival at barrier `seq` to every peer and wakes sleeping ones.
 void Arrive(const HostCommView& view, uint32_t seq) {
@@ -155,15 +168,100 @@ void Arrive(const HostCommView& view, uint32_t seq) {
         .store(seq, std::memory_order_seq_cst);
   }
   for (int p = 0; p < w; ++p) {
-    if (p == view.rank) continue;
-    const uint32_t sleeping =
-        std::atomic_ref<uint32_t>(view.pads[p][PadSlot(kHostSleepChannel, p, w)])
-            .load(std::memory_order_seq_cst);
-    if (sleeping != 0) FutexWakeAll(&view.pads[p][PadSlot(kHostBarrierChannel, view.rank, w)]);
+    if (p != view.rank) {
+      HostWait::Wake(view, p, &view.pads[p][PadSlot(kHostBarrierChannel, view.rank, w)]);
+    }
   }
 }
 
 }  // namespace
+
+absl::Status HostBarrier(const HostCommView& view, absl::string_view collective) {
+  const int w = view.world_size;
+  if (w == 1) return CheckNotAborted(view, collective);
+  auto slot = [&](int peer) {
+    return &view.pads[view.rank][PadSlot(kHostBarrierChannel, peer, w)];
+  };
+  std::atomic_ref<uint32_t> own(*slot(view.rank));
+  const uint32_t target = own.load(std::memory_order_relaxed) + 1;
+  own.store(target, std::memory_order_relaxed);
+  Arrive(view, target);
+  HostWait wait(view);
+  // Starting after our own rank spreads the first waits of different ranks over different
+  // slots; the order does not matter for correctness.
+  for (int i = 1; i < w; ++i) {
+    const int peer = (view.rank + i) % w;
+    const HostWait::Result r = wait.Until(slot(peer), target);
+    if (r == HostWait::Result::kReached) continue;
+    return WaitFailure(view, collective, peer, r, absl::StrCat("barrier #", target), [&](int p) {
+      return Reached(std::atomic_ref<uint32_t>(*slot(p)).load(std::memory_order_acquire), target);
+    });
+  }
+  return absl::OkStatus();
+}
+
+std::byte* HostExchange::Slot(int owner, int source) const {
+  const int w = view_.world_size;
+  const size_t index =
+      static_cast<size_t>(seq_ & 1) * static_cast<size_t>(w) + static_cast<size_t>(source);
+  return reinterpret_cast<std::byte*>(view_.pads[owner]) + ExchangeAreaOffset(w) +
+         index * ExchangeSlotBytes(w);
+}
+
+uint32_t* HostExchange::Flag(int owner, int source) const {
+  return reinterpret_cast<uint32_t*>(Slot(owner, source) + kExchangeFlagOffset);
+}
+
+HostExchange::HostExchange(const HostCommView& view, absl::string_view collective)
+    : view_(view), collective_(collective), wait_(view) {
+  std::atomic_ref<uint32_t> own(
+      view.pads[view.rank][PadSlot(kHostExchangeChannel, view.rank, view.world_size)]);
+  seq_ = own.load(std::memory_order_relaxed) + 1;
+  own.store(seq_, std::memory_order_relaxed);
+}
+
+size_t HostExchange::payload_capacity() const {
+  return ExchangeSlotBytes(view_.world_size) - kExchangePayloadOffset;
+}
+
+void HostExchange::Send(const CallWords& words, size_t payload_bytes) {
+  const uint32_t w[4] = {words.call, words.nan_count, words.count, words.shape};
+  std::memcpy(Slot(view_.rank, view_.rank) + kExchangeWordsOffset, w, sizeof(w));
+  std::atomic_ref<uint32_t>(*Flag(view_.rank, view_.rank)).store(seq_, std::memory_order_relaxed);
+  // Each peer's copy: the words and payload, then the flag that says they are there.
+  const std::byte* own = Slot(view_.rank, view_.rank) + kExchangeWordsOffset;
+  const size_t bytes = kExchangePayloadOffset - kExchangeWordsOffset + payload_bytes;
+  for (int p = 0; p < view_.world_size; ++p) {
+    if (p == view_.rank) continue;
+    std::memcpy(Slot(p, view_.rank) + kExchangeWordsOffset, own, bytes);
+    std::atomic_ref<uint32_t>(*Flag(p, view_.rank)).store(seq_, std::memory_order_seq_cst);
+  }
+  for (int p = 0; p < view_.world_size; ++p) {
+    if (p != view_.rank) HostWait::Wake(view_, p, Flag(p, view_.rank));
+  }
+}
+
+absl::Status HostExchange::WaitFor(int peer) {
+  const HostWait::Result r = wait_.Until(Flag(view_.rank, peer), seq_);
+  if (r == HostWait::Result::kReached) return absl::OkStatus();
+  return WaitFailure(view_, collective_, peer, r, absl::StrCat("exchange #", seq_), [&](int p) {
+    return Reached(std::atomic_ref<uint32_t>(*Flag(view_.rank, p)).load(std::memory_order_acquire),
+                   seq_);
+  });
+}
+
+absl::Status HostExchange::WaitForAll() {
+  for (int i = 1; i < view_.world_size; ++i) {
+    RETURN_IF_ERROR(WaitFor((view_.rank + i) % view_.world_size));
+  }
+  return absl::OkStatus();
+}
+
+CallWords HostExchange::words(int rank) const {
+  uint32_t w[4];
+  std::memcpy(w, Slot(view_.rank, rank) + kExchangeWordsOffset, sizeof(w));
+  return CallWords{.call = w[0], .nan_count = w[1], .count = w[2], .shape = w[3]};
+}
 
 absl::Status CheckNotAborted(const HostCommView& view, absl::string_view collective) {
   if (AbortValue(view) != 0) {
@@ -171,32 +269,6 @@ absl::Status CheckNotAborted(const HostCommView& view, absl::string_view collect
         absl::StrCat(collective, " on rank ", view.rank, ": the daemon aborted the group"));
   }
   return absl::OkStatus();
-}
-
-HostBarrierRound::HostBarrierRound(const HostCommView& view, absl::string_view collective)
-    : view_(view), collective_(collective) {
-  std::atomic_ref<uint32_t> own(Slot(view.rank));
-  target_ = own.load(std::memory_order_relaxed) + 1;
-  own.store(target_, std::memory_order_relaxed);
-  Arrive(view, target_);
-}
-
-HostBarrierRound::~HostBarrierRound() {
-  if (sleeping_) SleepFlag().store(0, std::memory_order_relaxed);
-}
-
-absl::Status HostBarrierRound::WaitForAll() {
-  // Starting after our own rank spreads the first waits of different ranks over different
-  // slots; the order does not matter for correctness.
-  for (int i = 1; i < view_.world_size; ++i) {
-    RETURN_IF_ERROR(WaitFor((view_.rank + i) % view_.world_size));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status HostBarrier(const HostCommView& view, absl::string_view collective) {
-  if (view.world_size == 1) return CheckNotAborted(view, collective);
-  return HostBarrierRound(view, collective).WaitForAll();
 }
 
 }  // namespace commd::kernels

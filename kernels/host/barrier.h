@@ -1,58 +1,104 @@
-// The CPU barrier over a symmetric allocation's signal pads (protocol: kernels/signal_layout.h).
+// The CPU barrier and exchange over a symmetric allocation's signal pads (protocols:
+// kernels/signal_layout.h).
 //
 //   RETURN_IF_ERROR(HostBarrier(view, "all_reduce"));   // every rank's data is ready
 //
-// Blocks until every rank of the view has arrived at the same barrier, the abort word is set
-// (ABORTED) or the view's deadline passes (DEADLINE_EXCEEDED naming the ranks that did not
-// arrive). Waits spin briefly, then sleep on a shared futex, so ranks may outnumber cores.
-// Everything a rank wrote before arriving is visible to every rank after it leaves.
-// One thread per rank and allocation at a time; the view must have been validated.
+//   HostExchange x(view, "all_reduce");                 // every rank's call, and small data
+//   std::memcpy(x.own_payload(), input, bytes);
+//   x.Send(words, bytes);
+//   RETURN_IF_ERROR(x.WaitForAll());
+//   Use(x.words(p), x.payload(p));
+//
+// Both block until every rank of the view has arrived at the same barrier (sent its message
+// of the same exchange), the abort word is set (ABORTED) or the view's deadline passes
+// (DEADLINE_EXCEEDED naming the ranks that did not arrive). Waits spin briefly, then sleep on
+// a shared futex, so ranks may outnumber cores. Everything a rank wrote before arriving
+// (sending) is visible to every rank after it leaves (has its message). One thread per rank
+// and allocation at a time; the view must have been validated.
 #ifndef COMMD_KERNELS_HOST_BARRIER_H_
 #define COMMD_KERNELS_HOST_BARRIER_H_
 
-#include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "kernels/host/comm_view.h"
+#include "kernels/signal_layout.h"
 
 namespace commd::kernels {
+
+// One rank's wait for words of its own pad or exchange area to reach their targets, with the
+// view's abort word, deadline, wait limit and heartbeat: spin, yield, then futex sleeps
+// (barrier.cc says when). Internal to the barrier and the exchange.
+class HostWait {
+ public:
+  enum class Result { kReached, kAborted, kDeadline };
+  explicit HostWait(const HostCommView& view) : view_(view) {}
+  ~HostWait();
+  HostWait(const HostWait&) = delete;
+  HostWait& operator=(const HostWait&) = delete;
+
+  // `word` lies in this rank's own pad; its writer wakes it after storing (Wake below).
+  Result Until(uint32_t* word, uint32_t target);
+  // The writer's side: after storing `word` (seq_cst) in `owner`'s pad or area, wakes `owner`
+  // when it may sleep.
+  static void Wake(const HostCommView& view, int owner, uint32_t* word);
+
+ private:
+  const HostCommView& view_;
+  bool sleeping_ = false;
+  absl::Time last_beat_ = absl::InfinitePast();
+  // The wait's deadline: the view's, or wait_limit after the first wait that needed the
+  // clock (InfinitePast until then).
+  absl::Time deadline_ = absl::InfinitePast();
+};
 
 // `collective` names the caller in error messages ("all_reduce", "barrier").
 absl::Status HostBarrier(const HostCommView& view, absl::string_view collective);
 
-// One barrier taken apart, for collectives that start on a peer's data as soon as that peer
-// has arrived (the fused all-gather + matmul): constructing it arrives; WaitFor(p) returns
-// once rank p has arrived, with HostBarrier's errors. A round is one barrier: every rank
-// must take it where its peers run HostBarrier or a round. World size above 1.
-//
-//   HostBarrierRound round(view, "all_gather_matmul");   // this rank's shard is ready
-//   for (...) { RETURN_IF_ERROR(round.WaitFor(p)); Use(p); }
-class HostBarrierRound {
- public:
-  HostBarrierRound(const HostCommView& view, absl::string_view collective);
-  ~HostBarrierRound();
-  HostBarrierRound(const HostBarrierRound&) = delete;
-  HostBarrierRound& operator=(const HostBarrierRound&) = delete;
+// The words a collective's exchange carries (kernels/signal_layout.h).
+struct CallWords {
+  uint32_t call = 0;       // 31-bit call hash << 1 | NaN/Inf found
+  uint32_t nan_count = 0;  // saturated
+  uint32_t count = 0;      // first tensor's count, saturated
+  // kind | op << 4 | algorithm << 8 | dtype << 12 | tensors << 16 (broadcast: root << 16)
+  uint32_t shape = 0;
+};
 
+// One exchange: constructing it takes this rank's next exchange on the view; the payload goes
+// into own_payload() (at most payload_capacity() bytes), Send() passes the words and the first
+// `payload_bytes` of it to every rank, WaitFor(p) returns once rank p's message is here (with
+// HostBarrier's errors), after which words(p) and payload(p) read it, until this rank's next
+// exchange on the view. Every rank takes one exchange where its peers do.
+class HostExchange {
+ public:
+  HostExchange(const HostCommView& view, absl::string_view collective);
+  HostExchange(const HostExchange&) = delete;
+  HostExchange& operator=(const HostExchange&) = delete;
+
+  std::byte* own_payload() const { return Slot(view_.rank, view_.rank) + kExchangePayloadOffset; }
+  size_t payload_capacity() const;
+  void Send(const CallWords& words, size_t payload_bytes);
   absl::Status WaitFor(int peer);
   absl::Status WaitForAll();
 
+  CallWords words(int rank) const;
+  const std::byte* payload(int rank) const {
+    return Slot(view_.rank, rank) + kExchangePayloadOffset;
+  }
+  const HostCommView& view() const { return view_; }
+
  private:
-  std::atomic_ref<uint32_t> Slot(int peer) const;
-  std::atomic_ref<uint32_t> SleepFlag() const;
-  absl::Status Failure(int peer, bool aborted) const;
+  // Slot (parity, source) of `owner`'s exchange area.
+  std::byte* Slot(int owner, int source) const;
+  uint32_t* Flag(int owner, int source) const;
 
   const HostCommView& view_;
   absl::string_view collective_;
-  uint32_t target_ = 0;
-  bool sleeping_ = false;
-  absl::Time last_beat_ = absl::InfinitePast();
-  // The barrier's deadline: the view's, or wait_limit after the first wait that needed the
-  // clock (InfinitePast until then).
-  absl::Time deadline_ = absl::InfinitePast();
+  uint32_t seq_ = 0;
+  HostWait wait_;
 };
 
 // ABORTED when the view's abort word is set (checked on entry to every collective).

@@ -27,17 +27,7 @@ uint64_t Mix(uint64_t h, uint64_t v) {
 
 uint32_t Saturate32(uint64_t v) { return v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v); }
 
-uint32_t Load(const HostCommView& view, int pad_rank, int channel) {
-  return std::atomic_ref<uint32_t>(view.pads[pad_rank][PadSlot(channel, pad_rank, view.world_size)])
-      .load(std::memory_order_relaxed);
-}
-
-void StoreOwn(const HostCommView& view, int channel, uint32_t value) {
-  std::atomic_ref<uint32_t>(view.pads[view.rank][PadSlot(channel, view.rank, view.world_size)])
-      .store(value, std::memory_order_relaxed);
-}
-
-// A shape word (channel 5) taken apart.
+// A shape word taken apart.
 struct Shape {
   CollectiveOp kind;
   ReduceOp op;
@@ -81,8 +71,9 @@ std::string DescribeCall(CollectiveOp kind, uint32_t count, const Shape& s) {
 }
 
 // Cold path: names every distinct call and the ranks that made it.
-absl::Status MismatchError(const HostCommView& view, CollectiveOp kind,
+absl::Status MismatchError(const HostExchange& x, CollectiveOp kind,
                            const std::vector<uint32_t>& hashes) {
+  const HostCommView& view = x.view();
   std::vector<uint32_t> distinct;
   for (uint32_t h : hashes) {
     if (std::find(distinct.begin(), distinct.end(), h) == distinct.end()) distinct.push_back(h);
@@ -94,8 +85,9 @@ absl::Status MismatchError(const HostCommView& view, CollectiveOp kind,
     for (int p = 0; p < view.world_size; ++p) {
       if (hashes[p] == distinct[i]) ranks.push_back(p);
     }
-    const Shape shape = Decode(Load(view, ranks[0], kHostShapeChannel));
-    std::string d = DescribeCall(kind, Load(view, ranks[0], kHostCountChannel), shape);
+    const CallWords words = x.words(ranks[0]);
+    const Shape shape = Decode(words.shape);
+    std::string d = DescribeCall(kind, words.count, shape);
     // Calls that differ only in later tensors or in where the inputs sit in the data regions
     // look alike: tell them apart by their hash, and say what else differs.
     const bool alike = std::find(descriptions.begin(), descriptions.end(), d) != descriptions.end();
@@ -147,34 +139,28 @@ CallWords MakeCallWords(const CallSignature& call, uint64_t nonfinite) {
   return w;
 }
 
-void PublishCall(const HostCommView& view, const CallWords& words) {
-  StoreOwn(view, kHostCallChannel, words.call);
-  StoreOwn(view, kHostNanCountChannel, words.nan_count);
-  StoreOwn(view, kHostCountChannel, words.count);
-  StoreOwn(view, kHostShapeChannel, words.shape);
-}
-
-absl::Status CheckCalls(const HostCommView& view, CollectiveOp kind, CollectiveResult* result) {
-  // The hot path: one load per rank. The slots stay put until the closing barrier, so the
-  // cold paths below read them again.
-  const uint32_t first = Load(view, 0, kHostCallChannel) >> 1;
+absl::Status CheckCalls(const HostExchange& x, CollectiveOp kind, CollectiveResult* result) {
+  // The hot path: one word per rank, from this rank's own memory.
+  const int w = x.view().world_size;
+  const uint32_t first = x.words(0).call >> 1;
   uint32_t differ = 0;
   uint32_t nan = 0;
-  for (int p = 0; p < view.world_size; ++p) {
-    const uint32_t w = Load(view, p, kHostCallChannel);
-    differ |= (w >> 1) ^ first;
-    nan |= w & kNanBit;
+  for (int p = 0; p < w; ++p) {
+    const uint32_t call = x.words(p).call;
+    differ |= (call >> 1) ^ first;
+    nan |= call & kNanBit;
   }
   if (differ != 0) {
-    std::vector<uint32_t> hashes(view.world_size);
-    for (int p = 0; p < view.world_size; ++p) hashes[p] = Load(view, p, kHostCallChannel) >> 1;
-    return MismatchError(view, kind, hashes);
+    std::vector<uint32_t> hashes(w);
+    for (int p = 0; p < w; ++p) hashes[p] = x.words(p).call >> 1;
+    return MismatchError(x, kind, hashes);
   }
   if (result == nullptr || nan == 0) return absl::OkStatus();
-  for (int p = 0; p < view.world_size; ++p) {
-    if ((Load(view, p, kHostCallChannel) & kNanBit) == 0) continue;
+  for (int p = 0; p < w; ++p) {
+    const CallWords words = x.words(p);
+    if ((words.call & kNanBit) == 0) continue;
     if (result->nonfinite_ranks++ == 0) result->first_nonfinite_rank = p;
-    result->group_nonfinite_count += Load(view, p, kHostNanCountChannel);
+    result->group_nonfinite_count += words.nan_count;
   }
   return absl::OkStatus();
 }

@@ -94,6 +94,15 @@ TEST_P(MismatchTest, EveryRankFailsAndTheAllocationStaysUsable) {
                                    {"rank 0 has 100 x int32", "100 x float32"}));
     RETURN_IF_ERROR(ExactAllReduce(*mv, SplitMix64(seed + 7), 1000, Algorithm::kTwoShot));
     RETURN_IF_ERROR(ExactAllReduce(*mv, SplitMix64(seed + 8), 3, Algorithm::kOneShot));
+    // A one-shot whose inputs travel in the exchange (100 floats) against one staged in the
+    // data regions (3000 floats: more than a slot's payload).
+    const size_t big = rank == world - 1 ? 3000 : 100;
+    std::vector<float> bin(big, 1.0f), bout(big);
+    RETURN_IF_ERROR(ExpectMismatch(
+        AllReduce(v, bin.data(), bout.data(), big, DataType::kFloat32, ReduceOp::kSum,
+                  Algorithm::kOneShot, NanCheck::kOff, nullptr),
+        {absl::StrCat("rank ", world - 1, " has 3000 x float32"), "100 x float32 (sum, one-shot"}));
+    RETURN_IF_ERROR(ExactAllReduce(*mv, SplitMix64(seed + 9), 5, Algorithm::kOneShot));
     return std::string("ok");
   });
   testing::ExpectAllOk(outcomes);

@@ -36,28 +36,68 @@ uint64_t CopyInAll(const HostCommView& view, const StagingPlan& plan, NanCheck c
   return bad;
 }
 
-// Copy-in (a broadcast stages the root's buffer only) and this rank's call words, then the
-// barrier that says every rank's input is staged, then the call check: on a mismatch every
-// rank runs one closing barrier (so the barrier counts stay equal) and fails.
-absl::Status Stage(const HostCommView& view, const StagingPlan& plan, NanCheck check,
-                   const CallSignature& call, CollectiveResult* result) {
-  const char* name = CollectiveName(call.kind);
-  RETURN_IF_ERROR(CheckNotAborted(view, name));
-  const bool stages = call.kind != CollectiveOp::kBroadcast || view.rank == call.root;
-  const uint64_t bad = stages ? CopyInAll(view, plan, check) : 0;
+// Where the tensors of a one-shot all-reduce small enough to travel in the exchange sit in
+// the payload (each at a 16-byte boundary), and the bytes they take; 0 for no tensors.
+size_t PayloadBytes(const StagingPlan& plan) {
+  size_t at = 0;
+  for (const StagedTensor& t : plan.tensors) at = AlignUp(at, 16) + t.count * t.element_size;
+  return at;
+}
+
+// Whether this all-reduce's inputs travel in the exchange: a one-shot whose inputs fit one
+// slot's payload. Every rank that makes the same call decides alike (the counts, types and
+// algorithm are in the call hash; the world size is the view's).
+bool Carries(const HostExchange& x, const StagingPlan& plan, const CallSignature& call) {
+  return call.kind == CollectiveOp::kAllReduce && call.algorithm == Algorithm::kOneShot &&
+         PayloadBytes(plan) <= x.payload_capacity();
+}
+
+// Copy-in (a broadcast stages the root's buffer only; carried inputs go into the exchange
+// instead) and the exchange of every rank's call words, then the call check. The exchange is
+// the staging barrier too: a rank sends after its copy-in. A mismatch fails every rank alike
+// and leaves nothing to settle (the next exchange uses the other parity).
+absl::Status Stage(HostExchange& x, const StagingPlan& plan, NanCheck check,
+                   const CallSignature& call, bool carries, CollectiveResult* result) {
+  const HostCommView& view = x.view();
+  RETURN_IF_ERROR(CheckNotAborted(view, CollectiveName(call.kind)));
+  uint64_t bad = 0;
+  size_t payload = 0;
+  if (carries) {
+    for (const StagedTensor& t : plan.tensors) {
+      payload = AlignUp(payload, 16);
+      bad += CopyIn(t.dtype, t.input, x.own_payload() + payload, t.staged_count, check);
+      payload += t.count * t.element_size;
+    }
+  } else if (call.kind != CollectiveOp::kBroadcast || view.rank == call.root) {
+    bad = CopyInAll(view, plan, check);
+  }
   if (result != nullptr) result->nonfinite_count = bad;
   CallSignature staged = call;
   staged.staging = plan.in_place ? 1 : 0;
   for (const StagedTensor& t : plan.tensors) staged.staging = staged.staging * 31 + t.offset;
-  PublishCall(view, MakeCallWords(staged, bad));
-  RETURN_IF_ERROR(HostBarrier(view, name));
-  if (absl::Status agreed = CheckCalls(view, call.kind, result); !agreed.ok()) {
-    RETURN_IF_ERROR(HostBarrier(view, name));
-    return agreed;
-  }
-  return absl::OkStatus();
+  x.Send(MakeCallWords(staged, bad), payload);
+  RETURN_IF_ERROR(x.WaitForAll());
+  return CheckCalls(x, call.kind, result);
 }
 
+// One-shot on inputs that came in the exchange: each rank reduces every rank's copy in its
+// own memory straight into its output. Nothing else to wait for: no rank reads another's
+// region.
+void ReduceCarried(const HostExchange& x, const StagingPlan& plan, ReduceOp op) {
+  const int w = x.view().world_size;
+  const std::byte* srcs[kMaxWorldSize];
+  size_t at = 0;
+  for (const StagedTensor& t : plan.tensors) {
+    at = AlignUp(at, 16);
+    for (int p = 0; p < w; ++p) srcs[p] = x.payload(p) + at;
+    ReduceInto(t.dtype, op, srcs, w, 0, t.count, t.output, w);
+    at += t.count * t.element_size;
+  }
+}
+
+// One-shot on inputs staged in the data regions: every rank reduces all of them into scratch
+// (or its output), and only after a barrier, once every peer has read its region, writes a
+// result that replaces its input there.
 absl::Status OneShot(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
   const char* name = CollectiveName(CollectiveOp::kAllReduce);
   const std::byte* srcs[kMaxWorldSize];
@@ -119,8 +159,8 @@ void ReduceAndPush(const HostCommView& view, const StagedTensor& t, ReduceOp op)
 // (ReduceAndPush); after one barrier every region holds the whole result, which a rank
 // copies to its output unless that is the region itself. No closing barrier: after it no
 // rank reads a peer's region, and a peer writes into this region again only after the next
-// call's staging barrier, which this rank reaches after its copy-out. Two barriers in all
-// (the three-barrier pull version re-read from the peers what it had just reduced).
+// call's exchange, to which this rank sends after its copy-out. The exchange and one barrier
+// in all (the three-barrier pull version re-read from the peers what it had just reduced).
 absl::Status TwoShot(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
   for (const StagedTensor& t : plan.tensors) ReduceAndPush(view, t, op);
   RETURN_IF_ERROR(HostBarrier(view, CollectiveName(CollectiveOp::kAllReduce)));
@@ -144,8 +184,9 @@ absl::Status Gather(const HostCommView& view, CollectiveOp kind,
   ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
   if (result != nullptr) *result = CollectiveResult{};
   if (plan.tensors.empty()) return absl::OkStatus();
+  HostExchange x(view, CollectiveName(kind));
   RETURN_IF_ERROR(
-      Stage(view, plan, nan_check, CallSignature{.kind = kind, .tensors = tensors}, result));
+      Stage(x, plan, nan_check, CallSignature{.kind = kind, .tensors = tensors}, false, result));
   for (const StagedTensor& t : plan.tensors) {
     const size_t bytes = t.count * t.element_size;
     const size_t from =
@@ -213,9 +254,14 @@ absl::Status AllReduceCoalesced(const HostCommView& view, absl::Span<const Tenso
   ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
   if (result != nullptr) *result = CollectiveResult{};
   if (plan.tensors.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(Stage(
-      view, plan, nan_check,
-      CallSignature{.kind = kind, .op = op, .algorithm = algorithm, .tensors = tensors}, result));
+  const CallSignature call{.kind = kind, .op = op, .algorithm = algorithm, .tensors = tensors};
+  HostExchange x(view, CollectiveName(kind));
+  const bool carries = Carries(x, plan, call);
+  RETURN_IF_ERROR(Stage(x, plan, nan_check, call, carries, result));
+  if (carries) {
+    ReduceCarried(x, plan, op);
+    return absl::OkStatus();
+  }
   return algorithm == Algorithm::kOneShot ? OneShot(view, plan, op) : TwoShot(view, plan, op);
 }
 
@@ -231,8 +277,9 @@ absl::Status ReduceScatterCoalesced(const HostCommView& view, absl::Span<const T
   ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
   if (result != nullptr) *result = CollectiveResult{};
   if (plan.tensors.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(Stage(view, plan, nan_check,
-                        CallSignature{.kind = kind, .op = op, .tensors = tensors}, result));
+  HostExchange x(view, CollectiveName(kind));
+  RETURN_IF_ERROR(Stage(x, plan, nan_check,
+                        CallSignature{.kind = kind, .op = op, .tensors = tensors}, false, result));
   return ScatterReduced(view, plan, op);
 }
 
@@ -265,8 +312,10 @@ absl::Status Broadcast(const HostCommView& view, void* buffer, size_t count, Dat
   RETURN_IF_ERROR(CheckRoot(view, root));
   if (result != nullptr) *result = CollectiveResult{};
   if (plan.tensors.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(Stage(view, plan, nan_check,
-                        CallSignature{.kind = kind, .root = root, .tensors = tensors}, result));
+  HostExchange x(view, CollectiveName(kind));
+  RETURN_IF_ERROR(Stage(x, plan, nan_check,
+                        CallSignature{.kind = kind, .root = root, .tensors = tensors}, false,
+                        result));
   return ReadRoot(view, plan, root);
 }
 

@@ -146,13 +146,13 @@ uint64_t Digest(uint64_t tag, size_t k, absl::Span<const MatmulB> bs, bool row_s
   return d * 2 + (row_scale ? 1 : 0);
 }
 
-// The call check, once the caller has waited for every peer (whose published words then stay
-// put until the closing barrier): on a mismatch every rank runs that barrier and fails with
-// the same verdict.
-absl::Status CheckAfterWaits(const HostCommView& view, CollectiveOp kind, const char* name,
+// The call check, once the caller has waited for every peer: on a mismatch every rank runs
+// the closing barrier and fails with the same verdict, so that no rank leaves (and reuses its
+// region) while a peer may still read or write it.
+absl::Status CheckAfterWaits(const HostExchange& x, CollectiveOp kind, const char* name,
                              CollectiveResult* result) {
-  if (absl::Status agreed = CheckCalls(view, kind, result); !agreed.ok()) {
-    RETURN_IF_ERROR(HostBarrier(view, name));
+  if (absl::Status agreed = CheckCalls(x, kind, result); !agreed.ok()) {
+    RETURN_IF_ERROR(HostBarrier(x.view(), name));
     return agreed;
   }
   return absl::OkStatus();
@@ -190,10 +190,12 @@ absl::Status AllGatherMatmul(const HostCommView& view, const AllGatherMatmulArgs
     std::memcpy(own + scale_at, args.row_scale, args.rows * sizeof(float));
   }
   const TensorArgs shard{own, args.gathered, shard_elems, args.dtype};
-  PublishCall(view, MakeCallWords({.kind = CollectiveOp::kAllGather,
-                                   .tensors = absl::MakeConstSpan(&shard, 1),
-                                   .staging = Digest(1, args.k, args.bs, args.row_scale)},
-                                  bad));
+  HostExchange ready(view, name);  // this shard and its scales are ready
+  ready.Send(MakeCallWords({.kind = CollectiveOp::kAllGather,
+                            .tensors = absl::MakeConstSpan(&shard, 1),
+                            .staging = Digest(1, args.k, args.bs, args.row_scale)},
+                           bad),
+             0);
 
   const float* b32[kMaxMatmulBs];
   for (size_t i = 0; i < args.bs.size(); ++i) {
@@ -218,16 +220,15 @@ absl::Status AllGatherMatmul(const HostCommView& view, const AllGatherMatmulArgs
 
   if (view.world_size == 1) {
     multiply(0);
-    return CheckCalls(view, CollectiveOp::kAllGather, result);  // the NaN finding
+    return CheckCalls(ready, CollectiveOp::kAllGather, result);  // the NaN finding
   }
-  HostBarrierRound ready(view, name);  // this shard and its scales are ready
-  multiply(view.rank);                 // overlaps the peers' arrival
+  multiply(view.rank);  // overlaps the peers' arrival
   for (int i = 1; i < view.world_size; ++i) {
     const int p = (view.rank + i) % view.world_size;
     RETURN_IF_ERROR(ready.WaitFor(p));
     multiply(p);
   }
-  RETURN_IF_ERROR(CheckAfterWaits(view, CollectiveOp::kAllGather, name, result));
+  RETURN_IF_ERROR(CheckAfterWaits(ready, CollectiveOp::kAllGather, name, result));
   // No shard changes until every rank has read them all.
   return HostBarrier(view, name);
 }
@@ -265,12 +266,14 @@ absl::Status MatmulReduceScatter(const HostCommView& view, const MatmulReduceSca
       CopyIn(args.dtype, a, const_cast<std::byte*>(a), args.rows * args.k, nan_check);
   if (result != nullptr) result->nonfinite_count = bad;
   const TensorArgs t{args.a, args.b.out, chunk * n, args.dtype};
-  PublishCall(view, MakeCallWords({.kind = CollectiveOp::kReduceScatter,
-                                   .op = args.op,
-                                   .tensors = absl::MakeConstSpan(&t, 1),
-                                   .staging = Digest(2, args.k, absl::MakeConstSpan(&args.b, 1),
-                                                     args.row_scale != nullptr)},
-                                  bad));
+  HostExchange entered(view, name);
+  entered.Send(MakeCallWords({.kind = CollectiveOp::kReduceScatter,
+                              .op = args.op,
+                              .tensors = absl::MakeConstSpan(&t, 1),
+                              .staging = Digest(2, args.k, absl::MakeConstSpan(&args.b, 1),
+                                                args.row_scale != nullptr)},
+                             bad),
+               0);
   const float* b32 = BAsFloat(0, args.dtype, args.b.data, args.k, n);
   const size_t slot_floats = chunk * n;
   // Destination d's rows of A @ B, as fp32, into slot `rank` of d's data region.
@@ -284,19 +287,19 @@ absl::Status MatmulReduceScatter(const HostCommView& view, const MatmulReduceSca
   };
 
   if (view.world_size > 1) {
-    // A destination's region is free once it has arrived (it finished reading it in its
-    // previous call). Peers in ring order, this rank's own rows last.
-    HostBarrierRound entered(view, name);
+    // A destination's region is free once its message is here (it sends only after it
+    // finished reading it in its previous call). Peers in ring order, this rank's own rows
+    // last.
     for (int i = 1; i <= view.world_size; ++i) {
       const int d = (view.rank + i) % view.world_size;
       if (d != view.rank) RETURN_IF_ERROR(entered.WaitFor(d));
       multiply_for(d);
     }
-    RETURN_IF_ERROR(CheckAfterWaits(view, CollectiveOp::kReduceScatter, name, result));
+    RETURN_IF_ERROR(CheckAfterWaits(entered, CollectiveOp::kReduceScatter, name, result));
     RETURN_IF_ERROR(HostBarrier(view, name));  // every partial product is in place
   } else {
     multiply_for(0);
-    RETURN_IF_ERROR(CheckCalls(view, CollectiveOp::kReduceScatter, result));  // the NaN finding
+    RETURN_IF_ERROR(CheckCalls(entered, CollectiveOp::kReduceScatter, result));  // the NaN finding
   }
   // Reduce this rank's slots in rank order. No closing barrier: a peer writes into this
   // region again only after this rank arrives in the next call.

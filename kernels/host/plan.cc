@@ -204,11 +204,14 @@ absl::Status ValidateHostCommView(const HostCommView& view) {
           " pointer is null; allowed: non-null for every rank in [0, ", view.world_size - 1, "]"));
     }
   }
-  const size_t needed = PadSlot(kHostPadChannels, 0, view.world_size);
+  // The CPU path's channels and the exchange area after every channel (symmetric_layout.h).
+  const size_t needed = SignalPadBytes(view.world_size) / sizeof(uint32_t);
   if (view.pad_slots < needed) {
     return absl::InvalidArgumentError(
         absl::StrCat("signal pad of ", view.pad_slots, " slots is too small; need at least ",
-                     needed, " (", kHostPadChannels, " x world size ", view.world_size, ")"));
+                     needed, " (", kSignalPadChannels, " channels x world size ", view.world_size,
+                     ", then an exchange area of ", 2 * view.world_size, " slots of ",
+                     ExchangeSlotBytes(view.world_size), " bytes)"));
   }
   return absl::OkStatus();
 }

@@ -100,7 +100,10 @@ TEST_F(ValidationTest, NullPointers) {
   ExpectInvalid(Barrier(v), {"rank 1's data region"});
   v = view_;
   v.pad_slots = 3;
-  ExpectInvalid(Barrier(v), {"3 slots", "at least 12", "6 x world size 2"});
+  static_assert(SignalPadBytes(kWorld) / 4 == 4192);
+  ExpectInvalid(Barrier(v), {"3 slots", "at least 4192 (",
+                             "16 channels x world size 2, then an exchange area of 4 slots of "
+                             "4160 bytes"});
   ExpectInvalid(AllReduce(view_, nullptr, out_.data(), 4, DataType::kFloat32, ReduceOp::kSum,
                           Algorithm::kOneShot, NanCheck::kOff, nullptr),
                 {"input is null"});
