@@ -3,9 +3,10 @@
 //
 // The signal pad is [slots | exchange area]: one uint32 slot per (channel, peer) (channels let
 // consecutive collectives and the barrier use separate slots), then the CPU collectives'
-// exchange area, 2 parities x world size slots of ExchangeSlotBytes, one per (parity, source
-// rank), where peers leave this rank the call they make and, for small all-reduces, their
-// data (kernels/signal_layout.h). A peer writes only its own slots of an area.
+// exchange area, a line with the rank's sleeping flag and 2 parities x world size slots of
+// ExchangeSlotBytes, one per (parity, source rank), where peers leave this rank the call they
+// make and, for small all-reduces, their data (kernels/signal_layout.h). A peer writes only
+// its own slots of an area.
 #ifndef COMMD_COMMON_SYMMETRIC_LAYOUT_H_
 #define COMMD_COMMON_SYMMETRIC_LAYOUT_H_
 
@@ -37,14 +38,20 @@ constexpr size_t ExchangeSlotBytes(int world_size) {
   return bytes < kExchangeSlotMaxBytes ? bytes : kExchangeSlotMaxBytes;
 }
 
-// Where the exchange area starts in the pad.
+// Where the exchange area starts in the pad. Its first line holds the rank's sleeping flag
+// alone (every peer that writes to the rank reads it; the rank writes it only to go to sleep),
+// the slots follow.
 constexpr size_t ExchangeAreaOffset(int world_size) {
   return AlignUp(kSignalPadChannels * static_cast<size_t>(world_size) * sizeof(uint32_t),
                  kExchangeLineBytes);
 }
 
+constexpr size_t ExchangeSlotsOffset(int world_size) {
+  return ExchangeAreaOffset(world_size) + kExchangeLineBytes;
+}
+
 constexpr size_t SignalPadBytes(int world_size) {
-  return ExchangeAreaOffset(world_size) +
+  return ExchangeSlotsOffset(world_size) +
          2 * static_cast<size_t>(world_size) * ExchangeSlotBytes(world_size);
 }
 

@@ -12,12 +12,13 @@
 //   - Values only grow (modulo 2^32; compared by signed difference), so a peer that runs
 //     ahead into the next barrier (at most one ahead: it cannot pass a barrier without us)
 //     never makes us miss one, and back-to-back collectives need no reset.
-//   - The CPU path also uses slot (1, r) of rank r's own pad as a "sleeping" flag: nonzero
-//     while r may be blocked in FUTEX_WAIT on its pad or exchange area, so arriving peers
-//     issue FUTEX_WAKE only when someone sleeps.
+//   - The CPU path keeps rank r's "sleeping" flag in the first line of its exchange area
+//     (common/symmetric_layout.h), alone in its line so that the peers' reads of it stay in
+//     their caches: nonzero while r may be blocked in FUTEX_WAIT on its pad or exchange area,
+//     so arriving peers issue FUTEX_WAKE only when someone sleeps.
 //
 // Exchange (CPU path; common/symmetric_layout.h sizes the area): every collective with data
-// (not Barrier) starts with one exchange instead of a barrier. Slot (2, r) of rank r's own pad
+// (not Barrier) starts with one exchange instead of a barrier. Slot (1, r) of rank r's own pad
 // is r's private count of exchanges on the allocation; exchange e uses parity e % 2. Rank r
 // writes its message into slot (e % 2, r) of every rank's exchange area, its own included:
 //   - bytes 0-3, the flag: e, stored last (seq_cst), then the reader's sleeping flag read and
@@ -50,9 +51,7 @@
 namespace commd::kernels {
 
 inline constexpr int kHostBarrierChannel = 0;
-inline constexpr int kHostSleepChannel = 1;
-inline constexpr int kHostExchangeChannel = 2;  // own slot: exchanges taken on the allocation
-inline constexpr int kHostPadChannels = 3;      // channels the CPU path needs
+inline constexpr int kHostExchangeChannel = 1;  // own slot: exchanges taken on the allocation
 
 // Byte offsets in an exchange slot.
 inline constexpr size_t kExchangeFlagOffset = 0;

@@ -61,6 +61,12 @@ uint32_t AbortValue(const HostCommView& view) {
   return __atomic_load_n(view.abort_word, __ATOMIC_ACQUIRE);
 }
 
+// Rank `owner`'s sleeping flag (kernels/signal_layout.h).
+uint32_t* SleepFlag(const HostCommView& view, int owner) {
+  return reinterpret_cast<uint32_t*>(reinterpret_cast<std::byte*>(view.pads[owner]) +
+                                     ExchangeAreaOffset(view.world_size));
+}
+
 // Online CPUs, read once: spinning only pays while every rank can run at the same time.
 int OnlineCpus() {
   static const int cpus = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
@@ -70,11 +76,8 @@ int OnlineCpus() {
 }  // namespace
 
 HostWait::~HostWait() {
-  if (sleeping_) {
-    std::atomic_ref<uint32_t>(
-        view_.pads[view_.rank][PadSlot(kHostSleepChannel, view_.rank, view_.world_size)])
-        .store(0, std::memory_order_relaxed);
-  }
+  if (sleeping_)
+    std::atomic_ref<uint32_t>(*SleepFlag(view_, view_.rank)).store(0, std::memory_order_relaxed);
 }
 
 HostWait::Result HostWait::Until(uint32_t* word, uint32_t target) {
@@ -112,9 +115,7 @@ HostWait::Result HostWait::Until(uint32_t* word, uint32_t target) {
     // Dekker handshake with Wake(): flag store then word load here, word store then flag
     // load there, all seq_cst, so either we see the word or the writer sees the flag.
     if (!sleeping_) {
-      std::atomic_ref<uint32_t>(
-          view_.pads[view_.rank][PadSlot(kHostSleepChannel, view_.rank, view_.world_size)])
-          .store(1, std::memory_order_seq_cst);
+      std::atomic_ref<uint32_t>(*SleepFlag(view_, view_.rank)).store(1, std::memory_order_seq_cst);
       sleeping_ = true;
     }
     const uint32_t seen = slot.load(std::memory_order_seq_cst);
@@ -131,9 +132,7 @@ HostWait::Result HostWait::Until(uint32_t* word, uint32_t target) {
 
 void HostWait::Wake(const HostCommView& view, int owner, uint32_t* word) {
   const uint32_t sleeping =
-      std::atomic_ref<uint32_t>(
-          view.pads[owner][PadSlot(kHostSleepChannel, owner, view.world_size)])
-          .load(std::memory_order_seq_cst);
+      std::atomic_ref<uint32_t>(*SleepFlag(view, owner)).load(std::memory_order_seq_cst);
   if (sleeping != 0) FutexWakeAll(word);
 }
 
@@ -201,11 +200,9 @@ absl::Status HostBarrier(const HostCommView& view, absl::string_view collective)
 }
 
 std::byte* HostExchange::Slot(int owner, int source) const {
-  const int w = view_.world_size;
   const size_t index =
-      static_cast<size_t>(seq_ & 1) * static_cast<size_t>(w) + static_cast<size_t>(source);
-  return reinterpret_cast<std::byte*>(view_.pads[owner]) + ExchangeAreaOffset(w) +
-         index * ExchangeSlotBytes(w);
+      (seq_ & 1) * static_cast<size_t>(view_.world_size) + static_cast<size_t>(source);
+  return reinterpret_cast<std::byte*>(view_.pads[owner]) + slots_offset_ + index * slot_bytes_;
 }
 
 uint32_t* HostExchange::Flag(int owner, int source) const {
@@ -213,16 +210,18 @@ uint32_t* HostExchange::Flag(int owner, int source) const {
 }
 
 HostExchange::HostExchange(const HostCommView& view, absl::string_view collective)
-    : view_(view), collective_(collective), wait_(view) {
+    : view_(view),
+      collective_(collective),
+      slots_offset_(ExchangeSlotsOffset(view.world_size)),
+      slot_bytes_(ExchangeSlotBytes(view.world_size)),
+      wait_(view) {
   std::atomic_ref<uint32_t> own(
       view.pads[view.rank][PadSlot(kHostExchangeChannel, view.rank, view.world_size)]);
   seq_ = own.load(std::memory_order_relaxed) + 1;
   own.store(seq_, std::memory_order_relaxed);
 }
 
-size_t HostExchange::payload_capacity() const {
-  return ExchangeSlotBytes(view_.world_size) - kExchangePayloadOffset;
-}
+size_t HostExchange::payload_capacity() const { return slot_bytes_ - kExchangePayloadOffset; }
 
 void HostExchange::Send(const CallWords& words, size_t payload_bytes) {
   const uint32_t w[4] = {words.call, words.nan_count, words.count, words.shape};

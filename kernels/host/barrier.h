@@ -97,6 +97,8 @@ class HostExchange {
 
   const HostCommView& view_;
   absl::string_view collective_;
+  size_t slots_offset_;  // ExchangeSlotsOffset, ExchangeSlotBytes of the view's world size
+  size_t slot_bytes_;
   uint32_t seq_ = 0;
   HostWait wait_;
 };

@@ -26,7 +26,7 @@ struct HostCommView {
   // [world_size] each rank's signal pad, mapped in this process.
   uint32_t* const* pads = nullptr;
   size_t data_bytes = 0;  // bytes of every rank's data region
-  size_t pad_slots = 0;   // uint32 slots of every rank's pad; >= kHostPadChannels * world_size
+  size_t pad_slots = 0;   // uint32 slots of every rank's pad; >= SignalPadBytes(world_size) / 4
   // Nonzero asks every wait to give up with ABORTED (the control block's abort word, read
   // with acquire loads). May be null: no abort.
   const uint32_t* abort_word = nullptr;

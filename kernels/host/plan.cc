@@ -210,7 +210,7 @@ absl::Status ValidateHostCommView(const HostCommView& view) {
     return absl::InvalidArgumentError(
         absl::StrCat("signal pad of ", view.pad_slots, " slots is too small; need at least ",
                      needed, " (", kSignalPadChannels, " channels x world size ", view.world_size,
-                     ", then an exchange area of ", 2 * view.world_size, " slots of ",
+                     ", then an exchange area of one line and ", 2 * view.world_size, " slots of ",
                      ExchangeSlotBytes(view.world_size), " bytes)"));
   }
   return absl::OkStatus();

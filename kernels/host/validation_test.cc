@@ -100,10 +100,11 @@ TEST_F(ValidationTest, NullPointers) {
   ExpectInvalid(Barrier(v), {"rank 1's data region"});
   v = view_;
   v.pad_slots = 3;
-  static_assert(SignalPadBytes(kWorld) / 4 == 4192);
-  ExpectInvalid(Barrier(v), {"3 slots", "at least 4192 (",
-                             "16 channels x world size 2, then an exchange area of 4 slots of "
-                             "4160 bytes"});
+  static_assert(SignalPadBytes(kWorld) / 4 == 4208);
+  ExpectInvalid(Barrier(v),
+                {"3 slots", "at least 4208 (",
+                 "16 channels x world size 2, then an exchange area of one line and 4 slots of "
+                 "4160 bytes"});
   ExpectInvalid(AllReduce(view_, nullptr, out_.data(), 4, DataType::kFloat32, ReduceOp::kSum,
                           Algorithm::kOneShot, NanCheck::kOff, nullptr),
                 {"input is null"});
