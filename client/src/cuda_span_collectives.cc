@@ -326,6 +326,16 @@ class CudaSpanPartImpl : public CudaSpanPart {
 
   absl::Time Deadline() const { return absl::Now() + s_.connect_wait; }
 
+  // The lane's communicator, made on first use; a failure to make it fails the group.
+  absl::Status CommLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (comm_ != nullptr) return absl::OkStatus();
+    if (absl::Status made = ConnectLocked(); !made.ok()) {
+      FailLocked(made);
+      return failed_;
+    }
+    return absl::OkStatus();
+  }
+
   // This rank's lane communicator, made once (see the header).
   absl::Status ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!failed_.ok()) return failed_;
@@ -397,12 +407,7 @@ class CudaSpanPartImpl : public CudaSpanPart {
   // One NCCL step, its communicator made first if need be; a failure fails the group.
   absl::Status NcclStep(const SpanStep& st, std::byte* region, void* scratch, cudaStream_t stream) {
     absl::MutexLock lock(&mu_);
-    if (comm_ == nullptr) {
-      if (absl::Status made = ConnectLocked(); !made.ok()) {
-        FailLocked(made);
-        return failed_;
-      }
-    }
+    RETURN_IF_ERROR(CommLocked());
     const ncclDataType_t type = NcclType(st.dtype);
     void* from = st.from_scratch ? scratch : region + st.offset;
     void* to = st.to_scratch ? scratch : region + st.offset;
@@ -459,12 +464,7 @@ class CudaSpanPartImpl : public CudaSpanPart {
       at.push_back(p);
     }
     absl::MutexLock lock(&mu_);
-    if (comm_ == nullptr) {
-      if (absl::Status made = ConnectLocked(); !made.ok()) {
-        FailLocked(made);
-        return failed_;
-      }
-    }
+    RETURN_IF_ERROR(CommLocked());
     const ncclDataType_t type = NcclType(st.dtype);
     if (const ncclResult_t r = nccl_->group_start(); r != ncclSuccess) {
       return Finish(r, "ncclGroupStart");
