@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <iterator>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -264,6 +266,92 @@ TEST(RingWriter, WrapsAndCountsDropped) {
   // A writer re-attaching continues the record ids.
   auto w2 = Attach(b, &now);
   EXPECT_EQ(w2->Begin({}).record_id, 11u);
+}
+
+// A slot keeps the group names it holds from this writer's previous lap only when the new
+// entry is of the same group: entries of two groups mixed over five laps of a 4-slot ring
+// each carry their own group's id, name and description.
+TEST(RingWriter, EverySlotHoldsItsEntrysGroupOverLaps) {
+  Block b(4);
+  uint64_t now = 1;
+  auto w = Attach(b, &now);
+  auto tp = w->RegisterProcessGroup(3, "tp", "tensor parallel");
+  ASSERT_TRUE(tp.ok());
+  struct Want {
+    uint64_t id;
+    const char* name;
+    const char* desc;
+  };
+  const Want groups[] = {{7, "group0", "default_pg"}, {3, "tp", "tensor parallel"}};
+  const uint32_t pgs[] = {0, 0, 1, 0, 1, 1, 0, 0, 0, 1, 0, 1, 1, 0, 1, 1, 0, 0, 0, 0};
+  for (uint32_t i = 0; i < std::size(pgs); ++i) {
+    SCOPED_TRACE(i);
+    const uint32_t pg = pgs[i] == 0 ? 0 : *tp;
+    const RecordHandle h = w->BeginStarted({.op = RecordOp::kAllReduce, .pg = pg});
+    w->Completed(h);
+    const RingEntry* e = b.entry(i % 4);
+    EXPECT_EQ(e->record_id, i);
+    EXPECT_EQ(e->pg_id, groups[pgs[i]].id);
+    EXPECT_STREQ(e->pg_name, groups[pgs[i]].name);
+    EXPECT_STREQ(e->pg_desc, groups[pgs[i]].desc);
+  }
+}
+
+// Each entry records its own tensors whatever the slot held before and whatever the previous
+// call's shape: 1-D (the short path), none, 2-D, ten 6-D tensors (truncated), over 3 laps.
+TEST(RingWriter, EachEntryRecordsItsOwnShape) {
+  Block b(4);
+  uint64_t now = 1;
+  auto w = Attach(b, &now);
+  const int64_t five[] = {5}, zero[] = {0}, negative[] = {-3}, two_by_three[] = {2, 3};
+  const int64_t six[] = {2, 3, 4, 5, 6, 7};
+  const RecordTensor one_d{.dims = five, .ndim = 1, .dtype = RecordDtype::kFloat32};
+  const RecordTensor empty_d{.dims = zero, .ndim = 1, .dtype = RecordDtype::kInt64};
+  const RecordTensor negative_d{.dims = negative, .ndim = 1, .dtype = RecordDtype::kInt32};
+  const RecordTensor two_d{.dims = two_by_three, .ndim = 2, .dtype = RecordDtype::kBFloat16};
+  const std::vector<RecordTensor> ten(10, RecordTensor{.dims = six, .ndim = 6});
+  struct Case {
+    std::span<const RecordTensor> in;
+    uint64_t bytes;
+    std::vector<uint8_t> ndims;  // of the recorded inputs; the rest must read 0
+    std::vector<uint8_t> dtypes;
+    int64_t first_dim;
+    uint8_t truncated;
+  };
+  const std::vector<Case> cases = {
+      {{&one_d, 1}, 20, {1}, {0}, 5, 0},
+      {{}, 0, {}, {}, 0, 0},
+      {{&two_d, 1}, 12, {2}, {2}, 2, 0},
+      {ten, 10u * 5040 * 4, std::vector<uint8_t>(8, kRecordMaxDims), std::vector<uint8_t>(8, 0), 2,
+       kRecordFlagTruncated},
+      {{&one_d, 1}, 20, {1}, {0}, 5, 0},
+      {{&empty_d, 1}, 0, {1}, {4}, 0, 0},
+      {{&negative_d, 1}, 0, {1}, {3}, -3, 0},
+  };
+  for (uint32_t i = 0; i < 12; ++i) {
+    SCOPED_TRACE(i);
+    const Case& c = cases[i % cases.size()];
+    const RecordHandle h =
+        w->BeginStarted({.op = RecordOp::kAllGather, .inputs = c.in, .outputs = c.in});
+    EXPECT_EQ(h.bytes, c.bytes);
+    const RingEntry* e = b.entry(i % 4);
+    EXPECT_EQ(e->bytes, c.bytes);
+    EXPECT_EQ(e->num_inputs, c.ndims.size());
+    EXPECT_EQ(e->num_outputs, c.ndims.size());
+    EXPECT_EQ(e->total_inputs, c.in.size());
+    EXPECT_EQ(e->flags & kRecordFlagTruncated, c.truncated);
+    for (uint32_t t = 0; t < kRecordMaxTensors; ++t) {
+      SCOPED_TRACE(t);
+      EXPECT_EQ(e->input_ndims[t], t < c.ndims.size() ? c.ndims[t] : 0);
+      EXPECT_EQ(e->output_ndims[t], t < c.ndims.size() ? c.ndims[t] : 0);
+      EXPECT_EQ(e->input_dtypes[t], t < c.dtypes.size() ? c.dtypes[t] : 0);
+    }
+    if (!c.ndims.empty()) {
+      EXPECT_EQ(e->input_dims[0][0], c.first_dim);
+      EXPECT_EQ(e->output_dims[0][0], c.first_dim);
+    }
+    if (c.ndims.size() == 1 && c.ndims[0] == 2) EXPECT_EQ(e->input_dims[0][1], 3);
+  }
 }
 
 TEST(RingWriter, SeesAbortRequest) {

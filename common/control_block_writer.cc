@@ -31,6 +31,23 @@ struct SideResult {
 // Dims beyond kRecordMaxDims fold into the last recorded one so that numel stays right.
 SideResult WriteSide(std::span<const RecordTensor> tensors, uint8_t* ndims_out, uint8_t* dtypes_out,
                      int64_t (*dims_out)[kRecordMaxDims]) {
+  // No tensor (barrier) or one 1-D tensor (every SDK collective on one buffer): the loop
+  // below's result without its bookkeeping (it was most of an entry's cost).
+  if (tensors.empty()) {
+    StoreWordRelaxed(ndims_out, uint64_t{0});
+    StoreWordRelaxed(dtypes_out, uint64_t{0});
+    return {};
+  }
+  if (tensors.size() == 1 && tensors[0].ndim == 1) {
+    const RecordTensor& t = tensors[0];
+    const int64_t numel = t.dims[0];
+    StoreRelaxed(&dims_out[0][0], numel);
+    StoreWordRelaxed(ndims_out, uint64_t{1});
+    StoreWordRelaxed(dtypes_out, uint64_t{static_cast<uint8_t>(t.dtype)});
+    return {.bytes = uint64_t(std::max<int64_t>(numel, 0)) * RecordDtypeBytes(uint32_t(t.dtype)),
+            .recorded = 1,
+            .total = 1};
+  }
   SideResult r;
   r.total = static_cast<uint32_t>(std::min<size_t>(tensors.size(), UINT32_MAX));
   r.recorded = static_cast<uint8_t>(std::min<size_t>(tensors.size(), kRecordMaxTensors));
@@ -93,6 +110,7 @@ absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Attach(void* base, size_
   if (!options.clock) options.clock = NewTscRecorderClock();
   std::unique_ptr<RingWriter> w(new RingWriter(static_cast<char*>(base), std::move(options.clock)));
   w->mask_ = capacity - 1;
+  w->slot_group_ = std::make_unique<uint8_t[]>(capacity);  // zeroed: no slot written yet
   w->next_record_id_ = LoadRelaxed(&w->ring_state_->next_record_id);
   w->dropped_ = LoadRelaxed(&w->ring_state_->dropped);
   auto pg = w->RegisterProcessGroup(options.pg_id, options.pg_name, options.pg_desc);
@@ -143,11 +161,11 @@ void RingWriter::Bump(uint64_t* counter, uint64_t by) {
   StoreRelaxed(counter, LoadRelaxed(counter) + by);
 }
 
-void RingWriter::WriteEntry(RingEntry* e, const RecordArgs& a, const Group& g, RecordHandle& h,
+void RingWriter::WriteEntry(RingEntry* e, const RecordArgs& a, uint32_t pg, RecordHandle& h,
                             uint64_t now) {
+  const Group& g = groups_[pg];
   const bool p2p = IsP2p(a.op);
   StoreRelaxed(&e->record_id, h.record_id);
-  StoreRelaxed(&e->pg_id, g.pg_id);
   StoreRelaxed(&e->collective_seq_id, g.collective_seq);
   StoreRelaxed(&e->p2p_seq_id, g.p2p_seq);
   StoreRelaxed(&e->op_id, g.op_id);
@@ -155,9 +173,14 @@ void RingWriter::WriteEntry(RingEntry* e, const RecordArgs& a, const Group& g, R
   StoreRelaxed(&e->time_started_ns, uint64_t{0});
   StoreRelaxed(&e->time_completed_ns, uint64_t{0});
   StoreRelaxed(&e->timeout_ms, a.timeout_ms);
-  for (size_t i = 0; i < kRecordNameBytes / 8; ++i) {
-    StoreWordRelaxed(e->pg_name + 8 * i, g.name_words[i]);
-    StoreWordRelaxed(e->pg_desc + 8 * i, g.desc_words[i]);
+  uint8_t& written = slot_group_[h.record_id & mask_];
+  if (written != pg + 1) {
+    StoreRelaxed(&e->pg_id, g.pg_id);
+    for (size_t i = 0; i < kRecordNameBytes / 8; ++i) {
+      StoreWordRelaxed(e->pg_name + 8 * i, g.name_words[i]);
+      StoreWordRelaxed(e->pg_desc + 8 * i, g.desc_words[i]);
+    }
+    written = static_cast<uint8_t>(pg + 1);
   }
   SideResult in = WriteSide(a.inputs, e->input_ndims, e->input_dtypes, e->input_dims);
   SideResult out = WriteSide(a.outputs, e->output_ndims, e->output_dtypes, e->output_dims);
@@ -181,7 +204,8 @@ RecordHandle RingWriter::BeginStarted(const RecordArgs& args) { return Record(ar
 
 RecordHandle RingWriter::Record(const RecordArgs& args, bool started) {
   const uint64_t now = clock_->NowNs();
-  Group& g = groups_[args.pg < num_groups_ ? args.pg : 0];
+  const uint32_t pg = args.pg < num_groups_ ? args.pg : 0;
+  Group& g = groups_[pg];
   const bool p2p = IsP2p(args.op);
   if (!args.same_seq_as_previous || (p2p ? g.p2p_seq : g.collective_seq) == 0) {
     ++(p2p ? g.p2p_seq : g.collective_seq);
@@ -195,7 +219,7 @@ RecordHandle RingWriter::Record(const RecordArgs& args, bool started) {
   RingEntry* e = Slot(h.record_id);
   if (h.record_id > mask_) StoreRelaxed(&ring_state_->dropped, ++dropped_);
   const uint64_t s = cb_atomic::SeqWriteBegin(&e->seq);
-  WriteEntry(e, args, g, h, now);
+  WriteEntry(e, args, pg, h, now);
   if (started) {
     StoreRelaxed(&e->state, static_cast<uint8_t>(RecordState::kStarted));
     StoreRelaxed(&e->time_started_ns, now);

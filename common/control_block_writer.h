@@ -11,7 +11,9 @@
 //   writer->Completed(h);   // or Abandon(h) when the collective failed or timed out
 //
 // Begin/Started/Completed take no lock, allocate nothing and make no system call: a few
-// relaxed stores under the entry's seqlock plus one clock read each. The ring keeps the
+// relaxed stores under the entry's seqlock plus one clock read each. An entry's group
+// (pg id, name, description: 136 bytes) is written into a slot only when the slot does not
+// hold that group's already from this writer's previous lap. The ring keeps the
 // newest `capacity` entries; each overwrite counts one `dropped`.
 //
 // Sequence ids follow PyTorch's recorder: a collective increments its group's
@@ -136,8 +138,7 @@ class RingWriter {
   // The entry if it still holds `record_id`, else nullptr (overwritten by the wrap).
   RingEntry* Live(uint64_t record_id) const;
   static void SetName(uint64_t* words, std::string_view text);
-  void WriteEntry(RingEntry* e, const RecordArgs& args, const Group& g, RecordHandle& h,
-                  uint64_t now);
+  void WriteEntry(RingEntry* e, const RecordArgs& args, uint32_t pg, RecordHandle& h, uint64_t now);
   void Bump(uint64_t* counter, uint64_t by = 1);
 
   ControlBlockProgress* progress_;
@@ -150,6 +151,10 @@ class RingWriter {
   uint64_t dropped_ = 0;
   uint32_t num_groups_ = 0;
   Group groups_[kMaxProcessGroups];
+  // By slot: 1 + the group whose pg id, name and description this writer last wrote into
+  // the slot (0: none yet). A slot that already holds them keeps them: they are the same
+  // bytes, nothing else writes entries, and the slot's seqlock covers the entry as a whole.
+  std::unique_ptr<uint8_t[]> slot_group_;
   std::unique_ptr<RecorderClock> clock_;
 };
 
