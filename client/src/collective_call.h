@@ -71,6 +71,26 @@ struct CollectiveCall {
   const MatmulCall* matmul = nullptr;          // the fused matmuls only
 };
 
+// What the result of Group::Run's argument checks depends on, for a call whose one buffer
+// (in == out: the in-place collectives, barrier, the host-memory overloads' staging buffer)
+// is `in`, neither coalesced nor fused: the calling group and rank (as Group::owns compares
+// them), the call's shape and its host pointers. The buffer's size, owner and views and the
+// group's settings do not change while the buffer lives, so a call equal to the buffer's
+// last checked one skips the checks (its options are still checked on every call).
+struct CheckedKey {
+  uint64_t group_id = 0;
+  int rank = -1;  // -1: nothing checked yet
+  CollectiveOp kind = CollectiveOp::kBarrier;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = -1;
+  bool host_memory = false;
+  const void* input = nullptr;
+  const void* output = nullptr;
+  bool operator==(const CheckedKey&) const = default;
+};
+
 // The pointers a view borrows, for one buffer: built once when the buffer is mapped, so that
 // a collective copies a view instead of building one.
 struct BufferViews {
@@ -125,12 +145,23 @@ class CollectiveEntry {
 
  private:
   absl::Status Explain(absl::Status status) const;
+  RecordArgs Args() const;
+  void Began(const RecordHandle& h);
   GroupParts g_;
   const CollectiveCall& call_;
-  RecordId id_;
+  RecordHandle handle_;  // the ring writer's, kept for the transitions
+  RecordId id_;          // the same entry, as the public Recorder names it
   kernels::NanCheck nan_ = kernels::NanCheck::kOff;
-  std::array<int64_t, 2 * kRecordMaxTensors> dims_;  // only the first n_in_ + n_out_ are read
-  std::array<TensorDesc, kRecordMaxTensors> in_{}, out_{};
+  // The entry's tensors in the ring's own form, handed to the ring writer as they are (no
+  // conversion per call).
+  // Only the first n_in_ / n_out_ are written and read: left uninitialised (zeroing the
+  // arrays was a sixth of the SDK's own work per call).
+  union Tensors {
+    Tensors() {}  // NOLINT: no member initialised
+    RecordTensor t[kRecordMaxTensors];
+  };
+  int64_t dims_[2 * kRecordMaxTensors];
+  Tensors in_, out_;
   size_t n_in_ = 0, n_out_ = 0;
 };
 

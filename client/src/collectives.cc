@@ -79,13 +79,6 @@ struct Side {
 };
 std::string Name(const Side& s) { return absl::StrCat(s.words, *s.side ? " " : "", s.side); }
 
-// How long this rank waits for its peers. The watchdog diagnoses (and under notify aborts) a
-// collective pending past the group's timeout; the SDK's own limit is a backstop for when the
-// daemon cannot act, so by default it comes later.
-absl::Duration WaitLimit(absl::Duration group_timeout, const CollectiveOptions& options) {
-  return options.timeout > absl::ZeroDuration() ? options.timeout : group_timeout + group_timeout;
-}
-
 absl::Status CheckOptions(const CollectiveOptions& o) {
   using N = CollectiveOptions::NanCheck;
   if (o.nan_check < N::kDefault || o.nan_check > N::kSampled) {
@@ -376,48 +369,68 @@ kernels::NanCheck ResolveNanCheck(const CollectiveOptions& o, const v1::Collecti
   return on ? kernels::NanCheck::kOn : kernels::NanCheck::kOff;
 }
 
+namespace {
+// The SDK's data types are the ring's first dtype codes: the entry converts with a cast.
+static_assert(static_cast<int>(DataType::kFloat32) == static_cast<int>(RecordDtype::kFloat32) &&
+              static_cast<int>(DataType::kFloat16) == static_cast<int>(RecordDtype::kFloat16) &&
+              static_cast<int>(DataType::kBFloat16) == static_cast<int>(RecordDtype::kBFloat16) &&
+              static_cast<int>(DataType::kInt32) == static_cast<int>(RecordDtype::kInt32) &&
+              static_cast<int>(DataType::kInt64) == static_cast<int>(RecordDtype::kInt64));
+// `t` was checked (CheckType) before the entry is made.
+RecordDtype ToRecord(DataType t) { return static_cast<RecordDtype>(t); }
+}  // namespace
+
 CollectiveEntry::CollectiveEntry(const GroupParts& g, const CollectiveCall& call)
     : g_(g), call_(call) {
   const int64_t n = g.group.global_world_size();
   const auto count = static_cast<int64_t>(call.count);
   const Shape shape = ShapeOf(call.kind);
+  const RecordDtype dtype = ToRecord(call.dtype);
   if (call.kind == CollectiveOp::kAllReduceCoalesced) {
     // The ring keeps kRecordMaxTensors a side; the rest are not recorded anyway.
     n_in_ = n_out_ = std::min<size_t>(call.tensors.size(), kRecordMaxTensors);
     for (size_t i = 0; i < n_in_; ++i) {
       dims_[i] = static_cast<int64_t>(call.tensors[i].count);
-      in_[i] = out_[i] = TensorDesc{&dims_[i], 1, call.tensors[i].dtype};
+      in_.t[i] = out_.t[i] = RecordTensor{&dims_[i], 1, ToRecord(call.tensors[i].dtype)};
     }
   } else if (call.matmul != nullptr) {
     // A's [rows, k] into the (first) output's [rows, n].
     const MatmulCall& m = *call.matmul;
     const auto rows = static_cast<int64_t>(m.rows);
     const bool gather = call.kind == CollectiveOp::kAllGatherMatmul;
-    dims_ = {rows, static_cast<int64_t>(m.k), gather ? rows * n : rows / n,
-             static_cast<int64_t>(m.bs[0].n)};
-    in_[0] = TensorDesc{&dims_[0], 2, call.dtype};
-    out_[0] = TensorDesc{&dims_[2], 2, call.dtype};
+    dims_[0] = rows;
+    dims_[1] = static_cast<int64_t>(m.k);
+    dims_[2] = gather ? rows * n : rows / n;
+    dims_[3] = static_cast<int64_t>(m.bs[0].n);
+    in_.t[0] = RecordTensor{&dims_[0], 2, dtype};
+    out_.t[0] = RecordTensor{&dims_[2], 2, dtype};
     n_in_ = n_out_ = 1;
   } else if (shape.typed) {
     dims_[0] = shape.wide_in ? count * n : count;
     dims_[1] = shape.wide_out ? count * n : count;
-    in_[0] = TensorDesc{&dims_[0], 1, call.dtype};
-    out_[0] = TensorDesc{&dims_[1], 1, call.dtype};
+    in_.t[0] = RecordTensor{&dims_[0], 1, dtype};
+    out_.t[0] = RecordTensor{&dims_[1], 1, dtype};
     n_in_ = n_out_ = 1;
   }
 }
 
-void CollectiveEntry::Begin() {
-  id_ = recorder().Begin(ShapeOf(call_.kind).recorded, {in_.data(), n_in_}, {out_.data(), n_out_},
-                         -1, g_.timeout_ms);
+RecordArgs CollectiveEntry::Args() const {
+  return {.op = static_cast<RecordOp>(ShapeOf(call_.kind).recorded),
+          .inputs = {in_.t, n_in_},
+          .outputs = {out_.t, n_out_},
+          .timeout_ms = g_.timeout_ms};
+}
+
+void CollectiveEntry::Began(const RecordHandle& h) {
+  handle_ = h;
+  id_ = RecordId{h.record_id, h.collective_seq_id, h.bytes, static_cast<int>(h.op)};
   nan_ = ResolveNanCheck(*call_.options, g_.settings, id_.collective_seq_id);
 }
 
-void CollectiveEntry::BeginStarted() {
-  id_ = g_.recorder.BeginStarted(ShapeOf(call_.kind).recorded, {in_.data(), n_in_},
-                                 {out_.data(), n_out_}, g_.timeout_ms);
-  nan_ = ResolveNanCheck(*call_.options, g_.settings, id_.collective_seq_id);
-}
+// Straight to the group's ring writer: what Recorder::Begin does, without converting the
+// public tensor descriptors.
+void CollectiveEntry::Begin() { Began(g_.recorder.writer->Begin(Args())); }
+void CollectiveEntry::BeginStarted() { Began(g_.recorder.writer->BeginStarted(Args())); }
 
 // Says why a wait failed: the daemon's abort reason, or a peer that exited.
 absl::Status CollectiveEntry::Explain(absl::Status status) const {
@@ -443,18 +456,19 @@ absl::Status CollectiveEntry::Explain(absl::Status status) const {
 // Failures (a wait, a call mismatch, NaN under policy FAIL) retire the entry as abandoned,
 // not completed: a mismatch stays visible to the watchdog at that seq.
 absl::Status CollectiveEntry::Finish(absl::Status status, const kernels::CollectiveResult& result) {
+  RingWriter& ring = *g_.recorder.writer;
   if (status.ok() && nan_ == kernels::NanCheck::kOn) {
-    g_.recorder.NanChecked(id_, result.nonfinite_count > 0);
+    ring.NanChecked(handle_, result.nonfinite_count > 0);
   }
   if (status.ok() && result.nonfinite_ranks > 0 &&
       g_.settings.nan_policy() == v1::NAN_POLICY_FAIL) {
     status = NanFailure(ShapeOf(call_.kind).recorded, id_, result);
   }
   if (status.ok()) {
-    recorder().Completed(id_);
+    ring.Completed(handle_);
   } else {
     status = Explain(std::move(status));
-    recorder().Abandoned(id_);
+    ring.Abandon(handle_);
   }
   const CollectiveOptions& o = *call_.options;
   if (o.nonfinite_count != nullptr) *o.nonfinite_count = result.nonfinite_count;
@@ -463,38 +477,63 @@ absl::Status CollectiveEntry::Finish(absl::Status status, const kernels::Collect
 }
 
 absl::Status Group::Run(const CollectiveCall& c) {
-  const bool spans = global_world_size() > world_size();
-  if (c.host_memory && !device().is_host()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ShapeOf(c.kind).words, " on host memory: group ", name(), " is on ", device().ToString(),
-        "; the overloads taking pointers and a staging buffer need a host group (device memory "
-        "takes the SymmetricBuffer overloads)"));
-  }
-  RETURN_IF_ERROR(CheckCall(c, owns(*c.in), owns(*c.out), world_size(), global_world_size()));
-  if (state_->backend == nullptr) {
-    return absl::UnimplementedError(absl::StrCat(
-        ShapeOf(c.kind).words, " buffer ", c.in->id(), " is on ", c.in->device().ToString(),
-        "; this SDK was built without CUDA (COMMD_CUDA=OFF or no nvcc), so it runs "
-        "collectives on host buffers only"));
+  State& s = *state_;
+  const bool spans = s.global_world_size > s.world_size;
+  // A call on one buffer equal to the last one checked on it resolves as that one did.
+  SymmetricBuffer::State& in = *c.in->state_;
+  const bool one_buffer =
+      c.in == c.out && c.matmul == nullptr && c.kind != CollectiveOp::kAllReduceCoalesced;
+  const CheckedKey key{.group_id = s.joined.group_id(),
+                       .rank = s.joined.rank(),
+                       .kind = c.kind,
+                       .count = c.count,
+                       .dtype = c.dtype,
+                       .op = c.op,
+                       .root = c.root,
+                       .host_memory = c.host_memory,
+                       .input = c.input,
+                       .output = c.output};
+  kernels::Algorithm algorithm = kernels::Algorithm::kTwoShot;
+  if (one_buffer && in.checked == key) {
+    RETURN_IF_ERROR(CheckOptions(*c.options));
+    algorithm = in.checked_algorithm;
+  } else {
+    if (c.host_memory && !device().is_host()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ShapeOf(c.kind).words, " on host memory: group ", name(), " is on ", device().ToString(),
+          "; the overloads taking pointers and a staging buffer need a host group (device memory "
+          "takes the SymmetricBuffer overloads)"));
+    }
+    RETURN_IF_ERROR(CheckCall(c, owns(*c.in), owns(*c.out), s.world_size, s.global_world_size));
+    if (s.backend == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          ShapeOf(c.kind).words, " buffer ", c.in->id(), " is on ", c.in->device().ToString(),
+          "; this SDK was built without CUDA (COMMD_CUDA=OFF or no nvcc), so it runs "
+          "collectives on host buffers only"));
+    }
+    if (c.kind == CollectiveOp::kAllReduce || c.kind == CollectiveOp::kAllReduceCoalesced) {
+      algorithm = Choose(c, s.joined.collectives(), s.world_size);
+    }
+    if (one_buffer) {
+      in.checked = key;
+      in.checked_algorithm = algorithm;
+    }
   }
   // A spanning group's words (span_collectives.h): allocated by every rank's first collective,
   // in host memory whatever the group's device (the CPUs agree through them).
-  if (spans && state_->span_words == nullptr) {
-    ASSIGN_OR_RETURN(state_->span_words, AllocateSymmetricOn(kSpanWordsBytes, true));
+  if (spans && s.span_words == nullptr) {
+    ASSIGN_OR_RETURN(s.span_words, AllocateSymmetricOn(kSpanWordsBytes, true));
   }
-  const v1::CollectiveSettings& settings = state_->joined.collectives();
-  const bool all_reduce =
-      c.kind == CollectiveOp::kAllReduce || c.kind == CollectiveOp::kAllReduceCoalesced;
   const CheckedCall checked{
       .call = c,
-      .views = c.in->state_->views,
+      .views = in.views,
       .out_views = &c.out->state_->views,
-      .span_words = spans ? &state_->span_words->state_->views : nullptr,
-      .algorithm = all_reduce ? Choose(c, settings, world_size()) : kernels::Algorithm::kTwoShot,
-      .wait = WaitLimit(collective_timeout(), *c.options)};
-  CollectiveEntry entry(
-      {*this, *state_->recorder_impl, settings, state_->peers, state_->timeout_ms}, c);
-  return state_->backend->Run(checked, entry);
+      .span_words = spans ? &s.span_words->state_->views : nullptr,
+      .algorithm = algorithm,
+      .wait = c.options->timeout > absl::ZeroDuration() ? c.options->timeout : s.default_wait};
+  CollectiveEntry entry({*this, *s.recorder_impl, s.joined.collectives(), s.peers, s.timeout_ms},
+                        c);
+  return s.backend->Run(checked, entry);
 }
 
 absl::Status Group::Barrier() {

@@ -176,6 +176,13 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
     state->backend = MakeBackend(options, state->control_block->data(),
                                  state->joined.control_block().mapped_bytes());
   }
+  state->world_size = state->joined.world_size();
+  // 0 from a daemon older than the field: a node-local group.
+  state->global_world_size = std::max(state->joined.global_world_size(), state->world_size);
+  // The watchdog diagnoses (and under notify aborts) a collective pending past the group's
+  // timeout; the SDK's own limit is a backstop for when the daemon cannot act, so by default
+  // it comes later.
+  state->default_wait = options.timeout + options.timeout;
   Group::State* raw = state.get();
   state->hook = [raw](const std::string& reason) {
     // First end a wait on another node, then the user's callback (which may take its time).
@@ -246,12 +253,9 @@ void Group::SetAbortCallback(std::function<void(const absl::Status&)> callback) 
   if (abort_requested()) state_->RunCallbackOnce(abort_reason());
 }
 int Group::rank() const { return state_->joined.rank(); }
-int Group::world_size() const { return state_->joined.world_size(); }
+int Group::world_size() const { return state_->world_size; }
 int Group::global_rank() const { return state_->joined.members(rank()).global_rank(); }
-int Group::global_world_size() const {
-  // 0 from a daemon older than the field: a node-local group.
-  return std::max(state_->joined.global_world_size(), world_size());
-}
+int Group::global_world_size() const { return state_->global_world_size; }
 const std::vector<NodeRanks>& Group::layout() const { return state_->layout; }
 int Group::node_index() const {
   return state_->layout.empty() ? -1 : state_->joined.layout().this_node();

@@ -43,6 +43,10 @@ struct SymmetricBuffer::State {
   v1::SymmetricAllocation allocation;
   std::vector<std::unique_ptr<Mapping>> mappings;  // by rank
   BufferViews views;                               // over `mappings`, built once mapped
+  // The last call with this buffer as its one buffer that passed Group::Run's checks
+  // (collective_call.h CheckedKey), and the all-reduce algorithm it resolved to.
+  CheckedKey checked;
+  kernels::Algorithm checked_algorithm = kernels::Algorithm::kTwoShot;
 };
 
 struct Group::State {
@@ -51,6 +55,11 @@ struct Group::State {
   std::vector<NodeRanks> layout;  // joined.layout(), as the SDK exposes it
   GroupOptions options;
   uint64_t timeout_ms = 0;  // options.timeout, as the flight recorder's entries record it
+  // Read by every collective, so kept here once the group is joined: joined.world_size(),
+  // Group::global_world_size(), and the wait of a call without its own timeout.
+  int world_size = 0;
+  int global_world_size = 0;
+  absl::Duration default_wait;
   PeerProcesses peers;
   std::unique_ptr<Mapping> control_block;
   std::unique_ptr<Recorder> recorder;

@@ -41,7 +41,7 @@ class HostBackend : public CollectiveBackend {
     // overloads' memory, which the kernels stage into the region and write results to.
     std::byte* region = v.data[v.rank];
     const void* in = call.host_memory ? call.input : region;
-    void* out = call.host_memory ? call.output : call.out->data();
+    void* out = call.host_memory ? call.output : c.out_views->host.data[v.rank];
     const auto dtype = static_cast<kernels::DataType>(call.dtype);
     const auto op = static_cast<kernels::ReduceOp>(call.op);
     switch (call.kind) {

@@ -90,33 +90,19 @@ absl::Status NoCuda(void* cuda_stream) {
 Recorder::Recorder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Recorder::~Recorder() = default;
 
-namespace {
-
-// Begin or BeginStarted of `writer`, with the public call's arguments converted on the stack.
-template <RecordHandle (RingWriter::*kBegin)(const RecordArgs&)>
-RecordId BeginEntry(RingWriter& writer, CollectiveOp op, std::span<const TensorDesc> inputs,
-                    std::span<const TensorDesc> outputs, int peer, uint64_t timeout_ms) {
+// The public call's tensor descriptors converted on the stack (the SDK's own collectives
+// build the ring's form directly: CollectiveEntry).
+RecordId Recorder::Begin(CollectiveOp op, std::span<const TensorDesc> inputs,
+                         std::span<const TensorDesc> outputs, int peer, uint64_t timeout_ms) {
   std::array<RecordTensor, kRecordMaxTensors> in{}, out{};
   const size_t n_in = Convert(inputs, &in);
   const size_t n_out = Convert(outputs, &out);
-  const RecordHandle h = (writer.*kBegin)({.op = static_cast<RecordOp>(op),
-                                           .inputs = {in.data(), n_in},
-                                           .outputs = {out.data(), n_out},
-                                           .peer = peer,
-                                           .timeout_ms = timeout_ms});
+  const RecordHandle h = impl_->writer->Begin({.op = static_cast<RecordOp>(op),
+                                               .inputs = {in.data(), n_in},
+                                               .outputs = {out.data(), n_out},
+                                               .peer = peer,
+                                               .timeout_ms = timeout_ms});
   return RecordId{h.record_id, h.collective_seq_id, h.bytes, static_cast<int>(h.op)};
-}
-
-}  // namespace
-
-RecordId Recorder::Begin(CollectiveOp op, std::span<const TensorDesc> inputs,
-                         std::span<const TensorDesc> outputs, int peer, uint64_t timeout_ms) {
-  return BeginEntry<&RingWriter::Begin>(*impl_->writer, op, inputs, outputs, peer, timeout_ms);
-}
-
-RecordId Recorder::Impl::BeginStarted(CollectiveOp op, std::span<const TensorDesc> inputs,
-                                      std::span<const TensorDesc> outputs, uint64_t timeout_ms) {
-  return BeginEntry<&RingWriter::BeginStarted>(*writer, op, inputs, outputs, -1, timeout_ms);
 }
 
 #ifdef COMMD_HAVE_CUDA

@@ -27,11 +27,6 @@ class Recorder::Impl {
   // Enqueues on `cuda_stream` the write of `value` into the progress word at `offset`.
   absl::Status WriteOnStream(void* cuda_stream, uint64_t offset, uint64_t value);
 
-  // Recorder::Begin and Started with one clock read, for the SDK's host collectives (they
-  // start when called).
-  RecordId BeginStarted(CollectiveOp op, std::span<const TensorDesc> inputs,
-                        std::span<const TensorDesc> outputs, uint64_t timeout_ms);
-
   static RecordHandle Handle(const RecordId& id) {
     return RecordHandle{id.record_id, id.collective_seq_id, id.bytes, static_cast<RecordOp>(id.op)};
   }

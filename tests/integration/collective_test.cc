@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "commd/commd.h"
+#include "common/control_block.h"
 #include "common/cuda_driver.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -279,6 +280,98 @@ TEST_F(CollectiveTest, AbortEndsACollectiveWaitWithTheReason) {
   WaitForLog(ranks, 1, ") says: stop the collective test (all_reduce on rank 1");
   WaitForLog(ranks, 1, ": the daemon aborted the group)");
   Finish(ranks, "abort");
+}
+
+// Group::Run skips the argument checks of a call equal to the last one that passed on the
+// same buffer (collective_call.h CheckedKey). Whatever passed before, every call that differs
+// is still checked: a count that does not fit, a type or op or root out of range, bad
+// options, the buffer in another group, host pointers inside the staging buffer or
+// misaligned; and each entry in the flight recorder has the call's own shape.
+TEST_F(CollectiveTest, ACallOnABufferIsCheckedWhateverPassedOnItBefore) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto group = client->JoinGroup({.name = "g", .rank = 0, .world_size = 1});
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto other = client->JoinGroup({.name = "other", .rank = 0, .world_size = 1});
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto buf = (*group)->AllocateSymmetric(64);  // 16 floats
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  SymmetricBuffer& b = **buf;
+  const auto f32 = DataType::kFloat32;
+  const auto sum = ReduceOp::kSum;
+  const auto invalid = absl::StatusCode::kInvalidArgument;
+  Group& g = **group;
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(g.AllReduce(b, 4, f32, sum).ok());
+  auto st = g.AllReduce(b, 17, f32, sum);
+  EXPECT_EQ(st.code(), invalid);
+  EXPECT_THAT(st.message(), ::testing::HasSubstr("17 elements of 4 bytes"));
+  EXPECT_EQ(g.AllReduce(b, 9, DataType::kInt64, sum).code(), invalid);
+  EXPECT_EQ(g.AllReduce(b, 4, static_cast<DataType>(9), sum).code(), invalid);
+  EXPECT_EQ(g.AllReduce(b, 4, f32, static_cast<ReduceOp>(9)).code(), invalid);
+  // The shape that passed, with bad options: still refused.
+  EXPECT_EQ(g.AllReduce(b, 4, f32, sum, {.nan_check = static_cast<CollectiveOptions::NanCheck>(7)})
+                .code(),
+            invalid);
+  EXPECT_EQ(g.AllReduce(b, 4, f32, sum, {.timeout = absl::Seconds(-1)}).code(), invalid);
+  ASSERT_TRUE(g.AllReduce(b, 4, f32, sum).ok());
+  // Another group: the buffer is not its own, whatever passed in the buffer's group.
+  st = (*other)->AllReduce(b, 4, f32, sum);
+  EXPECT_EQ(st.code(), invalid);
+  EXPECT_THAT(st.message(), ::testing::HasSubstr("was not allocated by this group"));
+  ASSERT_TRUE(g.Broadcast(b, 4, f32, 0).ok());
+  EXPECT_EQ(g.Broadcast(b, 4, f32, 1).code(), invalid);
+  ASSERT_TRUE(g.Broadcast(b, 4, f32, 0).ok());
+  EXPECT_EQ(g.Broadcast(b, 4, f32, 1).code(), invalid);
+
+  // Host memory through the same staging buffer: the pointers are part of the call.
+  alignas(8) float host[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_TRUE(g.AllReduce(host, host, 4, f32, sum, b).ok());
+  EXPECT_EQ(g.AllReduce(b.data(), host, 4, f32, sum, b).code(), invalid);  // inside staging
+  EXPECT_EQ(g.AllReduce(host, b.data(), 4, f32, sum, b).code(), invalid);
+  auto* misaligned = reinterpret_cast<float*>(reinterpret_cast<char*>(host) + 1);
+  EXPECT_EQ(g.AllReduce(misaligned, host, 4, f32, sum, b).code(), invalid);
+  EXPECT_EQ(g.AllReduce(host, host, 17, f32, sum, b).code(), invalid);
+  ASSERT_TRUE(g.AllReduce(host, host, 4, f32, sum, b).ok());
+  EXPECT_EQ(host[0], 1.0f);  // a world of one: the sum is the input
+
+  // The last entries of the ring: each call's own count, in the order called.
+  ASSERT_TRUE(g.AllReduce(b, 2, f32, sum).ok());
+  ASSERT_TRUE(g.AllReduce(b, 2, f32, sum).ok());
+  ASSERT_TRUE(g.AllReduce(b, 3, DataType::kInt64, sum).ok());
+  ASSERT_TRUE(g.Barrier().ok());
+  auto* base = static_cast<char*>(g.control_block());
+  const auto* state = reinterpret_cast<const ControlBlockRingState*>(base + kRingStateOffset);
+  const auto* header = reinterpret_cast<const ControlBlockHeader*>(base);
+  const auto* ring = reinterpret_cast<const RingEntry*>(base + kRingOffset);
+  const uint64_t next = state->next_record_id;
+  ASSERT_GE(next, 4u);
+  struct Want {
+    uint8_t ndims;
+    int64_t dim;
+    RecordDtype dtype;
+    uint64_t bytes;
+    RecordOp op;
+  };
+  const Want want[] = {{1, 2, RecordDtype::kFloat32, 8, RecordOp::kAllReduce},
+                       {1, 2, RecordDtype::kFloat32, 8, RecordOp::kAllReduce},
+                       {1, 3, RecordDtype::kInt64, 24, RecordOp::kAllReduce},
+                       {0, 0, RecordDtype::kFloat32, 0, RecordOp::kBarrier}};
+  for (uint64_t i = 0; i < 4; ++i) {
+    SCOPED_TRACE(i);
+    const RingEntry& e = ring[(next - 4 + i) & (header->ring_capacity - 1)];
+    EXPECT_EQ(e.record_id, next - 4 + i);
+    EXPECT_EQ(e.op, static_cast<uint16_t>(want[i].op));
+    EXPECT_EQ(e.num_inputs, want[i].ndims);
+    EXPECT_EQ(e.input_ndims[0], want[i].ndims);
+    EXPECT_EQ(e.bytes, want[i].bytes);
+    EXPECT_STREQ(e.pg_name, "g");
+    EXPECT_EQ(e.state, static_cast<uint8_t>(RecordState::kCompleted));
+    if (want[i].ndims > 0) {
+      EXPECT_EQ(e.input_dims[0][0], want[i].dim);
+      EXPECT_EQ(e.output_dims[0][0], want[i].dim);
+      EXPECT_EQ(e.input_dtypes[0], static_cast<uint8_t>(want[i].dtype));
+    }
+  }
 }
 
 // Collectives on CUDA buffers need a group on a CUDA device, which the daemon refuses at join
