@@ -29,25 +29,9 @@ struct SideResult {
 
 // Writes one side's tensors (ndims, dtypes, dims) and returns what the entry's header needs.
 // Dims beyond kRecordMaxDims fold into the last recorded one so that numel stays right.
-SideResult WriteSide(std::span<const RecordTensor> tensors, uint8_t* ndims_out, uint8_t* dtypes_out,
-                     int64_t (*dims_out)[kRecordMaxDims]) {
-  // No tensor (barrier) or one 1-D tensor (every SDK collective on one buffer): the loop
-  // below's result without its bookkeeping (it was most of an entry's cost).
-  if (tensors.empty()) {
-    StoreWordRelaxed(ndims_out, uint64_t{0});
-    StoreWordRelaxed(dtypes_out, uint64_t{0});
-    return {};
-  }
-  if (tensors.size() == 1 && tensors[0].ndim == 1) {
-    const RecordTensor& t = tensors[0];
-    const int64_t numel = t.dims[0];
-    StoreRelaxed(&dims_out[0][0], numel);
-    StoreWordRelaxed(ndims_out, uint64_t{1});
-    StoreWordRelaxed(dtypes_out, uint64_t{static_cast<uint8_t>(t.dtype)});
-    return {.bytes = uint64_t(std::max<int64_t>(numel, 0)) * RecordDtypeBytes(uint32_t(t.dtype)),
-            .recorded = 1,
-            .total = 1};
-  }
+[[gnu::noinline]] SideResult WriteAnySide(std::span<const RecordTensor> tensors, uint8_t* ndims_out,
+                                          uint8_t* dtypes_out,
+                                          int64_t (*dims_out)[kRecordMaxDims]) {
   SideResult r;
   r.total = static_cast<uint32_t>(std::min<size_t>(tensors.size(), UINT32_MAX));
   r.recorded = static_cast<uint8_t>(std::min<size_t>(tensors.size(), kRecordMaxTensors));
@@ -79,6 +63,29 @@ SideResult WriteSide(std::span<const RecordTensor> tensors, uint8_t* ndims_out, 
   StoreWordRelaxed(ndims_out, ndims_word);
   StoreWordRelaxed(dtypes_out, dtypes_word);
   return r;
+}
+
+// No tensor (barrier) or one 1-D tensor (every SDK collective on one buffer): WriteAnySide's
+// result without its loop's bookkeeping and register saves (they were most of an entry's
+// cost); anything else goes there.
+inline SideResult WriteSide(std::span<const RecordTensor> tensors, uint8_t* ndims_out,
+                            uint8_t* dtypes_out, int64_t (*dims_out)[kRecordMaxDims]) {
+  if (tensors.empty()) {
+    StoreWordRelaxed(ndims_out, uint64_t{0});
+    StoreWordRelaxed(dtypes_out, uint64_t{0});
+    return {};
+  }
+  if (tensors.size() == 1 && tensors[0].ndim == 1) {
+    const RecordTensor& t = tensors[0];
+    const int64_t numel = t.dims[0];
+    StoreRelaxed(&dims_out[0][0], numel);
+    StoreWordRelaxed(ndims_out, uint64_t{1});
+    StoreWordRelaxed(dtypes_out, uint64_t{static_cast<uint8_t>(t.dtype)});
+    return {.bytes = uint64_t(std::max<int64_t>(numel, 0)) * RecordDtypeBytes(uint32_t(t.dtype)),
+            .recorded = 1,
+            .total = 1};
+  }
+  return WriteAnySide(tensors, ndims_out, dtypes_out, dims_out);
 }
 
 }  // namespace
