@@ -14,8 +14,10 @@
 // collective is one row of the shape table (collectives.cc) and one case per backend.
 //
 // Nothing here allocates or formats on the success path: views are built once per buffer
-// (BufferViews, at allocation), tensor descriptors live on the stack, and messages are built
-// only for errors.
+// (BufferViews, at allocation), tensor descriptors live on the stack in the ring's own form
+// (RecordTensor), messages are built only for errors, and a call equal to the last one
+// checked on its buffer skips the argument checks (CheckedKey). bench/sdk_call_cost.py
+// counts what is left, by function (docs/PERFORMANCE.md "The SDK's own work per call").
 #ifndef COMMD_CLIENT_SRC_COLLECTIVE_CALL_H_
 #define COMMD_CLIENT_SRC_COLLECTIVE_CALL_H_
 
