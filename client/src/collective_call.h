@@ -75,13 +75,13 @@ struct CollectiveCall {
 
 // What the result of Group::Run's argument checks depends on, for a call whose one buffer
 // (in == out: the in-place collectives, barrier, the host-memory overloads' staging buffer)
-// is `in`, neither coalesced nor fused: the calling group and rank (as Group::owns compares
-// them), the call's shape and its host pointers. The buffer's size, owner and views and the
-// group's settings do not change while the buffer lives, so a call equal to the buffer's
-// last checked one skips the checks (its options are still checked on every call).
+// is `in`, neither coalesced nor fused, once the buffer is known to be the calling group's
+// (Group::owns, compared first: another group's call never reads this key): the call's
+// shape and its host pointers. The buffer's size, owner and views and the group's settings
+// do not change while the buffer lives, so a call equal to the buffer's last checked one
+// skips the checks (its options are still checked on every call).
 struct CheckedKey {
-  uint64_t group_id = 0;
-  int rank = -1;  // -1: nothing checked yet
+  bool valid = false;  // false: nothing checked yet
   CollectiveOp kind = CollectiveOp::kBarrier;
   size_t count = 0;
   DataType dtype = DataType::kFloat32;

@@ -479,12 +479,14 @@ absl::Status CollectiveEntry::Finish(absl::Status status, const kernels::Collect
 absl::Status Group::Run(const CollectiveCall& c) {
   State& s = *state_;
   const bool spans = s.global_world_size > s.world_size;
-  // A call on one buffer equal to the last one checked on it resolves as that one did.
+  // A call on one buffer of this group's equal to the last one checked on it resolves as
+  // that one did. The owner is compared first (as Group::owns: fields fixed at allocation),
+  // so only the owning group's calls, one thread at a time, read or write the key.
   SymmetricBuffer::State& in = *c.in->state_;
-  const bool one_buffer =
-      c.in == c.out && c.matmul == nullptr && c.kind != CollectiveOp::kAllReduceCoalesced;
-  const CheckedKey key{.group_id = s.joined.group_id(),
-                       .rank = s.joined.rank(),
+  const bool one_buffer = c.in == c.out && c.matmul == nullptr &&
+                          c.kind != CollectiveOp::kAllReduceCoalesced &&
+                          in.group_id == s.joined.group_id() && in.rank == s.joined.rank();
+  const CheckedKey key{.valid = true,
                        .kind = c.kind,
                        .count = c.count,
                        .dtype = c.dtype,

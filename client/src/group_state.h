@@ -43,8 +43,9 @@ struct SymmetricBuffer::State {
   v1::SymmetricAllocation allocation;
   std::vector<std::unique_ptr<Mapping>> mappings;  // by rank
   BufferViews views;                               // over `mappings`, built once mapped
-  // The last call with this buffer as its one buffer that passed Group::Run's checks
-  // (collective_call.h CheckedKey), and the all-reduce algorithm it resolved to.
+  // The last call of the owning group with this buffer as its one buffer that passed
+  // Group::Run's checks (collective_call.h CheckedKey), and the all-reduce algorithm it
+  // resolved to. Only the owning group's collectives (one thread at a time) touch them.
   CheckedKey checked;
   kernels::Algorithm checked_algorithm = kernels::Algorithm::kTwoShot;
 };
