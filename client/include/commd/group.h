@@ -7,7 +7,11 @@
 //   const void* theirs = buf->peer((group->rank() + 1) % group->world_size());
 //
 // A Group and its buffers keep their Client's connection alive; destroy them in any order.
-// Calls on one Group may come from several threads.
+// Calls on one Group may come from several threads, but its collectives (Barrier, AllReduce
+// and the others, the fused matmuls) one at a time: every rank runs a group's collectives in
+// the same order, and the SDK keeps per-group state for them (the flight-recorder writer,
+// the last checked call per buffer) without a lock. abort_requested(), abort_reason() and
+// SetAbortCallback() may be called at any time.
 #ifndef COMMD_CLIENT_INCLUDE_COMMD_GROUP_H_
 #define COMMD_CLIENT_INCLUDE_COMMD_GROUP_H_
 
