@@ -20,10 +20,16 @@ struct AllReduceThresholds {
   // the read traffic of one-shot grows with the world and two-shot wins. The default is the
   // daemon's (collectives.one_shot_max_read_bytes), from the crossover measured on the host.
   size_t one_shot_max_read_bytes = size_t{4} << 10;
+  // Host groups on one node with more ranks than the node has CPUs: one-shot also while the
+  // input is at most this many bytes (kernels::OversubscribedOneShotMaxBytes: what one
+  // exchange carries), since there every hand-off may wait for a descheduled rank and such a
+  // one-shot has one where two-shot has two. 0: no such rule.
+  size_t oversubscribed_one_shot_max_bytes = 0;
 };
 
 // One-shot for a world of one, for fewer elements than ranks (two-shot chunks would be
-// empty) and while bytes x world_size <= one_shot_max_read_bytes; two-shot otherwise.
+// empty), while bytes x world_size <= one_shot_max_read_bytes and while bytes <=
+// oversubscribed_one_shot_max_bytes; two-shot otherwise.
 Algorithm ChooseAllReduceAlgorithm(size_t bytes, size_t count, int world_size,
                                    const AllReduceThresholds& thresholds);
 

@@ -175,6 +175,13 @@ TEST(AlgorithmTest, ChoiceBySizeAndWorld) {
   EXPECT_EQ(ChooseAllReduceAlgorithm(SIZE_MAX, SIZE_MAX / 4, 8, t), Algorithm::kTwoShot);
   const AllReduceThresholds never{.one_shot_max_read_bytes = 0};
   EXPECT_EQ(ChooseAllReduceAlgorithm(64, 16, 4, never), Algorithm::kTwoShot);
+  // Ranks that outnumber the CPUs: one-shot up to what one exchange carries, whatever the
+  // read bound.
+  const AllReduceThresholds crowded{.one_shot_max_read_bytes = 4096,
+                                    .oversubscribed_one_shot_max_bytes = 4128};
+  EXPECT_EQ(ChooseAllReduceAlgorithm(4096, 1024, 4, crowded), Algorithm::kOneShot);
+  EXPECT_EQ(ChooseAllReduceAlgorithm(4128, 1032, 4, crowded), Algorithm::kOneShot);
+  EXPECT_EQ(ChooseAllReduceAlgorithm(4132, 1033, 4, crowded), Algorithm::kTwoShot);
 }
 
 TEST(AlgorithmTest, ChunksCoverEveryElementOnce) {

@@ -3,6 +3,8 @@
 // algorithm (the group's one-shot threshold from JoinGroupResponse.collectives), prepares the
 // flight-recorder entry with the group's NaN/Inf check and policy, and hands the call to the
 // backend the group chose when it was joined (collective_call.h).
+#include "kernels/host/collectives.h"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -326,8 +328,10 @@ absl::Status CheckCall(const CollectiveCall& c, bool owns_in, bool owns_out, int
 // The all-reduce algorithm by the group's one-shot threshold from the daemon's config
 // (collectives.one_shot_max_read_bytes). A coalesced call splits every tensor into
 // world-size chunks: its smallest tensor decides whether two-shot has empty chunks.
+// `node_host`: a host group on this node alone, where ranks that outnumber the CPUs change
+// the choice (a spanning group's nodes must choose alike whatever their CPUs).
 kernels::Algorithm Choose(const CollectiveCall& c, const v1::CollectiveSettings& settings,
-                          int world_size) {
+                          int world_size, bool node_host) {
   size_t bytes = c.count * ElementSize(c.dtype), min_count = c.count;
   if (c.kind == CollectiveOp::kAllReduceCoalesced) {
     bytes = 0;
@@ -338,7 +342,9 @@ kernels::Algorithm Choose(const CollectiveCall& c, const v1::CollectiveSettings&
     }
   }
   const kernels::AllReduceThresholds thresholds{
-      .one_shot_max_read_bytes = static_cast<size_t>(settings.one_shot_max_read_bytes())};
+      .one_shot_max_read_bytes = static_cast<size_t>(settings.one_shot_max_read_bytes()),
+      .oversubscribed_one_shot_max_bytes =
+          node_host ? kernels::OversubscribedOneShotMaxBytes(world_size) : 0};
   return kernels::ChooseAllReduceAlgorithm(bytes, min_count, world_size, thresholds);
 }
 
@@ -514,7 +520,7 @@ absl::Status Group::Run(const CollectiveCall& c) {
           "collectives on host buffers only"));
     }
     if (c.kind == CollectiveOp::kAllReduce || c.kind == CollectiveOp::kAllReduceCoalesced) {
-      algorithm = Choose(c, s.joined.collectives(), s.world_size);
+      algorithm = Choose(c, s.joined.collectives(), s.world_size, device().is_host() && !spans);
     }
     if (one_buffer) {
       in.checked = key;

@@ -67,13 +67,12 @@ uint32_t* SleepFlag(const HostCommView& view, int owner) {
                                      ExchangeAreaOffset(view.world_size));
 }
 
-// Online CPUs, read once: spinning only pays while every rank can run at the same time.
+}  // namespace
+
 int OnlineCpus() {
   static const int cpus = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   return cpus;
 }
-
-}  // namespace
 
 HostWait::~HostWait() {
   if (sleeping_)

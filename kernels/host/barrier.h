@@ -55,6 +55,9 @@ class HostWait {
   absl::Time deadline_ = absl::InfinitePast();
 };
 
+// The node's online CPUs (read once): waits spin only while every rank can have one.
+int OnlineCpus();
+
 // `collective` names the caller in error messages ("all_reduce", "barrier").
 absl::Status HostBarrier(const HostCommView& view, absl::string_view collective);
 

@@ -283,6 +283,11 @@ absl::Status ReduceScatterCoalesced(const HostCommView& view, absl::Span<const T
   return ScatterReduced(view, plan, op);
 }
 
+size_t OversubscribedOneShotMaxBytes(int world_size) {
+  if (world_size <= OnlineCpus()) return 0;
+  return ExchangeSlotBytes(world_size) - kExchangePayloadOffset;
+}
+
 absl::Status AllReduce(const HostCommView& view, const void* input, void* output, size_t count,
                        DataType dtype, ReduceOp op, Algorithm algorithm, NanCheck nan_check,
                        CollectiveResult* result) {

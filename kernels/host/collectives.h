@@ -88,7 +88,8 @@ struct TensorArgs {
 
 absl::Status Barrier(const HostCommView& view);
 
-// `result` may be null.
+// `result` may be null. A one-shot whose inputs fit one exchange slot's payload
+// (kernels/signal_layout.h) sends them in the call's exchange and needs no barrier.
 absl::Status AllReduce(const HostCommView& view, const void* input, void* output, size_t count,
                        DataType dtype, ReduceOp op, Algorithm algorithm, NanCheck nan_check,
                        CollectiveResult* result);
@@ -117,6 +118,11 @@ absl::Status AllGatherCoalesced(const HostCommView& view, absl::Span<const Tenso
                                 NanCheck nan_check, CollectiveResult* result);
 absl::Status ReduceScatterCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
                                     ReduceOp op, NanCheck nan_check, CollectiveResult* result);
+
+// AllReduceThresholds::oversubscribed_one_shot_max_bytes for `world_size` ranks of one node
+// (kernels/algorithm.h): the bytes one exchange carries when the ranks outnumber the node's
+// online CPUs, else 0. The same on every rank of the node.
+size_t OversubscribedOneShotMaxBytes(int world_size);
 
 }  // namespace commd::kernels
 

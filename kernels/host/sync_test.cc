@@ -15,6 +15,7 @@
 #include "common/symmetric_layout.h"
 #include "gtest/gtest.h"
 #include "kernels/float16.h"
+#include "kernels/host/barrier.h"
 #include "kernels/host/collectives.h"
 #include "kernels/host/test_support.h"
 
@@ -71,6 +72,17 @@ TEST_P(BackToBackTest, TenThousandSmallIntegerAllReducesStayExact) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, BackToBackTest, ::testing::Values(2, 4),
                          [](const auto& info) { return absl::StrCat("W", info.param); });
+
+// Ranks that outnumber the CPUs take one-shot up to what one exchange carries; ranks that
+// fit keep the read bound alone.
+TEST(OversubscribedTest, OneShotBoundIsWhatAnExchangeCarries) {
+  const int cpus = OnlineCpus();
+  EXPECT_EQ(OversubscribedOneShotMaxBytes(cpus), 0u);
+  EXPECT_EQ(OversubscribedOneShotMaxBytes(1), 0u);
+  EXPECT_EQ(OversubscribedOneShotMaxBytes(cpus + 1),
+            ExchangeSlotBytes(cpus + 1) - kExchangePayloadOffset);
+  EXPECT_GE(OversubscribedOneShotMaxBytes(cpus + 1), size_t{32});
+}
 
 // 8 ranks on this machine's (2) cores: waits must sleep, not spin, for this to finish.
 TEST(OversubscribedTest, EightRanksCompleteMixedCollectives) {

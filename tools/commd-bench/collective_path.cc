@@ -146,8 +146,10 @@ kernels::Algorithm AllReduceAlgorithm(const Options& o, size_t bytes, size_t min
     case AlgoChoice::kAuto:
       break;
   }
-  return kernels::ChooseAllReduceAlgorithm(bytes, min_count, o.ranks,
-                                           {.one_shot_max_read_bytes = o.one_shot_max_read_bytes});
+  return kernels::ChooseAllReduceAlgorithm(
+      bytes, min_count, o.ranks,
+      {.one_shot_max_read_bytes = o.one_shot_max_read_bytes,
+       .oversubscribed_one_shot_max_bytes = kernels::OversubscribedOneShotMaxBytes(o.ranks)});
 }
 
 std::vector<CoalescedTensor> CoalescedTensors(const Options& o, const Size& s) {
