@@ -4,6 +4,7 @@
 #include "kernels/host/call_check.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/symmetric_layout.h"
 #include "gtest/gtest.h"
 #include "kernels/host/collectives.h"
 #include "kernels/host/test_support.h"
@@ -152,6 +154,77 @@ TEST(MismatchTest, InPlaceOffsetsDiffer) {
     RETURN_IF_ERROR(ExactAllReduce(*mv, 98, 5, Algorithm::kTwoShot));
     return std::string("ok");
   });
+  testing::ExpectAllOk(outcomes);
+}
+
+// A hostile member of the group scribbles random bytes over another rank's exchange area
+// (flags, call words, payloads, the sleeping flag) while that rank runs collectives: every
+// call ends with INVALID_ARGUMENT (a forged call word) or DEADLINE_EXCEEDED (a peer that
+// never sends or never reaches the barrier) within its wait limit, and nothing is read or
+// written outside the buffers (ASan build). What the victim cannot be spared is a wrong result
+// from a peer that forges a matching message (its 31-bit call hash), as from one that gives
+// wrong inputs.
+TEST(HostileExchangeTest, ScribbledAreaEndsEachCallCleanly) {
+  constexpr int kCalls = 60;
+  auto mem = SymmetricHostMemory::Create(2, 1 << 16);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  auto stop = testing::SharedPage::Create();
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  uint32_t* done = stop->at<uint32_t>(0);
+  const auto outcomes = RunRanks(2, [&](int rank) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(auto mv, MappedView::Map(*mem, rank, nullptr, absl::InfiniteFuture()));
+    HostCommView v = mv->view();
+    auto* area = reinterpret_cast<std::byte*>(v.pads[0]) + ExchangeAreaOffset(2);
+    const size_t area_bytes = SignalPadBytes(2) - ExchangeAreaOffset(2);
+    if (rank == 1) {  // the scribbler: never calls a collective
+      uint64_t x = 0x5eed;
+      const absl::Time give_up = absl::Now() + absl::Minutes(1);  // should rank 0 die
+      while (__atomic_load_n(done, __ATOMIC_ACQUIRE) == 0 && absl::Now() < give_up) {
+        for (size_t i = 0; i + 8 <= area_bytes; i += 8) {
+          x = SplitMix64(x);
+          __atomic_store_n(reinterpret_cast<uint64_t*>(area + i), x, __ATOMIC_RELAXED);
+        }
+      }
+      return std::string("scribbled");
+    }
+    v.wait_limit = absl::Milliseconds(20);
+    int ok = 0, invalid = 0, late = 0;
+    std::vector<int32_t> in(512, 1), out(1024);
+    for (int i = 0; i < kCalls; ++i) {
+      absl::Status st;
+      switch (i % 3) {
+        case 0:  // carried in the exchange
+          st = AllReduce(v, in.data(), out.data(), 2, DataType::kInt32, ReduceOp::kSum,
+                         Algorithm::kOneShot, NanCheck::kOn, nullptr);
+          break;
+        case 1:
+          st = AllReduce(v, in.data(), out.data(), 512, DataType::kInt32, ReduceOp::kMax,
+                         Algorithm::kTwoShot, NanCheck::kOff, nullptr);
+          break;
+        default:
+          st = AllGather(v, in.data(), out.data(), 512, DataType::kInt32, NanCheck::kOff, nullptr);
+      }
+      if (st.ok()) {
+        ++ok;
+      } else if (absl::IsInvalidArgument(st)) {
+        ++invalid;
+      } else if (absl::IsDeadlineExceeded(st)) {
+        ++late;
+      } else {
+        __atomic_store_n(done, 1u, __ATOMIC_RELEASE);
+        return absl::InternalError(absl::StrCat("call ", i, ": ", st.ToString()));
+      }
+    }
+    __atomic_store_n(done, 1u, __ATOMIC_RELEASE);
+    // A forged message passes only if its 31-bit call hash equals this rank's: never, here.
+    if (ok != 0 || invalid + late != kCalls) {
+      return absl::InternalError(absl::StrCat(ok, " ok, ", invalid, " invalid, ", late, " late"));
+    }
+    return absl::StrCat(ok, " ok, ", invalid, " invalid, ", late, " late");
+  });
+  for (const testing::RankOutcome& o : outcomes) {
+    std::fprintf(stderr, "rank %d: %s\n", o.rank, o.report.c_str());
+  }
   testing::ExpectAllOk(outcomes);
 }
 
