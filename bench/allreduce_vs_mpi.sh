@@ -6,8 +6,11 @@
 # read+write pass by one thread per rank) and prints each row's percentage of it. Prints both
 # sweeps and a table of ratios, then the targets of issue #17 as met/MISSED lines.
 #
+# Each repeat also times the barrier on both sides (Group::Barrier against MPI_Barrier,
+# BARRIER_ITERS calls after as many warm-up calls / 10).
+#
 #   bench/allreduce_vs_mpi.sh [BUILD_DIR]   (default: build, RelWithDebInfo as scripts/build and the .deb)
-#   RANKS=2 MIN=8 MAX=64M WARMUP=10 ITERS=100 REPEAT=3 bench/allreduce_vs_mpi.sh build-bench
+#   RANKS=2 MIN=8 MAX=64M WARMUP=10 ITERS=100 REPEAT=3 BARRIER_ITERS=20000 bench/allreduce_vs_mpi.sh build-bench
 set -euo pipefail
 
 build=${1:-build}
@@ -17,6 +20,7 @@ max=${MAX:-64M}
 warmup=${WARMUP:-10}
 iters=${ITERS:-100}
 repeat=${REPEAT:-3}
+barrier_iters=${BARRIER_ITERS:-20000}
 bench=$build/tools/commd-bench/commd-bench
 mpi=$build/bench/mpi_allreduce
 roof=$build/bench/memcpy_bw
@@ -36,14 +40,21 @@ for rep in $(seq "$repeat"); do
   echo "## [$rep/$repeat] commd-bench -n $ranks -b $min -e $max -f 2 -w $warmup -i $iters -d float -o sum"
   "$bench" -n "$ranks" -b "$min" -e "$max" -f 2 -w "$warmup" -i "$iters" -d float -o sum \
     | tee "$tmp/commd.$rep"
+  echo "## [$rep/$repeat] commd-bench -n $ranks --op barrier -w $((barrier_iters / 10)) -i $barrier_iters"
+  "$bench" -n "$ranks" --op barrier -w "$((barrier_iters / 10))" -i "$barrier_iters" \
+    | tee "$tmp/commd_barrier.$rep"
   echo
   if [ -x "$mpi" ] && command -v mpirun > /dev/null; then
-    echo "## [$rep/$repeat] mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np $ranks $mpi -b $min -e $max -f 2 -w $warmup -i $iters"
-    mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np "$ranks" \
-      "$mpi" -b "$min" -e "$max" -f 2 -w "$warmup" -i "$iters" | tee "$tmp/mpi.$rep"
+    mpi_run=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np "$ranks" "$mpi")
+    echo "## [$rep/$repeat] ${mpi_run[*]} -b $min -e $max -f 2 -w $warmup -i $iters"
+    "${mpi_run[@]}" -b "$min" -e "$max" -f 2 -w "$warmup" -i "$iters" | tee "$tmp/mpi.$rep"
+    echo "## [$rep/$repeat] ${mpi_run[*]} -op barrier -w $((barrier_iters / 10)) -i $barrier_iters"
+    "${mpi_run[@]}" -op barrier -w "$((barrier_iters / 10))" -i "$barrier_iters" \
+      | tee "$tmp/mpi_barrier.$rep"
   else
     echo "## MPI baseline skipped: mpirun or $mpi missing (install openmpi-bin libopenmpi-dev)"
     : > "$tmp/mpi.$rep"
+    : > "$tmp/mpi_barrier.$rep"
   fi
   echo
 done
@@ -94,6 +105,11 @@ if both:
     worst = max((commd[s][0] / mpi[s][0], s) for s in both)
     print(f"target time <= MPI at every size: {verdict(worst[0] <= 1.0)} "
           f"(highest time ratio {worst[0]:.2f} at {worst[1]} B)")
+(commd_b, _), (mpi_b, _) = rows("commd_barrier"), rows("mpi_barrier")
+if 0 in commd_b and 0 in mpi_b:
+    c, m = commd_b[0][0], mpi_b[0][0]
+    print(f"barrier: commd {c:.2f} us, MPI {m:.2f} us (best of {repeat}); "
+          f"target at most MPI's: {verdict(c <= m)} (ratio {c / m:.2f})")
 big = [s for s in commd if s >= (16 << 20) and s in ceiling]
 if big:
     low = min((commd[s][1] / ceiling[s], s) for s in big)

@@ -1,7 +1,9 @@
 // The MPI baseline of bench/allreduce_vs_mpi.sh: MPI_Allreduce (in place, float sum) over a
-// size sweep, timed like commd-bench (slowest rank's mean per iteration), same columns.
+// size sweep, or MPI_Barrier (-op barrier: one row of size 0), timed like commd-bench
+// (slowest rank's mean per iteration), same columns.
 //
 //   mpirun -np 2 build/bench/mpi_allreduce -b 8 -e 64M -f 2 -w 5 -i 20
+//   mpirun -np 2 build/bench/mpi_allreduce -op barrier -w 1000 -i 20000
 #include <mpi.h>
 
 #include <algorithm>
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
   size_t min_bytes = 8, max_bytes = size_t{64} << 20;
   double factor = 2;
   int warmup = 5, iters = 20;
+  bool barrier = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i];
     if (f == "-b")
@@ -44,6 +47,10 @@ int main(int argc, char** argv) {
       warmup = std::atoi(argv[i + 1]);
     else if (f == "-i")
       iters = std::atoi(argv[i + 1]);
+    else if (f == "-op" && std::string(argv[i + 1]) == "barrier")
+      barrier = true;
+    else if (f == "-op" && std::string(argv[i + 1]) == "allreduce")
+      barrier = false;
     else {
       if (rank == 0) std::fprintf(stderr, "mpi_allreduce: unknown flag %s\n", f.c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);
@@ -53,11 +60,24 @@ int main(int argc, char** argv) {
     if (rank == 0) std::fprintf(stderr, "mpi_allreduce: need -f >= 1.01, 4 <= -b <= -e, -i >= 1\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  std::vector<float> buf(max_bytes / sizeof(float), 1.0f);
   if (rank == 0) {
     std::printf("%12s %12s %9s %6s %8s %11s %8s %8s\n", "size(B)", "count", "type", "redop", "algo",
                 "time(us)", "algbw", "busbw");
   }
+  if (barrier) {
+    for (int i = 0; i < warmup; ++i) MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; ++i) MPI_Barrier(MPI_COMM_WORLD);
+    double mine = (MPI_Wtime() - t0) / iters, worst = 0;
+    MPI_Reduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      std::printf("%12d %12d %9s %6s %8s %11.2f %8.3f %8.3f\n", 0, 0, "-", "-", "mpi", worst * 1e6,
+                  0.0, 0.0);
+    }
+    MPI_Finalize();
+    return 0;
+  }
+  std::vector<float> buf(max_bytes / sizeof(float), 1.0f);
   size_t last = 0;
   for (double s = static_cast<double>(min_bytes); s <= max_bytes * (1 + 1e-9); s *= factor) {
     const size_t count = static_cast<size_t>(s) / sizeof(float);
