@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import commd.torch as ct
-from worker import DTYPES, FACTORS, OPS, check, ddp, death, inputs
+from worker import DTYPES, check, ddp, death, inputs, reductions
 
 # A staging buffer large enough for one all-reduce to run in lanes across the nodes (the SDK
 # runs all-reduces of 4 MiB and more that way; smaller ones through the nodes' leaders).
@@ -38,13 +38,10 @@ def run_ops(group, members: list[int], sizes, dtypes) -> int:
         everyone = torch.stack([inputs(r, n) for r in range(world)])
         for i, dtype in enumerate(dtypes):
             what = f"group {members} n={n} {dtype}"
-            for name, (op, reduce) in OPS.items():
-                if name == "avg" and not dtype.is_floating_point:
-                    continue
-                x = everyone if name != "product" else FACTORS(everyone)
+            for name, op, x, want in reductions(dtype, everyone):
                 t = x[me].to(dtype)
                 dist.all_reduce(t, op=op, group=group)
-                check(t, reduce(x), dtype, f"all_reduce {name} {what}")
+                check(t, want, dtype, f"all_reduce {name} {what}")
                 checked += 1
             t = inputs(me, n).to(dtype)
             outs = [torch.empty(n, dtype=dtype) for _ in range(world)]

@@ -38,6 +38,16 @@ def FACTORS(x: torch.Tensor) -> torch.Tensor:  # noqa: N802
     return torch.where(r == 0, -1.0, r)
 
 
+def reductions(dtype: torch.dtype, everyone: torch.Tensor):
+    """For each reduce op `dtype` takes: (name, op, every rank's inputs, their float64
+    reduction). AVG is for floating types only; PRODUCT gets inputs whose products stay exact."""
+    for name, (op, reduce) in OPS.items():
+        if name == "avg" and not dtype.is_floating_point:
+            continue
+        x = everyone if name != "product" else FACTORS(everyone)
+        yield name, op, x, reduce(x)
+
+
 def inputs(rank: int, n: int, low: int = -8, high: int = 8) -> torch.Tensor:
     i = torch.arange(n, dtype=torch.float64)
     return torch.remainder(i * 7 + rank * 3, high - low + 1) + low
@@ -62,13 +72,10 @@ def ops_matrix(out_dir: str) -> None:
     for n in (1, 1001, (3 << 20) // 4 + 5):  # the last needs several 1 MiB chunks
         everyone = torch.stack([inputs(r, n) for r in range(world)])
         for dtype in DTYPES:
-            for name, (op, reduce) in OPS.items():
-                if name == "avg" and not dtype.is_floating_point:
-                    continue
-                x = everyone if name != "product" else FACTORS(everyone)
+            for name, op, x, want in reductions(dtype, everyone):
                 t = x[rank].to(dtype)
                 dist.all_reduce(t, op=op)
-                check(t, reduce(x), dtype, f"all_reduce {dtype} {name} n={n}")
+                check(t, want, dtype, f"all_reduce {dtype} {name} n={n}")
                 checked += 1
             if n > 5000:
                 continue  # one large size per collective below is enough
@@ -331,14 +338,11 @@ def zero_copy(out_dir: str) -> None:
     for n in (1, 1001):
         everyone = torch.stack([inputs(r, n) for r in range(world)])
         for dtype in DTYPES:
-            for name, (op, reduce) in OPS.items():
-                if name == "avg" and not dtype.is_floating_point:
-                    continue
-                x = everyone if name != "product" else FACTORS(everyone)
+            for name, op, x, want in reductions(dtype, everyone):
                 t = ct.empty((n,), dtype=dtype)
                 t.copy_(x[rank])
                 dist.all_reduce(t, op=op)
-                check(t, reduce(x), dtype, f"zero-copy all_reduce {dtype} {name} n={n}")
+                check(t, want, dtype, f"zero-copy all_reduce {dtype} {name} n={n}")
                 checked += 1
                 taken += name != "product"  # PRODUCT: the Python backend's all-gather
             t = ct.empty((n,), dtype=dtype)
