@@ -97,6 +97,24 @@ SpanNcclOp NcclOpOf(ReduceOp op) {
   }
 }
 
+// Appends `step`, which reads `count` of this rank's input elements at byte `offset`: on a
+// node of more than one rank it counts their NaN/Inf itself (reads_input); on a node of one
+// rank it never runs (Launch skips meetings there), so a kCountNonFinite of the same elements
+// goes first.
+void PushReadingInput(const SpanShape& s, SpanStep step, size_t offset, size_t count,
+                      SpanPlan& plan) {
+  const bool alone = s.node_sizes[static_cast<size_t>(s.node)] == 1;
+  if (alone && count > 0) {
+    plan.steps.push_back({.kind = SpanStepKind::kCountNonFinite,
+                          .offset = offset,
+                          .count = count,
+                          .dtype = step.dtype,
+                          .reads_input = true});
+  }
+  step.reads_input = !alone;
+  plan.steps.push_back(std::move(step));
+}
+
 // The leaders' path for `count` elements at byte `offset`: node-local all-reduce, lane 0,
 // node-local broadcast from the leader.
 void LeadersAllReduce(const SpanShape& s, size_t offset, size_t count, DataType dtype, ReduceOp op,
@@ -106,8 +124,7 @@ void LeadersAllReduce(const SpanShape& s, size_t offset, size_t count, DataType 
   SpanStep base{.offset = offset, .count = count, .dtype = dtype, .local_op = local_op};
   SpanStep reduce = base;
   reduce.kind = SpanStepKind::kLocalAllReduce;
-  reduce.reads_input = true;
-  plan.steps.push_back(reduce);
+  PushReadingInput(s, reduce, offset, count, plan);
   if (s.local_rank == 0) {
     SpanStep nccl = base;
     nccl.kind = SpanStepKind::kNcclAllReduce;
@@ -148,7 +165,7 @@ absl::StatusOr<SpanPlan> PlanSpanAllReduce(const SpanShape& s, size_t offset, si
     const SpanStep base{.offset = offset, .count = chunk, .dtype = dtype, .local_op = local_op};
     SpanStep rs = base;
     rs.kind = SpanStepKind::kLocalReduceScatter;
-    rs.reads_input = true;
+    rs.reads_input = true;  // lanes need local > 1
     plan.steps.push_back(rs);
     SpanStep nccl = base;
     nccl.kind = SpanStepKind::kNcclAllReduce;
@@ -188,8 +205,9 @@ absl::StatusOr<SpanPlan> PlanSpanBroadcast(const SpanShape& s, size_t count, Dat
     SpanStep local = base;
     local.kind = SpanStepKind::kLocalBroadcast;
     local.root = root_local;
-    local.reads_input = true;
-    plan.steps.push_back(local);
+    // Every local rank's step reads_input alike; only the root's kernel counts (its input is
+    // the one broadcast).
+    PushReadingInput(s, local, 0, count, plan);
   }
   if (s.local_rank == 0) {
     SpanStep nccl = base;
@@ -240,6 +258,11 @@ absl::StatusOr<SpanPlan> PlanSpanAllGather(const SpanShape& s, size_t count, Dat
     gather.reads_input = true;
     plan.steps.push_back(gather);
     plan.scratch_bytes = static_cast<size_t>(local) * block;
+  } else {  // no node-local kernel reads the input here
+    plan.steps.push_back({.kind = SpanStepKind::kCountNonFinite,
+                          .count = count,
+                          .dtype = dtype,
+                          .reads_input = true});
   }
   // Where local rank l's block is on the leader: the scratch in local order, or on a node of
   // one rank its input (no node-local step runs there).
@@ -318,6 +341,12 @@ absl::StatusOr<SpanPlan> PlanSpanAllToAll(const SpanShape& s, size_t count, Data
   const size_t block = count * DataTypeSize(dtype);
   auto at = [&](int node, int l) { return static_cast<size_t>(GlobalRankOf(s, node, l)) * block; };
   const SpanStep base{.count = count, .dtype = dtype};
+  // Only copies and NCCL read the input afterwards: its NaN/Inf are counted here, on every
+  // rank, before the barrier lets a peer's copy or the leader's sends read it.
+  plan.steps.push_back({.kind = SpanStepKind::kCountNonFinite,
+                        .count = count * static_cast<size_t>(GlobalSize(s)),
+                        .dtype = dtype,
+                        .reads_input = true});
   plan.steps.push_back({.kind = SpanStepKind::kLocalBarrier});
   // Within the node: this rank's block for local rank q goes to q's output at this rank's place.
   for (int q = 0; q < local; ++q) {

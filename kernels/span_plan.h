@@ -28,6 +28,11 @@
 // NCCL for a sum of the inputs premultiplied by 1 / global world size (ncclRedOpCreatePreMulSum),
 // so uneven nodes weigh every global rank alike; integers have no such scalar and are refused.
 //
+// NaN/Inf: the node-local kernels count this rank's input as they read it (reads_input). A
+// node of one rank runs none of them, so its plans count the input with kCountNonFinite
+// instead (before anything writes it); an all-to-all reads its input only through copies and
+// NCCL, so every rank counts it with kCountNonFinite first.
+//
 // Broadcast: on the root's node a node-local broadcast from the root (so the leader holds the
 // data), lane 0's NCCL broadcast from the root's node, then a node-local broadcast from the
 // leader on every other node. Barrier: a node-local barrier, lane 0's all-reduce of one int32
@@ -46,7 +51,8 @@
 //   Between the nodes this moves up to twice what a reduce-scatter needs (an all-reduce is a
 //   reduce-scatter and an all-gather), and reuses the all-reduce's checked paths and its lanes;
 //   a direct exchange needs a node-local reduction of the received blocks that no kernel does.
-//   All-to-all: a node-local barrier (every local input staged, every output free); each rank
+//   All-to-all: this rank's NaN/Inf count of its whole input (kCountNonFinite); a node-local
+//   barrier (every local input staged, every output free); each rank
 //   copies its blocks for the node's ranks into their outputs (peer-mapped); the leader sends
 //   every local rank's block for every rank of each other node, and receives every block for
 //   its node's ranks straight into their outputs, in one NCCL group (NCCL reads and writes the
@@ -117,6 +123,11 @@ enum class SpanStepKind {
   // from each peer in this order (NCCL matches a pair's sends and receives in order; each
   // must have the other side's count and type).
   kNcclSendRecv,
+  // This rank alone (not a meeting; runs on nodes of one rank too): counts the NaN/Inf among
+  // `count` elements at byte `offset` of its input region, reading nothing else and writing
+  // only the call's counter. The check where no node-local kernel reads the input: every
+  // all-to-all, and the collectives on a node of one rank.
+  kCountNonFinite,
 };
 
 // The reduction NCCL applies between the nodes.
@@ -139,7 +150,11 @@ struct SpanStep {
   int lane = -1;              // NCCL steps: the communicator; -1 for node-local steps
   bool from_scratch = false;  // kNcclAllReduce: reads the scratch rather than the region
   bool to_scratch = false;    // kNcclAllReduce: writes the scratch rather than the region
-  bool reads_input = false;   // reads its elements of the call's input: their NaN/Inf check
+  // Counts NaN/Inf in this rank's input elements it reads (kLocalAllReduce, kLocalAllGather
+  // and kCountNonFinite: [offset, +count); kLocalReduceScatter: [offset, +count * local);
+  // kLocalBroadcast: the root's [offset, +count)). Every input element of every global rank
+  // is read so exactly once per call (span_plan_test), nodes of one rank included.
+  bool reads_input = false;
   // kLocalBroadcast: the view it runs over (kIn or kOut); kLocalCopy: where it reads.
   SpanBuffer buffer = SpanBuffer::kIn;
   SpanBuffer dst = SpanBuffer::kIn;  // kLocalCopy: where it writes

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <string>
@@ -45,6 +46,7 @@ struct Rank {
   SpanPlan plan;
   size_t next = 0;                         // the next step to run
   std::vector<Elem> region, out, scratch;  // region: the call's input buffer's data region
+  std::vector<int> counted;  // per region element: how often this rank counted its NaN/Inf
 };
 
 std::string Layout(const std::vector<int>& sizes) { return absl::StrJoin(sizes, "x"); }
@@ -85,7 +87,12 @@ bool IsNccl(SpanStepKind k) {
 
 // Whether `k` is a node-local kernel every local rank meets in (what Launch skips on a node of
 // one rank: cuda_span_collectives.cc).
-bool IsMeeting(SpanStepKind k) { return !IsNccl(k) && k != SpanStepKind::kLocalCopy; }
+bool IsMeeting(SpanStepKind k) {
+  return !IsNccl(k) && k != SpanStepKind::kLocalCopy && k != SpanStepKind::kCountNonFinite;
+}
+bool Alone(SpanStepKind k) {
+  return k == SpanStepKind::kLocalCopy || k == SpanStepKind::kCountNonFinite;
+}
 
 class Model {
  public:
@@ -110,6 +117,11 @@ class Model {
         if (!err.empty()) return err;
         if (!ready) continue;
         std::vector<Rank*> group = Members(s, r);
+        for (Rank* q : group) {
+          if (!(err = Count(*q, group.size())).empty()) {
+            return absl::StrCat("global rank ", q->global, ": ", err, " in ", Describe(s));
+          }
+        }
         err = Execute(r, s, group);
         if (!err.empty())
           return absl::StrCat("global rank ", r.global, ": ", err, " in ", Describe(s));
@@ -125,9 +137,7 @@ class Model {
   std::vector<Rank*> Members(const SpanStep& s, const Rank& r) {
     std::vector<Rank*> out;
     for (Rank& q : ranks_) {
-      if (s.kind == SpanStepKind::kLocalCopy ? &q == &r
-          : IsNccl(s.kind)                   ? q.local == s.lane
-                                             : q.node == r.node) {
+      if (Alone(s.kind) ? &q == &r : IsNccl(s.kind) ? q.local == s.lane : q.node == r.node) {
         out.push_back(&q);
       }
     }
@@ -163,7 +173,7 @@ class Model {
       }
     }
     *ready = true;
-    if (s.kind == SpanStepKind::kLocalCopy) return "";
+    if (Alone(s.kind)) return "";
     for (Rank* q : Members(s, r)) {
       if (q->next == q->plan.steps.size()) {
         return absl::StrCat("global rank ", q->global, " ended its plan while global rank ",
@@ -193,6 +203,42 @@ class Model {
         return absl::StrCat("global ranks ", r.global, " and ", q->global,
                             " disagree on a step: ", Describe(s), " vs ", Describe(t));
       }
+    }
+    return "";
+  }
+
+  // What `q`'s next step counts NaN/Inf in, as the kernels do (span_plan.h's reads_input): its
+  // own input elements, each still holding its input when counted (before anything wrote it).
+  std::string Count(Rank& q, size_t members) {
+    const SpanStep& s = q.plan.steps[q.next];
+    if (!s.reads_input) return "";
+    size_t n = s.count;
+    switch (s.kind) {
+      case SpanStepKind::kLocalReduceScatter:
+        n = s.count * members;
+        break;
+      case SpanStepKind::kLocalBroadcast:
+        if (q.local != s.root) return "";  // only the root's kernel reads its input
+        break;
+      case SpanStepKind::kLocalAllReduce:
+      case SpanStepKind::kLocalAllGather:
+      case SpanStepKind::kCountNonFinite:
+        break;
+      default:
+        return "a step that reads no input says it counts it";
+    }
+    const size_t first = s.offset / es_;
+    if (std::string err = Range(&q.region, first, n); !err.empty()) return err;
+    for (size_t e = first; e < first + n; ++e) {
+      const Elem& x = q.region[e];
+      int from = 0;
+      for (int c : x.from) from += c;
+      if (x.index != static_cast<int64_t>(e) || from != 1 ||
+          x.from[static_cast<size_t>(q.global)] != 1) {
+        return absl::StrCat("counts element ", e, " (", Text(x), ") once it no longer holds ",
+                            "the rank's input");
+      }
+      ++q.counted[e];
     }
     return "";
   }
@@ -289,6 +335,8 @@ class Model {
       }
       case SpanStepKind::kNcclSendRecv:
         return SendRecv(group);
+      case SpanStepKind::kCountNonFinite:
+        return Range(&r.region, first, s.count);  // reads it (Count), writes nothing
     }
     return "an unknown step";
   }
@@ -374,6 +422,24 @@ std::string Simulate(std::vector<Rank>& ranks, const std::vector<int>& sizes, si
   return Model(ranks, sizes, es).Run();
 }
 
+// "" when every rank (or only global rank `only`) counted the NaN/Inf of each of its input
+// elements [first, first + n) exactly once and nothing else; else the first that was not: a NaN
+// in any global rank's input, on any node, is found by that rank (the CUDA path's finding is
+// per rank, as the host path's recorder flag: client/src/cuda_collectives.cc).
+std::string CountedOnce(const std::vector<Rank>& ranks, size_t first, size_t n, int only = -1) {
+  for (const Rank& r : ranks) {
+    for (size_t e = 0; e < r.counted.size(); ++e) {
+      const int want = (only < 0 || r.global == only) && e >= first && e < first + n ? 1 : 0;
+      if (r.counted[e] != want) {
+        return absl::StrCat("global rank ", r.global, " (node ", r.node, ", local rank ", r.local,
+                            ") counted input element ", e, " ", r.counted[e], " times, want ",
+                            want);
+      }
+    }
+  }
+  return "";
+}
+
 Elem Untouched(size_t g) { return {Contribution(g, kUntouched), -1}; }
 Elem Input(size_t g, int global, size_t index) {
   Elem e{Contribution(g, 0), static_cast<int64_t>(index)};
@@ -395,7 +461,7 @@ std::vector<Rank> MakeRanks(const std::vector<int>& sizes, size_t elems, size_t 
   for (size_t node = 0; node < sizes.size(); ++node) {
     for (int l = 0; l < sizes[node]; ++l, ++global) {
       const int gr = globals.empty() ? global : globals[node][static_cast<size_t>(l)];
-      Rank r{static_cast<int>(node), l, gr, {}, 0, {}, {}, {}};
+      Rank r{static_cast<int>(node), l, gr, {}, 0, {}, {}, {}, std::vector<int>(elems, 0)};
       r.region.assign(elems, Untouched(gs));
       for (size_t e = first; e < first + count; ++e) r.region[e] = Input(gs, gr, e);
       r.out.assign(out_elems, Untouched(gs));
@@ -441,6 +507,7 @@ TEST(SpanPlanTest, AllReduceSumsEveryGlobalRankOnceIntoEveryRank) {
                 absl::StrCat("layout ", Layout(sizes), " count ", count, " lane_min ", lane_min,
                              " lead ", lead, " dtype ", DataTypeName(dtype));
             ASSERT_EQ(Simulate(ranks, sizes, es), "") << what;
+            ASSERT_EQ(CountedOnce(ranks, lead, count), "") << what;
             const size_t g = ranks[0].region[0].from.size();
             for (const Rank& r : ranks) {
               for (size_t e = 0; e < elems; ++e) {
@@ -568,6 +635,8 @@ TEST(SpanPlanTest, BroadcastGivesEveryRankTheRootsData) {
           const std::string what =
               absl::StrCat("layout ", Layout(sizes), " count ", count, " root ", global_root);
           ASSERT_EQ(Simulate(ranks, sizes, 4), "") << what;
+          // Only the root's input is read: counted there alone, on a node of one rank too.
+          ASSERT_EQ(CountedOnce(ranks, 0, count, global_root), "") << what;
           const size_t g = ranks[0].region[0].from.size();
           for (const Rank& r : ranks) {
             for (size_t e = 0; e < count; ++e) {
@@ -659,6 +728,11 @@ int ForEveryLayout(const std::vector<size_t>& counts, size_t in_blocks, size_t o
           const std::string ran = Simulate(ranks, sizes, es);
           if (!ran.empty()) {
             ADD_FAILURE() << what << ": " << ran;
+            return cases;
+          }
+          // Every global rank's whole input is counted once, by that rank.
+          if (const std::string counted = CountedOnce(ranks, 0, in); !counted.empty()) {
+            ADD_FAILURE() << what << ": " << counted;
             return cases;
           }
           if (!check(ranks, count, g, in, out, what)) return cases;
@@ -815,9 +889,30 @@ TEST(SpanPlanTest, BlockCollectivesUseTheLeadersAndTheAllReducesOps) {
 }
 
 // Every input element of an all-gather or reduce-scatter is checked for NaN/Inf once on nodes
-// of more than one rank (a node of one rank runs no node-local kernel: not checked, as the
-// all-reduce).
+// of more than one rank by the node-local kernels; on a node of one rank (no node-local kernel
+// runs) by a count of its own, before anything else; an all-to-all counts on every rank.
 TEST(SpanPlanTest, BlockCollectivesCheckEveryInputElementOnce) {
+  const SpanShape alone{.node_sizes = {1, 2, 3}, .node = 0, .local_rank = 0};
+  for (auto p : {PlanSpanAllGather(alone, 7, DataType::kFloat32),
+                 PlanSpanReduceScatter(alone, 7, DataType::kFloat32, ReduceOp::kSum, 0),
+                 PlanSpanAllReduce(alone, 0, 7, DataType::kFloat32, ReduceOp::kSum, 0),
+                 PlanSpanBroadcast(alone, 7, DataType::kFloat32, 0, 0)}) {
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_FALSE(p->steps.empty());
+    EXPECT_EQ(p->steps[0].kind, SpanStepKind::kCountNonFinite) << Describe(p->steps[0]);
+    size_t counted = 0;
+    for (const SpanStep& st : p->steps) counted += st.reads_input ? st.count : 0;
+    EXPECT_EQ(counted, p->steps[0].count);
+  }
+  for (int node : {0, 2}) {
+    auto a2a = PlanSpanAllToAll({.node_sizes = {1, 2, 3}, .node = node, .local_rank = 0}, 7,
+                                DataType::kBFloat16);
+    ASSERT_TRUE(a2a.ok());
+    EXPECT_EQ(a2a->steps[0], (SpanStep{.kind = SpanStepKind::kCountNonFinite,
+                                       .count = 6 * 7,
+                                       .dtype = DataType::kBFloat16,
+                                       .reads_input = true}));
+  }
   const SpanShape s{.node_sizes = {3, 3}, .node = 0, .local_rank = 1};
   auto gather = PlanSpanAllGather(s, 7, DataType::kFloat32);
   ASSERT_TRUE(gather.ok());
@@ -832,6 +927,60 @@ TEST(SpanPlanTest, BlockCollectivesCheckEveryInputElementOnce) {
     checked += st.kind == SpanStepKind::kLocalReduceScatter ? st.count * 3 : st.count;
   }
   EXPECT_EQ(checked, 6u * 7);
+}
+
+// 3 nodes of (1, 2, 3) ranks with interleaved global ranks (node-a {3}, node-b {0, 5},
+// node-c {1, 2, 4}, as cuda_span_test): a NaN at any element of any global rank's input is
+// counted by that rank, once, whichever collective reads it (the broadcast: its root's input).
+TEST(SpanPlanTest, ANanInAnyGlobalRanksInputIsFoundOnUnevenNodes) {
+  const std::vector<int> sizes = {1, 2, 3};
+  const std::vector<std::vector<int>> globals = {{3}, {0, 5}, {1, 2, 4}};
+  const size_t count = 5, g = 6;
+  using Planner = std::function<absl::StatusOr<SpanPlan>(const SpanShape&)>;
+  const std::vector<std::tuple<std::string, size_t, Planner>> collectives = {
+      {"all_reduce", count,
+       [&](const SpanShape& s) {
+         return PlanSpanAllReduce(s, 0, count, DataType::kFloat32, ReduceOp::kSum, 0);
+       }},
+      {"all_gather", count,
+       [&](const SpanShape& s) { return PlanSpanAllGather(s, count, DataType::kFloat32); }},
+      {"reduce_scatter", count * g,
+       [&](const SpanShape& s) {
+         return PlanSpanReduceScatter(s, count, DataType::kFloat32, ReduceOp::kSum, 0);
+       }},
+      {"all_to_all", count * g,
+       [&](const SpanShape& s) { return PlanSpanAllToAll(s, count, DataType::kFloat32); }},
+  };
+  for (const auto& [name, in, plan_of] : collectives) {
+    std::vector<Rank> ranks = MakeRanks(sizes, in + 1, 0, in, globals, count * g + 1);
+    for (Rank& r : ranks) {
+      auto plan = plan_of(
+          {.node_sizes = sizes, .node = r.node, .local_rank = r.local, .global_ranks = globals});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      r.plan = *plan;
+      r.scratch.assign(plan->scratch_bytes / 4 + 1, Untouched(g));
+    }
+    ASSERT_EQ(Simulate(ranks, sizes, 4), "") << name;
+    EXPECT_EQ(CountedOnce(ranks, 0, in), "") << name;
+  }
+  for (int root = 0; root < 6; ++root) {  // node and local rank of global rank `root`
+    int root_node = 0, root_local = 0;
+    for (size_t n = 0; n < globals.size(); ++n) {
+      for (size_t l = 0; l < globals[n].size(); ++l) {
+        if (globals[n][l] == root)
+          root_node = static_cast<int>(n), root_local = static_cast<int>(l);
+      }
+    }
+    std::vector<Rank> ranks = MakeRanks(sizes, count + 1, 0, count, globals);
+    for (Rank& r : ranks) {
+      auto plan = PlanSpanBroadcast({.node_sizes = sizes, .node = r.node, .local_rank = r.local},
+                                    count, DataType::kFloat32, root_node, root_local);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      r.plan = *plan;
+    }
+    ASSERT_EQ(Simulate(ranks, sizes, 4), "") << "broadcast from " << root;
+    EXPECT_EQ(CountedOnce(ranks, 0, count, root), "") << "broadcast from " << root;
+  }
 }
 
 TEST(SpanPlanTest, ALayoutWhoseGlobalRanksDoNotAddUpIsRefused) {

@@ -331,16 +331,28 @@ absl::Status CheckSupported(CollectiveEntry& e, const CollectiveOptions& o) {
 
 // The group's failure after a call failed once `enqueued` of its `total` kernels were on the
 // stream (issue #19 fix 7): peers' kernels wait at barriers this rank will never reach, so the
-// ranks' barrier counts differ for good. FAILED_PRECONDITION naming why, for this call and
-// every later one.
+// ranks' barrier counts differ for good. For this call: FAILED_PRECONDITION naming why, or
+// DEADLINE_EXCEEDED when why is a deadline that passed (a spanning group's NCCL step still in
+// progress at the group's timeout).
 absl::Status DesyncError(const std::string& group, const RecordId& id, int enqueued, int total,
                          const absl::Status& why) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "group ", group, ": collective seq ", id.collective_seq_id, " on CUDA buffers enqueued ",
-      enqueued, " of its ", total, " kernels before failing (", why.message(),
-      "); the ranks' barrier counts now differ, so every later collective of the group on CUDA "
-      "buffers fails (leave the group; peers fail when their waits time out or the group is "
-      "aborted)"));
+  return absl::Status(
+      absl::IsDeadlineExceeded(why) ? absl::StatusCode::kDeadlineExceeded
+                                    : absl::StatusCode::kFailedPrecondition,
+      absl::StrCat("group ", group, ": collective seq ", id.collective_seq_id,
+                   " on CUDA buffers enqueued ", enqueued, " of its ", total,
+                   " kernels before failing (", why.message(),
+                   "); the ranks' barrier counts now differ, so every later collective of the "
+                   "group on CUDA buffers fails (leave the group; peers fail when their waits "
+                   "time out or the group is aborted)"));
+}
+
+// What every later call gets (the group's sticky failure): FAILED_PRECONDITION, the group
+// being in no state to run it, carrying the first failure.
+absl::Status FailedEarlier(const std::string& group, const absl::Status& first) {
+  if (absl::IsFailedPrecondition(first)) return first;
+  return absl::FailedPreconditionError(
+      absl::StrCat("group ", group, " failed for good earlier: ", first.message()));
 }
 
 // Records the entry around the launch, stream-ordered, and keeps an event for its end. An
@@ -405,14 +417,15 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
   }
   const int total =
       span.plan != nullptr ? static_cast<int>(span.plan->steps.size()) : KernelsOf(v, c.call);
-  s.failed = DesyncError(e.group().name(), id, enqueued, total, st);
+  const absl::Status first = DesyncError(e.group().name(), id, enqueued, total, st);
+  s.failed = FailedEarlier(e.group().name(), first);
   if (recorded == CUDA_SUCCESS && enqueued > 0) {
     s.pending.push_back({done, id, slot, false, pending.stream});
   } else if (enqueued == 0) {
     s.slots.Release(slot);
     s.api->event_destroy(done);
   }  // else: queued kernels of unknown end keep the slot for the group's life
-  return s.failed;
+  return first;
 }
 
 // A stream being captured into a CUDA graph is refused: the call's bookkeeping (its event,

@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/cuda_driver_api.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/nccl_api.h"
@@ -67,8 +69,10 @@ bool IsNccl(SpanStepKind k) {
          k == SpanStepKind::kNcclSendRecv;
 }
 
-// The node-local kernels every local rank meets in (a copy is this rank's alone).
-bool IsMeeting(SpanStepKind k) { return !IsNccl(k) && k != SpanStepKind::kLocalCopy; }
+// The node-local kernels every local rank meets in (a copy or a count is this rank's alone).
+bool IsMeeting(SpanStepKind k) {
+  return !IsNccl(k) && k != SpanStepKind::kLocalCopy && k != SpanStepKind::kCountNonFinite;
+}
 
 // A call's buffers as the plan names them (kernels::SpanBuffer): this rank's and, through
 // their mappings, its node's peers'.
@@ -226,6 +230,13 @@ class CudaSpanPartImpl : public CudaSpanPart {
         case SpanStepKind::kLocalCopy:
           RETURN_IF_ERROR(Copy(st, b, stream));
           break;
+        case SpanStepKind::kCountNonFinite: {
+          if (step_nan != kernels::NanCheck::kOn) continue;  // this call is not checked
+          const size_t bytes = st.count * kernels::DataTypeSize(st.dtype);
+          ASSIGN_OR_RETURN(std::byte * in, b.At(kernels::SpanBuffer::kIn, -1, st.offset, bytes));
+          RETURN_IF_ERROR(kernels::LaunchCountNonFinite(v, in, st.count, st.dtype, stream));
+          break;
+        }
         case SpanStepKind::kNcclAllReduce:
         case SpanStepKind::kNcclBroadcast:
           RETURN_IF_ERROR(NcclStep(st, region, scratch, stream));
@@ -292,7 +303,7 @@ class CudaSpanPartImpl : public CudaSpanPart {
     absl::Status failed;
     {
       absl::MutexLock lock(&mu_);
-      if (!failed_.ok()) return failed_;
+      if (!failed_.ok()) return EarlierLocked();
       if (comm_ == nullptr) return absl::OkStatus();
       ncclResult_t state = ncclSuccess;
       const ncclResult_t r = nccl_->comm_get_async_error(comm_, &state);
@@ -307,15 +318,32 @@ class CudaSpanPartImpl : public CudaSpanPart {
     return failed;
   }
 
-  // `st` fails the group for good (the communicator is of no further use).
+  // `st` fails the group for good (the communicator is of no further use). The call that
+  // failed reports it with its own code (DEADLINE_EXCEEDED when NCCL was still in progress at
+  // the deadline, naming the deadline); later calls EarlierLocked().
   void FailLocked(const absl::Status& st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     AbortCommLocked();
     if (failed_.ok()) {
+      std::string why(st.message());
+      if (absl::IsDeadlineExceeded(st)) {
+        absl::StrAppend(
+            &why, " (the deadline: the group's timeout, ", absl::FormatDuration(s_.connect_wait),
+            ", from the start of this rank's NCCL step; the other nodes' rank ", s_.local_rank,
+            " never took part, or the unique id the lane formed on is no live "
+            "root's)");
+      }
       failed_ = absl::Status(
-          st.code(),
-          absl::StrCat("group ", s_.group, " (lane ", s_.local_rank, ", node ",
-                       s_.layout[static_cast<size_t>(s_.node_index)].node, "): ", st.message()));
+          st.code(), absl::StrCat("group ", s_.group, " (lane ", s_.local_rank, ", node ",
+                                  s_.layout[static_cast<size_t>(s_.node_index)].node, "): ", why));
     }
+  }
+
+  // What a call gets once the group failed for good: FAILED_PRECONDITION (the group is in no
+  // state to run it) carrying the first failure, or the abort itself.
+  absl::Status EarlierLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (absl::IsAborted(failed_)) return failed_;
+    return absl::FailedPreconditionError(
+        absl::StrCat("the group failed for good earlier: ", failed_.message()));
   }
 
   // Within a second: the abort is polled while it says it is in progress (nonblocking).
@@ -328,6 +356,7 @@ class CudaSpanPartImpl : public CudaSpanPart {
 
   // The lane's communicator, made on first use; a failure to make it fails the group.
   absl::Status CommLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!failed_.ok()) return EarlierLocked();
     if (comm_ != nullptr) return absl::OkStatus();
     if (absl::Status made = ConnectLocked(); !made.ok()) {
       FailLocked(made);
@@ -338,7 +367,7 @@ class CudaSpanPartImpl : public CudaSpanPart {
 
   // This rank's lane communicator, made once (see the header).
   absl::Status ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!failed_.ok()) return failed_;
+    if (!failed_.ok()) return EarlierLocked();
     if (Stop()) return absl::AbortedError("the group was aborted");
     if (nccl_ == nullptr) {
       absl::StatusOr<const kernels::NcclApi*> api = kernels::Nccl();

@@ -213,6 +213,16 @@ __global__ void __launch_bounds__(kCudaThreads)
   BlockBarrier(v);
 }
 
+// Counts the non-finite values of this rank's `count` elements at a.input, reading them once
+// and writing nothing but the counter (no peer takes part: no barrier).
+template <typename T>
+__global__ void __launch_bounds__(kCudaThreads)
+    CountNonFiniteKernel(CudaCommView v, LaunchArgs a, bool vec_ok) {
+  const ChunkRange r = BlockPart(a.count, 1, 0);
+  const T* in = static_cast<const T*>(a.input);
+  CopyInRange<T>(in, const_cast<T*>(in), r.begin, r.end, vec_ok, true, v.nonfinite_count);
+}
+
 // Whether 16-byte vector accesses are aligned everywhere the kernel makes them
 // (kernels/cuda_plan.h): ForEachInRange aligns element indices relative to each base
 // pointer, and all-gather, reduce-scatter and all-to-all index chunks at base + p * count.
@@ -232,6 +242,7 @@ template <typename T, ReduceOp Op>
 void LaunchTyped(const CudaCommView& v, const LaunchArgs& a, cudaStream_t s) {
   const bool vec_ok = VectorsAligned<T>(v, a);
   const dim3 grid(kCudaBlocks), block(kCudaThreads);
+  if (a.count_only) return CountNonFiniteKernel<T><<<grid, block, 0, s>>>(v, a, vec_ok);
   switch (a.collective) {
     case CollectiveOp::kAllReduce:
       if (a.algorithm == Algorithm::kOneShot) {
@@ -285,7 +296,8 @@ cudaError_t PreloadTyped() {
   cudaFuncAttributes attr;
   for (const void* f : {reinterpret_cast<const void*>(&AllGatherKernel<T>),
                         reinterpret_cast<const void*>(&BroadcastKernel<T>),
-                        reinterpret_cast<const void*>(&AllToAllKernel<T>)}) {
+                        reinterpret_cast<const void*>(&AllToAllKernel<T>),
+                        reinterpret_cast<const void*>(&CountNonFiniteKernel<T>)}) {
     if (const cudaError_t err = cudaFuncGetAttributes(&attr, f); err != cudaSuccess) return err;
   }
   for (cudaError_t err :

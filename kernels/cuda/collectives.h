@@ -71,6 +71,13 @@ absl::Status LaunchBroadcast(const CudaCommView& view, void* buffer, size_t coun
                              int root, NanCheck nan_check, cudaStream_t stream);
 absl::Status LaunchAllToAll(const CudaCommView& view, const void* input, void* output, size_t count,
                             DataType dtype, NanCheck nan_check, cudaStream_t stream);
+// Adds the number of NaN/Inf among `count` elements at `input` (device memory this rank
+// reads) to *view.nonfinite_count; reads nothing else, writes nothing else and meets no peer,
+// so it runs on a node of one rank too (the spanning path's check where no node-local kernel
+// reads the input: client/src/cuda_span_collectives.cc). Nothing is launched without a
+// counter or elements.
+absl::Status LaunchCountNonFinite(const CudaCommView& view, const void* input, size_t count,
+                                  DataType dtype, cudaStream_t stream);
 
 // Loads every kernel instantiation of this library into the current context (the caller's
 // device must be current), once per process: with lazy module loading (CUDA 12.2's default)
@@ -98,6 +105,9 @@ struct LaunchArgs {
   ReduceOp op;
   NanCheck nan_check;
   int root = 0;  // broadcast
+  // LaunchCountNonFinite: only count the NaN/Inf of `count` elements at `input` (collective
+  // says nothing then).
+  bool count_only = false;
 };
 
 // The boundary with the CUDA runtime (collectives.cu): the kernel launch itself, and loading

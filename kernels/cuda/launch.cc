@@ -22,6 +22,7 @@ const KernelRuntime* g_runtime = &kRealRuntime;
 
 // "barrier", "one-shot all_reduce", "all_gather", ... (host/plan.h's names).
 std::string LaunchName(const LaunchArgs& a) {
+  if (a.count_only) return "NaN/Inf count";
   if (a.collective == CollectiveOp::kBarrier) return "barrier";
   if (a.collective == CollectiveOp::kAllReduce) {
     return absl::StrCat(AlgorithmName(a.algorithm), " all_reduce");
@@ -206,6 +207,25 @@ absl::Status LaunchAllToAll(const CudaCommView& view, const void* input, void* o
       view, "all_to_all", Wide::kBoth,
       Args(CollectiveOp::kAllToAll, input, output, count, dtype, ReduceOp::kSum, nan_check),
       stream);
+}
+
+absl::Status LaunchCountNonFinite(const CudaCommView& view, const void* input, size_t count,
+                                  DataType dtype, cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateCudaCommView(view));
+  if (!IsValid(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NaN/Inf count: data type ", static_cast<int>(dtype), " out of range"));
+  }
+  if (count == 0 || view.nonfinite_count == nullptr) return absl::OkStatus();
+  size_t bytes = 0;
+  if (input == nullptr || __builtin_mul_overflow(count, DataTypeSize(dtype), &bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NaN/Inf count: null input or count ", count, " overflows"));
+  }
+  LaunchArgs a = Args(CollectiveOp::kAllReduce, input, const_cast<void*>(input), count, dtype,
+                      ReduceOp::kSum, NanCheck::kOn);
+  a.count_only = true;
+  return Launch(view, a, stream);
 }
 
 absl::Status PreloadCudaKernels() {

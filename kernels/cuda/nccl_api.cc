@@ -97,7 +97,7 @@ absl::Status WaitNccl(const NcclApi& api, ncclComm_t comm, ncclResult_t first,
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat(call, ": NCCL still in progress at the deadline"));
+          absl::StrCat(call, ": NCCL still in progress (ncclInProgress) at the deadline"));
     }
     absl::SleepFor(nap);
     nap = std::min(nap * 2, absl::Milliseconds(1));

@@ -23,11 +23,22 @@
 //   uneven   all-reduce of 1048577 fp32 (the leaders: nodes of unequal size), broadcast of 10
 //            int32 from the last global rank
 //   blocks   the all-gather, reduce-scatter and all-to-all of "calls"
+//   nan      (the 3-node layout of global ranks {3}, {0, 5}, {1, 2, 4}) NaN/Inf checks on,
+//            policy report: all-to-all of 10 fp32 per block with one NaN in global rank 5's
+//            input ("a2a_far"), in global rank 3's (alone on its node: "a2a_alone"), in none
+//            ("a2a_clean"); all-reduce of 1000 ("ar_alone"), all-gather of 10
+//            ("ag_alone"), reduce-scatter of 10 per block ("rs_alone") and broadcast of 10
+//            from global rank 3 ("bcast_alone") with one NaN in global rank 3's input; a
+//            barrier ("sync", which retires the calls before it); then group "f" (policy fail)
+//            and its all-to-all with the check on ("fail")
 //   no-nccl  one all-reduce (COMMD_NCCL_LIBRARY names no library)
+//   twice    two all-reduces ("all_reduce", then "again"), the second made at once
 // Prints "done", waits for the group's abort or LEAVE_FILE, prints "left", exits 0 two seconds
 // later.
 #include <unistd.h>
 
+#include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -72,9 +83,30 @@ const char* Name(commd::CollectiveOp op) {
   }
 }
 
-cudaError_t FakeLaunch(const commd::kernels::CudaCommView&, const LaunchArgs& a, cudaStream_t) {
-  Print(absl::StrCat("launch ", Name(a.collective), " count=", a.count, " root=", a.root,
-                     " offset=", a.offset));
+// The kernels' NaN/Inf count (kernels/cuda/collectives.cu, fused into their copy-in): the
+// elements of this rank's input each kernel reads, added to the view's counter (the fake
+// driver's device memory and mapped host words are this process's). fp32 only, as the modes.
+void FakeCount(const commd::kernels::CudaCommView& v, const LaunchArgs& a) {
+  if (a.nan_check != commd::kernels::NanCheck::kOn || v.nonfinite_count == nullptr ||
+      a.dtype != commd::kernels::DataType::kFloat32 || a.input == nullptr) {
+    return;
+  }
+  size_t n = a.count;
+  if (!a.count_only && (a.collective == commd::CollectiveOp::kReduceScatter ||
+                        a.collective == commd::CollectiveOp::kAllToAll)) {
+    n *= static_cast<size_t>(v.world_size);
+  }
+  if (!a.count_only && a.collective == commd::CollectiveOp::kBroadcast && v.rank != a.root) return;
+  unsigned long long bad = 0;
+  for (size_t e = 0; e < n; ++e)
+    bad += std::isfinite(static_cast<const float*>(a.input)[e]) ? 0 : 1;
+  std::atomic_ref<unsigned long long>(*v.nonfinite_count).fetch_add(bad);
+}
+
+cudaError_t FakeLaunch(const commd::kernels::CudaCommView& v, const LaunchArgs& a, cudaStream_t) {
+  Print(absl::StrCat("launch ", a.count_only ? "count_nonfinite" : Name(a.collective),
+                     " count=", a.count, " root=", a.root, " offset=", a.offset));
+  FakeCount(v, a);
   return cudaSuccess;
 }
 cudaError_t FakePreload() { return cudaSuccess; }
@@ -127,6 +159,36 @@ void Calls(commd::Group& g, commd::SymmetricBuffer& a, commd::SymmetricBuffer& b
   Said("lanes", g.AllReduce(a, 1048577, DataType::kFloat32, ReduceOp::kSum, o));
 }
 
+// See "nan" above: one NaN at input element 3 of global rank `who` (-1: none), the rest finite.
+void Plant(commd::SymmetricBuffer& a, size_t n, int global_rank, int who) {
+  auto* in = static_cast<float*>(a.data());
+  for (size_t e = 0; e < n; ++e) in[e] = static_cast<float>(e);
+  if (global_rank == who) in[3] = std::nanf("");
+}
+
+void Nans(commd::Group& g, commd::SymmetricBuffer& a, commd::SymmetricBuffer& b, int global_rank,
+          int global_world) {
+  commd::CollectiveOptions o;
+  o.cuda_stream = reinterpret_cast<void*>(0x1000);
+  o.nan_check = commd::NanCheck::kOn;
+  const size_t wide = 10 * static_cast<size_t>(global_world);
+  Plant(a, wide, global_rank, 5);
+  Said("a2a_far", g.AllToAll(a, b, 10, DataType::kFloat32, o));
+  Plant(a, wide, global_rank, 3);
+  Said("a2a_alone", g.AllToAll(a, b, 10, DataType::kFloat32, o));
+  Plant(a, wide, global_rank, -1);
+  Said("a2a_clean", g.AllToAll(a, b, 10, DataType::kFloat32, o));
+  Plant(a, 1000, global_rank, 3);
+  Said("ar_alone", g.AllReduce(a, 1000, DataType::kFloat32, ReduceOp::kSum, o));
+  Plant(a, 10, global_rank, 3);
+  Said("ag_alone", g.AllGather(a, b, 10, DataType::kFloat32, o));
+  Plant(a, wide, global_rank, 3);
+  Said("rs_alone", g.ReduceScatter(a, b, 10, DataType::kFloat32, ReduceOp::kSum, o));
+  Plant(a, 10, global_rank, 3);
+  Said("bcast_alone", g.Broadcast(a, 10, DataType::kFloat32, 3, o));
+  Said("sync", g.Barrier());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,6 +231,31 @@ int main(int argc, char** argv) {
   }
   if (mode == "calls") {
     Calls(g, **a, **b, global_rank, global_world);
+  } else if (mode == "nan") {
+    Nans(g, **a, **b, global_rank, global_world);
+    auto f = (*client)->JoinGroup({.name = "f",
+                                   .rank = rank,
+                                   .world_size = world,
+                                   .global_rank = global_rank,
+                                   .global_world_size = global_world,
+                                   .device = commd::Device::Cuda(rank),
+                                   .timeout = absl::Milliseconds(timeout_ms),
+                                   .nan_policy = commd::GroupOptions::NanPolicy::kFail});
+    if (!f.ok()) {
+      Said("join_f", f.status());
+    } else {
+      auto fa = (*f)->AllocateSymmetric(4096);
+      auto fb = (*f)->AllocateSymmetric(4096);
+      if (!fa.ok() || !fb.ok()) {
+        Said("allocate_f", fa.ok() ? fb.status() : fa.status());
+      } else {
+        commd::CollectiveOptions o;
+        o.cuda_stream = reinterpret_cast<void*>(0x1000);
+        o.nan_check = commd::NanCheck::kOn;
+        Plant(**fa, 10 * static_cast<size_t>(global_world), global_rank, 5);
+        Said("fail", (*f)->AllToAll(**fa, **fb, 10, DataType::kFloat32, o));
+      }
+    }
   } else if (mode == "blocks") {
     Blocks(g, **a, **b, global_rank, global_world);
   } else if (mode == "uneven") {
@@ -178,6 +265,9 @@ int main(int argc, char** argv) {
   } else {
     commd::CollectiveOptions o;
     Said("all_reduce", g.AllReduce(**a, 1000, DataType::kFloat32, ReduceOp::kSum, o));
+    if (mode == "twice") {
+      Said("again", g.AllReduce(**a, 1000, DataType::kFloat32, ReduceOp::kSum, o));
+    }
   }
   Print("done");
   const std::string leave = argv[7];

@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 #define SPAN_RANK CUDA_SPAN_RANK
 #define SPAN_COLLECTIVE_RANK CUDA_SPAN_RANK
@@ -269,7 +271,9 @@ TEST_F(CudaSpanTest, TwoByTwoAgreesThenLaunchesTheNodeLocalKernelsAndNcclPerLane
 }
 
 // Nodes of 1 and 2 ranks: no lanes (node-a has no local rank 1), so even a large all-reduce goes
-// through the leaders; node-a's lone rank has nothing to meet within and launches nothing.
+// through the leaders; node-a's lone rank has nothing to meet within and, with the NaN/Inf
+// check off (the daemon's default here), launches nothing (with it on, its own count: see
+// ANanInOneGlobalRanksInputIsFoundForAllToAllAndOnALoneRank).
 TEST_F(CudaSpanTest, UnevenNodesGoThroughTheLeadersAndALoneRankLaunchesNothing) {
 #ifdef COMMD_FAKE_LIBNCCL
   std::vector<DaemonProcess*> n;
@@ -408,6 +412,121 @@ TEST_F(CudaSpanTest, UnevenInterleavedNodesPlaceEveryBlockByGlobalRank) {
 #endif
 }
 
+// NaN/Inf on the 3-node layout of 1, 2 and 3 ranks with interleaved global ranks: a NaN in one
+// global rank's input is found by that rank, for an all-to-all (which no node-local kernel
+// reads: its own count) and on the node of one rank (no node-local kernel runs there: its own
+// count) for every collective. The launches show each count; the flight recorder's entries of
+// the NaN's rank, and only those, are flagged (the finding is per rank, as on host memory); the
+// policy fail is refused alike on every rank (a call on CUDA buffers returns before its count
+// exists).
+TEST_F(CudaSpanTest, ANanInOneGlobalRanksInputIsFoundForAllToAllAndOnALoneRank) {
+#ifdef COMMD_FAKE_LIBNCCL
+  ::setenv("COMMD_FAKE_CUDA_DEVICES", "3", 1);
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b", "node-c"}, &n);
+  if (HasFatalFailure()) return;
+  const std::vector<std::vector<int>> globals = {{3}, {0, 5}, {1, 2, 4}};
+  std::map<int, ChildProcess*> ranks;  // by global rank
+  for (int node = 0; node < 3; ++node) {
+    const int world = static_cast<int>(globals[node].size());
+    for (int l = 0; l < world; ++l) {
+      const int g = globals[node][l];
+      ranks[g] = StartRank({.node = n[node],
+                            .rank = l,
+                            .world = world,
+                            .global_rank = g,
+                            .global_world = 6,
+                            .mode = "nan",
+                            .env = {std::string("COMMD_NCCL_LIBRARY=") + COMMD_FAKE_LIBNCCL,
+                                    "COMMD_FAKE_NCCL_CALL_LOG=" + NcclLog(g)}});
+    }
+  }
+  for (auto& [g, r] : ranks) ASSERT_TRUE(r->WaitForLog("done", absl::Seconds(120))) << r->Log();
+  std::string fail;
+  for (auto& [g, r] : ranks) {
+    SCOPED_TRACE(absl::StrCat("global rank ", g));
+    std::map<std::string, Call> calls = Calls(r->Log());
+    for (const char* name : {"a2a_far", "a2a_alone", "a2a_clean", "ar_alone", "ag_alone",
+                             "rs_alone", "bcast_alone", "sync"}) {
+      EXPECT_EQ(calls[name].result, "OK ") << name;
+    }
+    // Every rank counts its whole input (6 blocks of 10) before an all-to-all.
+    for (const char* name : {"a2a_far", "a2a_alone", "a2a_clean"}) {
+      ASSERT_FALSE(calls[name].launches.empty()) << name;
+      EXPECT_EQ(calls[name].launches[0], "launch count_nonfinite count=60 root=0 offset=0");
+    }
+    if (g == 3) {  // alone on node-a: its counts are its only launches
+      EXPECT_THAT(calls["a2a_far"].launches,
+                  ElementsAre("launch count_nonfinite count=60 root=0 offset=0"));
+      EXPECT_THAT(calls["ar_alone"].launches,
+                  ElementsAre("launch count_nonfinite count=1000 root=0 offset=0"));
+      EXPECT_THAT(calls["ag_alone"].launches,
+                  ElementsAre("launch count_nonfinite count=10 root=0 offset=0"));
+      EXPECT_THAT(calls["rs_alone"].launches,
+                  ElementsAre("launch count_nonfinite count=60 root=0 offset=0"));
+      EXPECT_THAT(calls["bcast_alone"].launches,
+                  ElementsAre("launch count_nonfinite count=10 root=0 offset=0"));
+    } else {  // the node-local kernels count as they read (no count of their own)
+      EXPECT_THAT(calls["a2a_far"].launches,
+                  ElementsAre("launch count_nonfinite count=60 root=0 offset=0",
+                              "launch barrier count=0 root=0 offset=0",
+                              "launch barrier count=0 root=0 offset=0"));
+      EXPECT_THAT(calls["ar_alone"].launches,
+                  ElementsAre("launch all_reduce count=1000 root=0 offset=0",
+                              "launch broadcast count=1000 root=0 offset=0"));
+    }
+    // Policy fail on CUDA buffers: refused before anything is enqueued, the same on every rank.
+    EXPECT_THAT(calls["fail"].result,
+                HasSubstr("INVALID_ARGUMENT group f: nan_policy fail needs host buffers"));
+    EXPECT_THAT(calls["fail"].launches, IsEmpty());
+    if (fail.empty()) fail = calls["fail"].result;
+    EXPECT_EQ(calls["fail"].result, fail);
+  }
+  // The flight recorder, dumped on every node: only the NaN's rank flags the call's entry.
+  std::map<int, std::vector<uint64_t>> flagged;  // by global rank: the flagged seqs
+  std::map<int, uint64_t> checks, found;
+  for (DaemonProcess* d : n) {
+    auto client = Client::Connect({.runtime_dir = d->runtime_dir(), .job_id = "job"});
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto dump = (*client)->Dump("g");
+    ASSERT_TRUE(dump.ok()) << dump.status();
+    for (const std::string& file : dump->files()) {
+      const std::string base = file.substr(file.rfind('/') + 1);
+      int g = -1;
+      if (!absl::StartsWith(base, "rank") || !absl::EndsWith(base, ".json") ||
+          !absl::SimpleAtoi(base.substr(4, base.size() - 9), &g)) {
+        continue;
+      }
+      std::ifstream in(file);
+      const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+      ASSERT_FALSE(j.is_discarded()) << file;
+      checks[g] = j["commd"]["counters"]["nan_checks"].get<uint64_t>();
+      found[g] = j["commd"]["counters"]["nans_found"].get<uint64_t>();
+      flagged[g];
+      for (const nlohmann::json& e : j["entries"]) {
+        if (e["commd"]["nan_found"].get<bool>()) {
+          flagged[g].push_back(e["collective_seq_id"].get<uint64_t>());
+        }
+      }
+    }
+  }
+  ASSERT_EQ(flagged.size(), 6u);
+  for (int g = 0; g < 6; ++g) {
+    SCOPED_TRACE(absl::StrCat("global rank ", g));
+    EXPECT_EQ(checks[g], 7u);  // the seven checked calls; the barrier has no data
+    if (g == 5) {
+      EXPECT_THAT(flagged[g], ElementsAre(1));  // a2a_far
+    } else if (g == 3) {
+      EXPECT_THAT(flagged[g], ElementsAre(2, 4, 5, 6, 7));  // a2a_alone, ar, ag, rs, bcast
+    } else {
+      EXPECT_THAT(flagged[g], IsEmpty());
+    }
+    EXPECT_EQ(found[g], flagged[g].size());
+  }
+  ::setenv("COMMD_FAKE_CUDA_DEVICES", "2", 1);
+#endif
+}
+
 // NCCL failing on one node's leader (a remote error as its communicator forms): that leader's
 // call fails naming NCCL's error, and the group is aborted on every node.
 TEST_F(CudaSpanTest, AnNcclErrorOnOneNodeAbortsTheGroupOnEveryNode) {
@@ -444,7 +563,9 @@ TEST_F(CudaSpanTest, AnNcclErrorOnOneNodeAbortsTheGroupOnEveryNode) {
 
 // A unique id in the store that no NCCL root answers (forged or stale, of the right size):
 // both leaders' communicators stay in progress, and at the group's timeout (3 s) their call
-// fails naming ncclCommInitRankConfig and the group is aborted on every node; nothing hangs.
+// fails DEADLINE_EXCEEDED naming ncclCommInitRankConfig, NCCL's state and the deadline, and
+// the group is aborted on every node; the next call fails at once naming that first failure
+// (FAILED_PRECONDITION, or ABORTED once the abort arrived); nothing hangs.
 TEST_F(CudaSpanTest, AnIdNoRootAnswersEndsAtTheGroupsTimeoutAndAbortsTheGroup) {
 #ifdef COMMD_FAKE_LIBNCCL
   std::vector<DaemonProcess*> n;
@@ -462,16 +583,36 @@ TEST_F(CudaSpanTest, AnIdNoRootAnswersEndsAtTheGroupsTimeoutAndAbortsTheGroup) {
                                .global_rank = g,
                                .global_world = 4,
                                .timeout_ms = 3000,
-                               .mode = "no-nccl",
+                               .mode = "twice",
                                .env = env}));
   }
   for (ChildProcess* r : ranks) ASSERT_TRUE(r->WaitForLog("done", absl::Seconds(60))) << r->Log();
   for (int g : {0, 2}) {
-    EXPECT_THAT(Line(ranks[g]->Log(), "all_reduce "),
-                HasSubstr(absl::StrCat("(group g (lane 0, node ", g == 0 ? "node-a" : "node-b",
-                                       "): ncclCommInitRankConfig: NCCL still in progress at "
-                                       "the deadline)")))
+    const std::string first = Line(ranks[g]->Log(), "all_reduce ");
+    EXPECT_THAT(first, ::testing::StartsWith("all_reduce DEADLINE_EXCEEDED group g: collective "
+                                             "seq 1 on CUDA buffers enqueued 1 of its 3 kernels "
+                                             "before failing ("))
         << ranks[g]->Log();
+    EXPECT_THAT(first,
+                HasSubstr(absl::StrCat("(group g (lane 0, node ", g == 0 ? "node-a" : "node-b",
+                                       "): ncclCommInitRankConfig: NCCL still in progress "
+                                       "(ncclInProgress) at the deadline (the deadline: the "
+                                       "group's timeout, 3s, from the start of this rank's NCCL "
+                                       "step; the other nodes' rank 0 never took part, or the "
+                                       "unique id the lane formed on is no live root's))")))
+        << ranks[g]->Log();
+    // The next call: at once, naming the first failure (the abort may have come first).
+    const std::string again = Line(ranks[g]->Log(), "again ");
+    if (absl::StartsWith(again, "again FAILED_PRECONDITION")) {
+      EXPECT_THAT(again, ::testing::StartsWith("again FAILED_PRECONDITION the group failed for "
+                                               "good earlier: group g (lane 0"));
+      EXPECT_THAT(again, HasSubstr("ncclCommInitRankConfig: NCCL still in progress")) << again;
+    } else {  // the abort's reason (cut to what the daemon keeps) says where it began
+      EXPECT_THAT(again, ::testing::StartsWith("again ABORTED group g aborted on request: "))
+          << ranks[g]->Log();
+      EXPECT_THAT(again, HasSubstr("a collective across nodes on CUDA memory failed on node "
+                                   "node-"));
+    }
     // node-b read the id node-a published.
     EXPECT_THAT(NcclCalls(g), ::testing::Contains(HasSubstr("id=unreachable-forged-id")));
   }
