@@ -1,8 +1,9 @@
 // The collectives as CUDA kernels over peer-mapped device memory (the GPU twin of
 // kernels/host/collectives.h): barrier, one-shot and two-shot all-reduce, all-gather,
 // reduce-scatter, broadcast and all-to-all (equal splits), with the NaN/Inf count fused into
-// copy-in. Per-element work is done by the host-device functions of kernels/element_ops.h that the
-// CPU path shares and tests.
+// copy-in, and a count-only pass for inputs no collective kernel reads (LaunchCountNonFinite).
+// Per-element work is done by the host-device functions of kernels/element_ops.h that the CPU path
+// shares and tests.
 //
 //   CudaCommView view = ...;                 // peer pointers from the SDK's CUDA mapping
 //   RETURN_IF_ERROR(LaunchAllReduce(view, view.data[view.rank], view.data[view.rank], n,
