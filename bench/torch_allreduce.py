@@ -14,7 +14,11 @@ The zero-copy path runs twice: through the process group's backend (the C++ one,
 when built: "zcopy") and through a second commd process group made with COMMD_TORCH_CPP=0
 (the Python backend alone: "zcopy_py"); "binding" is the same all-reduce called on the commd
 group directly through the Python binding (the SDK's Group::AllReduce plus the binding's
-~3 us), the interleaved reference for the zero-copy paths.
+~1 us), the interleaved reference for the zero-copy paths. The binding works on the very
+buffer the zero-copy tensor lives in (`--binding-buffer own`: a buffer of its own, as before),
+and the order of the paths rotates from round to round (`--order fixed`: staged, zcopy,
+zcopy_py, binding, gloo in every round, as before), so that no path is always the one after
+another's cache traffic.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", default="",
                         help="comma-separated sizes (8,1M,...) instead of x4 steps")
+    parser.add_argument("--order", choices=("rotate", "fixed"), default="rotate")
+    parser.add_argument("--binding-buffer", choices=("shared", "own"), default="shared")
     args = parser.parse_args()
     explicit = [size_arg(x) for x in args.sizes.split(",")] if args.sizes else []
     if explicit:
@@ -77,7 +83,11 @@ def main() -> None:
     else:
         os.environ["COMMD_TORCH_CPP"] = saved
     zero_copy_py = ct.empty((args.max_bytes // 4,), dtype=torch.float32, group=py_group)
-    raw_buffer = backend.commd_group.allocate_symmetric(args.max_bytes)
+    if args.binding_buffer == "shared":  # the symmetric buffer zero_copy starts
+        raw_buffer = next(buf for lo, _, buf in backend._symmetric
+                          if lo == zero_copy.data_ptr())
+    else:
+        raw_buffer = backend.commd_group.allocate_symmetric(args.max_bytes)
     plain = torch.ones(args.max_bytes // 4)
 
     # The binding alone: an 8-byte all-reduce through commd's Python API, no torch.
@@ -86,9 +96,11 @@ def main() -> None:
     binding = min(timed(lambda: backend.commd_group.all_reduce(raw_view), 2000, gloo)
                   for _ in range(args.rounds))
 
+    where = "the zero-copy tensor's" if args.binding_buffer == "shared" else "its own"
     if rank == 0:
         print(f"# {world} ranks, float32 sum, time per call over {args.iters} calls, best of "
-              f"{args.rounds} interleaved rounds; busbw = 2(n-1)/n x bytes / time")
+              f"{args.rounds} interleaved rounds ({args.order} order, binding on {where} buffer); "
+              "busbw = 2(n-1)/n x bytes / time")
         print(f"# binding: group.all_reduce(8 B) {binding * 1e6:.2f} us per call")
         print(f"# zcopy: the process group's backend ({'C++, commd._c10d' if cpp else 'Python'});"
               " zcopy_py: the Python backend")
@@ -116,9 +128,11 @@ def main() -> None:
         }
         iters = max(3, min(args.iters, int(args.iters * (1 << 20) / max(size, 1))))
         best = {k: float("inf") for k in paths}
-        for _ in range(args.rounds):
-            for name, fn in paths.items():
-                best[name] = min(best[name], timed(fn, iters, gloo))
+        names = list(paths)
+        for r in range(args.rounds):
+            k = r % len(names) if args.order == "rotate" else 0
+            for name in names[k:] + names[:k]:
+                best[name] = min(best[name], timed(paths[name], iters, gloo))
         if rank == 0:
             bus = {k: 2 * (world - 1) / world * size / v / 1e9 for k, v in best.items()}
             print(f"{size:>10} {best['staged'] * 1e6:>10.2f} {best['zcopy'] * 1e6:>10.2f} "

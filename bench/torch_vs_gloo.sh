@@ -7,6 +7,7 @@
 #   bench/torch_vs_gloo.sh [BUILD_DIR]      (default build; torch from scripts/torch-venv)
 #   RANKS="2 4" MAX=64M ITERS=50 ROUNDS=3 DDP_HIDDEN="256 4096" bench/torch_vs_gloo.sh build
 #   SIZES=8,1M,2M,8M,32M (torch sizes instead of x4 steps; commd-bench then runs those too)
+#   TORCH_ARGS="--order fixed --binding-buffer own" (more arguments of torch_allreduce.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
@@ -27,7 +28,7 @@ for n in ${RANKS:-2 4}; do
   COMMD_RUNTIME_DIR="$tmp/run" PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
     "$python" -m torch.distributed.run --standalone --nproc-per-node "$n" \
     bench/torch_allreduce.py --max-bytes "$max" --iters "${ITERS:-50}" --rounds "${ROUNDS:-3}" \
-    ${SIZES:+--sizes "$SIZES"} \
+    ${SIZES:+--sizes "$SIZES"} ${TORCH_ARGS:-} \
     2> >(grep -v "^W1\|Warning\|\*\*\*\*" >&2)
   for size in $(if [ -n "${SIZES:-}" ]; then tr , ' ' <<<"$SIZES"; else echo x; fi); do
     range=(-b 8 -e "$max" -f 4)

@@ -929,6 +929,24 @@ def empty(shape: Sequence[int] | int, *, dtype: torch.dtype = torch.float32,
     return backend.empty(shape, dtype)
 
 
+def _records_itself() -> None:
+    """Lists commd among the backends that record their own collectives, so that torch
+    (2.15 on) does not attach its generic FlightRecorderHook to commd's process groups: commd
+    already records every collective in its own flight recorder (the daemon's, which
+    `commctl dump` and `commctl fr export --format torch` read), and torch's hook would
+    record each one a second time, in the process, with a Python traceback per call, ~1.5 us
+    of a zero-copy call's ~5 (docs/PERFORMANCE.md, "The C++ backend's cost per call").
+    COMMD_TORCH_FR_HOOK=1 leaves torch's hook on (its own dumps, `_dump_fr_trace`); a
+    torch without the set has no such hook."""
+    choice = os.environ.get("COMMD_TORCH_FR_HOOK", "0")
+    if choice not in ("0", "1"):
+        raise ValueError(f"commd: COMMD_TORCH_FR_HOOK={choice!r}; allowed 0, 1")
+    backends = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if choice == "0" and isinstance(backends, set):
+        backends.add(BACKEND_NAME)
+
+
 dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
+_records_itself()
 
 from commd._fused import fused_all_gather_matmul, fused_matmul_reduce_scatter  # noqa: E402,F401

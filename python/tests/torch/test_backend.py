@@ -121,13 +121,23 @@ def test_fused_matmul_against_the_unfused_reference(daemon, tmp_path, world):
 def test_zero_copy_runs_in_the_cpp_backend_as_in_the_python_one(daemon, tmp_path, world):
     """The same scenario with the C++ backend (COMMD_TORCH_CPP=1: the build has it) and with
     the Python one alone: the same results, entries and error; only the C++ one's counters
-    show the zero-copy calls it ran itself."""
+    show the zero-copy calls it ran itself. torch's own FlightRecorderHook (torch 2.15 on)
+    is left off commd's groups, which record themselves, unless COMMD_TORCH_FR_HOOK=1 (the
+    Python run): commd's entries are the same either way."""
     runs = {}
     for cpp in ("1", "0"):
         code, results = torchrun(daemon, tmp_path / f"cpp{cpp}", "zero_copy", world,
-                                 env={"COMMD_TORCH_CPP": cpp})
+                                 env={"COMMD_TORCH_CPP": cpp,
+                                      "COMMD_TORCH_FR_HOOK": "1" if cpp == "0" else "0"})
         assert code == 0
         runs[cpp] = results
+    import torch.distributed.distributed_c10d as c10d
+
+    has_hook = hasattr(c10d, "_FR_SELF_RECORDING_BACKENDS")  # torch 2.15 on
+    for r in runs["1"]:
+        assert r["torch_fr_hook"] is (False if has_hook else None), r
+    for r in runs["0"]:
+        assert r["torch_fr_hook"] is (True if has_hook else None), r
     for r in runs["1"]:
         assert r["cpp"] is True, r
         assert r["zero_copy_calls"] == r["taken"], r

@@ -402,7 +402,9 @@ def zero_copy(out_dir: str) -> None:
     _expect_failure(out_dir, lambda: dist.all_reduce(t[:10 + rank]))
     with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
         mismatch = json.load(f)
+    hooks = getattr(dist.distributed_c10d._world, "pg_flight_recorder_hooks", None)
     write(out_dir, {"cpp": cpp, "zero_copy_calls": end[0] - start[0],
+                    "torch_fr_hook": None if hooks is None else dist.group.WORLD in hooks,
                     "forwarded_calls": end[1] - start[1], "taken": taken,
                     "checked": checked, "entries": entries, "mismatch": mismatch,
                     "after_mismatch": calls()[0] - end[0]})
