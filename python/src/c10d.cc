@@ -133,32 +133,42 @@ std::optional<ReduceOp> CommdOp(const c10d::ReduceOp& op) {
 
 // What the Python backend's Works are: complete at return (host collectives run
 // synchronously; a failure raised from the call), their future holding the result as
-// ProcessGroupCommd._completed's does, result() the tensors.
+// ProcessGroupCommd._completed's does, result() the tensors. The future is made on the
+// first getFuture() only: torch's dist.all_reduce waits on the Work and drops it, and a
+// future (its type, a list IValue, markCompleted's walk over the storages) is a good part of
+// what this backend adds per call (docs/PERFORMANCE.md, "The C++ backend's cost per call").
 class CompletedWork final : public Work {
  public:
-  CompletedWork(c10::IValue value, c10::TypePtr type, std::vector<at::Tensor> tensors)
-      : future_(c10::make_intrusive<c10::ivalue::Future>(std::move(type))),
-        tensors_(std::move(tensors)) {
-    future_->markCompleted(std::move(value));
-  }
+  // `single`: the future holds tensors[0] itself (all_gather_into_tensor,
+  // reduce_scatter_tensor), else the list (all_reduce, broadcast), as torch's own backends.
+  CompletedWork(std::vector<at::Tensor> tensors, bool single)
+      : tensors_(std::move(tensors)), single_(single) {}
   bool isCompleted() override { return true; }
   bool isSuccess() const override { return true; }
   bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
   std::vector<at::Tensor> result() override { return tensors_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    std::lock_guard<std::mutex> lock(future_mu_);  // no Python under it
+    if (!future_) {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(
+          single_ ? c10::TensorType::get() : c10::TypePtr(c10::ListType::ofTensors()));
+      future_->markCompleted(single_ ? c10::IValue(tensors_[0]) : c10::IValue(tensors_));
+    }
+    return future_;
+  }
 
  private:
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-  std::vector<at::Tensor> tensors_;
+  const std::vector<at::Tensor> tensors_;
+  const bool single_;
+  std::mutex future_mu_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // made by the first getFuture()
 };
 
 c10::intrusive_ptr<Work> Completed(const std::vector<at::Tensor>& tensors) {
-  return c10::make_intrusive<CompletedWork>(c10::IValue(tensors), c10::ListType::ofTensors(),
-                                            tensors);
+  return c10::make_intrusive<CompletedWork>(tensors, /*single=*/false);
 }
 c10::intrusive_ptr<Work> Completed(const at::Tensor& tensor) {
-  return c10::make_intrusive<CompletedWork>(c10::IValue(tensor), c10::TensorType::get(),
-                                            std::vector<at::Tensor>{tensor});
+  return c10::make_intrusive<CompletedWork>(std::vector<at::Tensor>{tensor}, /*single=*/true);
 }
 
 // A Work of the Python backend as torch hands it back: torch wraps what a Python backend
