@@ -8,6 +8,7 @@
 #   RANKS="2 4" MAX=64M ITERS=50 ROUNDS=3 DDP_HIDDEN="256 4096" bench/torch_vs_gloo.sh build
 #   SIZES=8,1M,2M,8M,32M (torch sizes instead of x4 steps; commd-bench then runs those too)
 #   TORCH_ARGS="--order fixed --binding-buffer own" (more arguments of torch_allreduce.py)
+#   DDP_HIDDEN="" (no DDP step)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
@@ -39,7 +40,7 @@ for n in ${RANKS:-2 4}; do
   done
 done
 # A DDP step of examples/torch_train.py's model (and a wider one), commd against gloo.
-for hidden in ${DDP_HIDDEN:-256 4096}; do
+for hidden in ${DDP_HIDDEN-256 4096}; do
   echo "## torchrun --nproc-per-node 2 bench/torch_ddp_step.py --hidden $hidden"
   COMMD_RUNTIME_DIR="$tmp/run" PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
     "$python" -m torch.distributed.run --standalone --nproc-per-node 2 \

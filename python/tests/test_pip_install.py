@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 
 import pytest
@@ -100,3 +101,106 @@ def test_pip_install_builds_against_the_installed_sdk(daemon, tmp_path):
         else:
             assert r["executable"] == "/usr/bin/python3", r
             assert r["sum"] == 2001.0, r
+
+
+NOBODY = 65534  # the unprivileged user the install runs as (Debian's `nobody`)
+
+
+def test_a_user_pip_installs_the_root_owned_read_only_source_into_a_venv_of_their_own():
+    """The .deb's /usr/share/commd/python belongs to root and is read-only: a user without
+    root builds it into a virtualenv of their own (`python3 -m venv --system-site-packages`,
+    Debian's python3 and pip) as docs/python.md tells, with no option about where to build,
+    and imports it. Nothing may be written into the source tree (scikit-build-core builds in
+    a temporary directory of the user's). Runs as root, switching to uid 65534 (setpriv); the
+    user reaches only a world-readable temporary tree (the SDK installed as the .deb lays it
+    out, and scikit-build-core copied from COMMD_PIP_PYTHON's environment, since Debian 12
+    has no package of it), never /root."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: makes a root-owned tree and switches to an unprivileged uid")
+    if os.environ.get("COMMD_PIP_TORCH") == "1":
+        pytest.skip("runs in python_pip_install_test: the user cannot reach the torch venv")
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("needs setpriv (util-linux) to run as another uid")
+    python = os.environ["COMMD_PIP_PYTHON"]
+    build_dir = os.environ["COMMD_BUILD_DIR"]
+    root = tempfile.mkdtemp(prefix="commd-pip-user-")  # not pytest's tmp_path: root's, 0700
+    try:
+        os.chmod(root, 0o755)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DESTDIR")}
+        dest = os.path.join(root, "dest")
+        run([os.environ.get("CMAKE", "cmake"), "--install", build_dir, "--prefix", "/usr"],
+            dict(env, DESTDIR=dest), root)
+        prefix = os.path.join(dest, "usr")
+        package = os.path.join(prefix, "share", "commd", "python")
+        for d, _, files in os.walk(package):  # as the .deb leaves it: root's, read-only
+            for name in files:
+                os.chmod(os.path.join(d, name), 0o444)
+            os.chmod(d, 0o555)
+        before = tree(package)
+        assert before and all(uid == 0 for _, uid, _, _ in before)
+
+        # scikit-build-core and what it imports, pure Python, readable by the user.
+        tools = os.path.join(root, "tools")
+        os.mkdir(tools)
+        found = json.loads(run([python, "-c", TOOLS], env, root))
+        for path in found:
+            copy = shutil.copytree if os.path.isdir(path) else shutil.copy2
+            copy(path, os.path.join(tools, os.path.basename(path)))
+        home = os.path.join(root, "home")
+        os.mkdir(home)
+        os.chown(home, NOBODY, NOBODY)
+
+        as_user = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
+        user_env = {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
+                    "PYTHONPATH": tools, "CMAKE_PREFIX_PATH": prefix,
+                    "CMAKE_BUILD_PARALLEL_LEVEL": "2", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                    "PYTHONDONTWRITEBYTECODE": "1"}
+        venv = os.path.join(home, "venv")
+        run(as_user + ["/usr/bin/python3", "-m", "venv", "--system-site-packages",
+                       "--without-pip", venv], user_env, home)
+        run(as_user + [os.path.join(venv, "bin", "python"), "-m", "pip", "install",
+                       "--no-build-isolation", "--no-deps", "--no-index", package],
+            user_env, home)
+        out = run(as_user + [os.path.join(venv, "bin", "python"), "-c", IMPORT],
+                  dict(user_env, PYTHONPATH=""), home)
+        r = json.loads(out.strip().splitlines()[-1])
+        site = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages"))
+        assert len(site) == 1, site
+        assert r["commd"] == os.path.join(site[0], "commd", "__init__.py"), r
+        assert r["binding"].startswith(os.path.join(site[0], "commd", "_commd")), r
+        assert r["uid"] == NOBODY and r["client"] == "Client", r
+        # The installed files are the user's; the source tree is as it was.
+        assert os.stat(r["binding"]).st_uid == NOBODY
+        assert tree(package) == before
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# Where COMMD_PIP_PYTHON's scikit-build-core and the packages it imports live (their
+# dist-info too: pip checks the build requirements' metadata).
+TOOLS = """
+import glob, importlib, json, os
+paths = []
+for name in ("scikit_build_core", "packaging", "pathspec"):
+    d = os.path.dirname(importlib.import_module(name).__file__)
+    paths.append(d)
+    paths += glob.glob(os.path.join(os.path.dirname(d), name.replace("_", "[-_]") + "-*.dist-info"))
+print(json.dumps(paths))
+"""
+
+IMPORT = """
+import json, os, commd, commd._commd
+print(json.dumps({"commd": commd.__file__, "binding": commd._commd.__file__,
+                  "uid": os.getuid(), "client": commd.Client.__name__}))
+"""
+
+
+def tree(top: str) -> list:
+    """(path, owner, mode, mtime) of everything under `top`."""
+    entries = []
+    for d, dirs, files in os.walk(top):
+        for name in [""] + files:
+            st = os.lstat(os.path.join(d, name))
+            entries.append((os.path.join(d, name), st.st_uid, st.st_mode, st.st_mtime_ns))
+    return sorted(entries)
