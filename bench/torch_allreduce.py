@@ -16,15 +16,16 @@ when built: "zcopy") and through a second commd process group made with COMMD_TO
 group directly through the Python binding (the SDK's Group::AllReduce plus the binding's
 ~1 us), the interleaved reference for the zero-copy paths. The binding works on the very
 buffer the zero-copy tensor lives in (`--binding-buffer own`: a buffer of its own, as before),
-and the order of the paths rotates from round to round (`--order fixed`: staged, zcopy,
-zcopy_py, binding, gloo in every round, as before), so that no path is always the one after
-another's cache traffic.
+and the order of the paths is shuffled from round to round (`--order fixed`: staged, zcopy,
+zcopy_py, binding, gloo in every round, as before), so that no path always comes after the
+same other one.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import time
 
 import torch
@@ -38,11 +39,12 @@ def size_arg(text: str) -> int:
     return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
-def timed(fn, iters: int, group) -> float:
-    """Seconds per call of fn() over `iters` calls back to back after one barrier (as
-    nccl-tests and commd-bench time), the slowest rank's; the barrier and the result go over
-    `group` (gloo), so that they stay out of commd's figures."""
-    fn()  # warm-up
+def timed(fn, iters: int, group, warmup: int = 1) -> float:
+    """Seconds per call of fn() over `iters` calls back to back after `warmup` calls and one
+    barrier (as nccl-tests and commd-bench time), the slowest rank's; the barrier and the
+    result go over `group` (gloo), so that they stay out of commd's figures."""
+    for _ in range(warmup):
+        fn()
     dist.barrier(group=group)
     start = time.perf_counter()
     for _ in range(iters):
@@ -61,8 +63,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", default="",
                         help="comma-separated sizes (8,1M,...) instead of x4 steps")
-    parser.add_argument("--order", choices=("rotate", "fixed"), default="rotate")
+    parser.add_argument("--order", choices=("shuffle", "fixed"), default="shuffle")
     parser.add_argument("--binding-buffer", choices=("shared", "own"), default="shared")
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="untimed calls before each path's timed ones (1 before)")
+    parser.add_argument("--skip", default="",
+                        help="paths not run (comma-separated: staged,zcopy_py,gloo); their "
+                             "columns read inf")
     args = parser.parse_args()
     explicit = [size_arg(x) for x in args.sizes.split(",")] if args.sizes else []
     if explicit:
@@ -128,11 +135,13 @@ def main() -> None:
         }
         iters = max(3, min(args.iters, int(args.iters * (1 << 20) / max(size, 1))))
         best = {k: float("inf") for k in paths}
-        names = list(paths)
+        names = [k for k in paths if k not in args.skip.split(",")]
         for r in range(args.rounds):
-            k = r % len(names) if args.order == "rotate" else 0
-            for name in names[k:] + names[:k]:
-                best[name] = min(best[name], timed(paths[name], iters, gloo))
+            order = list(names)
+            if args.order == "shuffle":  # the same order on every rank: seeded by the round
+                random.Random(r).shuffle(order)
+            for name in order:
+                best[name] = min(best[name], timed(paths[name], iters, gloo, args.warmup))
         if rank == 0:
             bus = {k: 2 * (world - 1) / world * size / v / 1e9 for k, v in best.items()}
             print(f"{size:>10} {best['staged'] * 1e6:>10.2f} {best['zcopy'] * 1e6:>10.2f} "

@@ -2,7 +2,7 @@
 for): `dist.all_reduce` of 8 B on a zero-copy tensor through the C++ backend (commd._c10d)
 and through the Python one, on torch's do-nothing "fake" backend (torch's own floor), and
 the same all-reduce through the binding alone (the SDK's call plus pybind11), each
-`--calls` calls back to back, best of `--rounds` rounds whose order rotates.
+`--calls` calls back to back, best of `--rounds` rounds, the order of the paths rotating from round to round.
 
     COMMD_RUNTIME_DIR=... OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node 1 \\
         bench/torch_call_cost.py [--calls 20000] [--rounds 5] [--only zcopy]

@@ -7,7 +7,8 @@
 #   bench/torch_vs_gloo.sh [BUILD_DIR]      (default build; torch from scripts/torch-venv)
 #   RANKS="2 4" MAX=64M ITERS=50 ROUNDS=3 DDP_HIDDEN="256 4096" bench/torch_vs_gloo.sh build
 #   SIZES=8,1M,2M,8M,32M (torch sizes instead of x4 steps; commd-bench then runs those too)
-#   TORCH_ARGS="--order fixed --binding-buffer own" (more arguments of torch_allreduce.py)
+#   TORCH_ARGS="--order fixed --binding-buffer own --warmup 1" (more arguments of
+#   torch_allreduce.py; those give the bench as it was before 2026-11-25)
 #   DDP_HIDDEN="" (no DDP step)
 set -euo pipefail
 cd "$(dirname "$0")/.."
