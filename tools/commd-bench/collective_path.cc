@@ -163,9 +163,9 @@ std::vector<CoalescedTensor> CoalescedTensors(const Options& o, const Size& s) {
   return out;
 }
 
-std::unique_ptr<CollectivePath> MakeCollectivePath(const Options& o, Group& group,
+std::unique_ptr<CollectivePath> MakeCollectivePath(const Options& o, Path path, Group& group,
                                                    const SymmetricBuffers& buffers) {
-  if (o.path == Path::kKernel) return std::make_unique<KernelPath>(o, group, buffers);
+  if (path == Path::kKernel) return std::make_unique<KernelPath>(o, group, buffers);
   return std::make_unique<SdkPath>(o, group, buffers);
 }
 

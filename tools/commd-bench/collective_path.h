@@ -4,7 +4,7 @@
 // same buffers, the same algorithm and no NaN check, so their difference is the SDK's cost.
 //
 //   SymmetricBuffers bufs = ...;                  // `in` and, for all-gather/reduce-scatter, `out`
-//   std::unique_ptr<CollectivePath> path = MakeCollectivePath(o, group, bufs);
+//   std::unique_ptr<CollectivePath> path = MakeCollectivePath(o, Path::kSdk, group, bufs);
 //   path->NewSize();
 //   RETURN_IF_ERROR(path->Step(size));           // one collective call, blocking
 //
@@ -38,7 +38,8 @@ class CollectivePath {
   virtual absl::Status Step(const Size& s) = 0;
 };
 
-std::unique_ptr<CollectivePath> MakeCollectivePath(const Options& o, Group& group,
+// `path`: o.path, or either of the two with --path sdk,kernel (both share the buffers).
+std::unique_ptr<CollectivePath> MakeCollectivePath(const Options& o, Path path, Group& group,
                                                    const SymmetricBuffers& buffers);
 
 // The all-reduce algorithm both paths use for `bytes` in all (`min_count` elements in the

@@ -157,9 +157,14 @@ int main(int argc, char** argv) {
   }
   new (shared) Shared{};
 
+  const std::string calls =
+      o.interleaved ? absl::StrCat(commd::bench::PathCall(commd::bench::Path::kSdk, o.op), ", ",
+                                   commd::bench::PathCall(commd::bench::Path::kKernel, o.op), "; ",
+                                   o.rounds, " alternating rounds per size")
+                    : commd::bench::PathCall(o.path, o.op);
   std::printf("# commd-bench: %s, path %s (%s), %d ranks, warm-up %d, iterations %d, %s\n",
-              commd::bench::OpName(o.op), commd::bench::PathName(o.path),
-              commd::bench::PathCall(o.path, o.op), o.ranks, o.warmup, o.iters,
+              commd::bench::OpName(o.op), commd::bench::PathNames(o), calls.c_str(), o.ranks,
+              o.warmup, o.iters,
               o.runtime_dir.empty() ? "private daemon" : ("daemon at " + dir).c_str());
   MeasureCeilings(o, &sizes);
   commd::bench::PrintHeader(o);

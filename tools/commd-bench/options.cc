@@ -22,6 +22,9 @@ void Usage(FILE* out) {
 Runs a host collective over commd symmetric memory with -n rank processes and prints one
 row per size: size (bytes), count (elements), type, redop, algorithm, time (us, slowest
 rank's mean per iteration), algbw and busbw (GB/s, nccl-tests' definitions), #wrong.
+With --path sdk,kernel a row shows instead each path's algorithm and median time over the
+rounds (us, slowest rank's mean per iteration in each round) and the median, lowest and
+highest of the rounds' sdk/kernel ratios.
 All-reduce rows from 64 KiB also show the machine's busbw ceiling at that size, measured before
 the sweep (a copy and an in-place read+write pass, a thread per rank up to one per core),
 and their %% of it.
@@ -31,7 +34,10 @@ and their %% of it.
                                                                         (default allreduce)
   --path P           sdk: time Group's collectives (Group::AllReduce, ...), as applications
                      call them; kernel: the host kernels straight over the same symmetric
-                     buffers, without the SDK (its floor)                (default sdk)
+                     buffers, without the SDK (its floor); sdk,kernel: both, interleaved
+                     in --rounds rounds per size on the same daemon and buffers (default sdk)
+      --rounds R     with --path sdk,kernel: rounds per size, 1..1000; each round times a
+                     block of -i calls on each path, in alternating order   (default 7)
   -n, --ranks N      rank processes, 1..%d                              (default 2)
   -b, --minbytes S   smallest size, bytes; K/M/G suffixes (1024-based)  (default 8)
   -e, --maxbytes S   largest size, 1..4G                                (default 64M)
@@ -163,6 +169,14 @@ void CheckCombination(const Options& o) {
         "--algo oneshot|twoshot needs --path kernel: the SDK chooses by the daemon's "
         "collectives.one_shot_max_read_bytes (--one-shot-max-read-bytes for a private daemon)");
   }
+  if (o.rounds_set && !o.interleaved) {
+    BadFlag(absl::StrCat("--rounds ", o.rounds, " needs --path sdk,kernel"));
+  }
+  if (o.interleaved && !o.runtime_dir.empty()) {
+    BadFlag(
+        "--path sdk,kernel with --runtime-dir: the kernel path could not know which all-reduce "
+        "algorithm that daemon makes the SDK choose; use a private daemon");
+  }
   if (o.path == Path::kSdk && !o.runtime_dir.empty() && o.one_shot_max_read_bytes_set) {
     BadFlag(
         "--one-shot-max-read-bytes with --runtime-dir and --path sdk: that daemon's "
@@ -225,8 +239,15 @@ Options ParseFlags(int argc, char** argv) {
     } else if (flag == "--op") {
       o.op = OpFlag(flag, next());
     } else if (flag == "--path") {
-      o.path = NamedFlag<Path>(flag, next(), {{"sdk", Path::kSdk}, {"kernel", Path::kKernel}},
-                               "sdk, kernel");
+      const std::string v = next();
+      o.interleaved = v == "sdk,kernel" || v == "kernel,sdk";
+      o.path = o.interleaved
+                   ? Path::kSdk
+                   : NamedFlag<Path>(flag, v, {{"sdk", Path::kSdk}, {"kernel", Path::kKernel}},
+                                     "sdk, kernel, sdk,kernel");
+    } else if (flag == "--rounds") {
+      o.rounds = IntFlag(flag, next(), 1, 1000);
+      o.rounds_set = true;
     } else if (flag == "--tensors") {
       o.tensors = IntFlag(flag, next(), 1, kMaxTensors);
     } else if (flag == "-a" || flag == "--algo") {
@@ -311,6 +332,8 @@ const char* OpName(CollectiveOp op) {
 }
 
 const char* PathName(Path path) { return path == Path::kSdk ? "sdk" : "kernel"; }
+
+const char* PathNames(const Options& o) { return o.interleaved ? "sdk,kernel" : PathName(o.path); }
 
 const char* PathCall(Path path, CollectiveOp op) {
   const bool sdk = path == Path::kSdk;

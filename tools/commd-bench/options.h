@@ -38,6 +38,12 @@ struct Options {
   kernels::ReduceOp redop = kernels::ReduceOp::kSum;
   CollectiveOp op = CollectiveOp::kAllReduce;  // one that --op names
   Path path = Path::kSdk;
+  // --path sdk,kernel: both paths in one run on the same daemon, group and buffers, in
+  // `rounds` alternating rounds per size (each path times its block of `iters` calls per
+  // round); a row then shows each path's median and the median of the per-round ratios.
+  bool interleaved = false;
+  int rounds = 7;
+  bool rounds_set = false;
   int tensors = 8;  // all-reduce coalesced: tensors per call
   AlgoChoice algo = AlgoChoice::kAuto;
   // The daemon's default of collectives.one_shot_max_read_bytes; a private daemon is started
@@ -68,6 +74,8 @@ std::vector<Size> Sizes(const Options& o);
 
 const char* OpName(CollectiveOp op);
 const char* PathName(Path path);
+// The --path value: "sdk", "kernel" or "sdk,kernel".
+const char* PathNames(const Options& o);
 // What the path runs for `op`, for the header line: "Group::AllReduce", "kernels::AllReduce".
 const char* PathCall(Path path, CollectiveOp op);
 const char* TypeName(kernels::DataType t);

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "commd/commd.h"
@@ -160,12 +162,20 @@ class Rank {
     const BufferSizes need = Need(o_, sizes);
     in_ = Allocate(need.in);
     if (need.out > 0) out_ = Allocate(need.out);
-    path_ = MakeCollectivePath(o_, *group_, {.in = in_.get(), .out = out_.get()});
+    const SymmetricBuffers bufs{.in = in_.get(), .out = out_.get()};
+    path_ = MakeCollectivePath(o_, o_.path, *group_, bufs);
+    if (o_.interleaved) kernel_path_ = MakeCollectivePath(o_, Path::kKernel, *group_, bufs);
     // Touch every page the sweep uses once, so first-touch faults stay out of the timings.
     std::memset(in_->data(), 0, in_->size());
     if (out_ != nullptr) std::memset(out_->data(), 0, out_->size());
     Sync();
-    for (const Size& s : sizes) RunSize(s);
+    for (const Size& s : sizes) {
+      if (o_.interleaved) {
+        RunInterleaved(s);
+      } else {
+        RunSize(s);
+      }
+    }
   }
 
  private:
@@ -184,8 +194,58 @@ class Rank {
     if (absl::Status st = group_->Barrier(); !st.ok()) Die(st);
   }
 
-  void Step(const Size& s) {
-    if (absl::Status st = path_->Step(s); !st.ok()) Die(st);
+  void Step(const Size& s) { Step(*path_, s); }
+  void Step(CollectivePath& path, const Size& s) {
+    if (absl::Status st = path.Step(s); !st.ok()) Die(st);
+  }
+
+  // The slowest rank's mean seconds per call of `iters` calls on `path`, every rank timing
+  // the same block after a barrier.
+  double TimeBlock(CollectivePath& path, const Size& s) {
+    Sync();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o_.iters; ++i) Step(path, s);
+    const auto t1 = std::chrono::steady_clock::now();
+    shared_->row.seconds[rank_] = std::chrono::duration<double>(t1 - t0).count() / o_.iters;
+    Sync();  // every rank's figure is in
+    double worst = 0;
+    for (int r = 0; r < o_.ranks; ++r) worst = std::max(worst, shared_->row.seconds[r]);
+    Sync();  // every rank has read them
+    return worst;
+  }
+
+  // --path sdk,kernel: both paths warmed up, then `rounds` rounds of one timed block each,
+  // the order alternating from round to round so that neither path always runs first.
+  void RunInterleaved(const Size& s) {
+    CollectivePath* paths[2] = {path_.get(), kernel_path_.get()};
+    if (o_.check || o_.op != CollectiveOp::kAllReduce) Fill(s);
+    for (CollectivePath* p : paths) {
+      p->NewSize();
+      for (int i = 0; i < o_.warmup; ++i) Step(*p, s);
+    }
+    std::vector<double> sdk, kernel, ratio;
+    for (int round = 0; round < o_.rounds; ++round) {
+      const bool sdk_first = round % 2 == 0;
+      const double first = TimeBlock(*paths[sdk_first ? 0 : 1], s);
+      const double second = TimeBlock(*paths[sdk_first ? 1 : 0], s);
+      sdk.push_back(sdk_first ? first : second);
+      kernel.push_back(sdk_first ? second : first);
+      ratio.push_back(sdk.back() / kernel.back());
+    }
+    uint64_t wrong = 0;
+    if (o_.check && o_.op != CollectiveOp::kBarrier) {
+      for (CollectivePath* p : paths) {  // each path's result checked on its own
+        Fill(s);
+        Sync();
+        Step(*p, s);
+        wrong += Verify(s);
+        Sync();
+      }
+    }
+    shared_->row.wrong[rank_] = wrong;
+    Sync();
+    if (rank_ == 0) PrintInterleavedRow(s, sdk, kernel, ratio);
+    Sync();
   }
 
   void RunSize(const Size& s) {
@@ -266,10 +326,12 @@ class Rank {
     return wrong;
   }
 
-  // "oneshot" / "twoshot" for all-reduce; "auto" when a daemon of its own config chose.
-  const char* AlgoName(const Size& s) const {
+  // "oneshot" / "twoshot" for all-reduce on `path`; "auto" when a daemon of its own config
+  // chose.
+  const char* AlgoName(const Size& s) const { return AlgoName(o_.path, s); }
+  const char* AlgoName(Path path, const Size& s) const {
     if (o_.op != CollectiveOp::kAllReduce && o_.op != CollectiveOp::kAllReduceCoalesced) return "-";
-    if (o_.path == Path::kSdk && !o_.runtime_dir.empty()) return "auto";
+    if (path == Path::kSdk && !o_.runtime_dir.empty()) return "auto";
     const size_t ts = kernels::DataTypeSize(o_.dtype);
     const size_t min_count =
         o_.op == CollectiveOp::kAllReduce ? s.per_rank : s.per_rank / o_.tensors;
@@ -316,6 +378,37 @@ class Rank {
     std::fflush(stdout);
   }
 
+  // The median of `v` (the mean of the middle two for an even count).
+  static double Median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  }
+
+  void PrintInterleavedRow(const Size& s, const std::vector<double>& sdk,
+                           const std::vector<double>& kernel, const std::vector<double>& ratio) {
+    uint64_t wrong = 0;
+    for (int r = 0; r < o_.ranks; ++r) wrong += shared_->row.wrong[r];
+    shared_->wrong += wrong;
+    const bool bw = o_.op != CollectiveOp::kBarrier;
+    const char* type = bw ? TypeName(o_.dtype) : "-";
+    const char* redop = Reduces(o_.op) ? kernels::ReduceOpName(o_.redop) : "-";
+    const std::string wrong_text = o_.check && bw ? absl::StrCat(wrong) : "N/A";
+    const double sdk_us = Median(sdk) * 1e6, kernel_us = Median(kernel) * 1e6;
+    const auto [lo, hi] = std::minmax_element(ratio.begin(), ratio.end());
+    if (o_.csv) {
+      std::printf("%s,%d,%zu,%zu,%s,%s,%s,%s,%d,%.3f,%.3f,%.4f,%.4f,%.4f,%s\n", OpName(o_.op),
+                  o_.ranks, s.bytes, s.count, type, redop, AlgoName(Path::kSdk, s),
+                  AlgoName(Path::kKernel, s), o_.rounds, sdk_us, kernel_us, Median(ratio), *lo, *hi,
+                  wrong_text.c_str());
+    } else {
+      std::printf("%12zu %12zu %9s %6s %8s %8s %6d %11.3f %11.3f %7.3f %7.3f %7.3f %7s\n", s.bytes,
+                  s.count, type, redop, AlgoName(Path::kSdk, s), AlgoName(Path::kKernel, s),
+                  o_.rounds, sdk_us, kernel_us, Median(ratio), *lo, *hi, wrong_text.c_str());
+    }
+    std::fflush(stdout);
+  }
+
   const Options& o_;
   int rank_;
   Shared* shared_;
@@ -323,7 +416,8 @@ class Rank {
   std::unique_ptr<Group> group_;
   std::unique_ptr<SymmetricBuffer> in_;
   std::unique_ptr<SymmetricBuffer> out_;
-  std::unique_ptr<CollectivePath> path_;
+  std::unique_ptr<CollectivePath> path_;         // o_.path's (--path sdk,kernel: the SDK's)
+  std::unique_ptr<CollectivePath> kernel_path_;  // --path sdk,kernel only
 };
 
 }  // namespace
@@ -343,7 +437,17 @@ void RunRank(const Options& o, int rank, Shared* shared, const std::string& runt
 }
 
 void PrintHeader(const Options& o) {
-  if (o.csv) {
+  if (o.interleaved && o.csv) {
+    std::printf(
+        "op,ranks,size,count,type,redop,algo_sdk,algo_kernel,rounds,sdk_us,kernel_us,ratio,"
+        "ratio_lo,ratio_hi,wrong\n");
+  } else if (o.interleaved) {
+    std::printf("%12s %12s %9s %6s %8s %8s %6s %11s %11s %7s %7s %7s %7s\n", "size(B)", "count",
+                "type", "redop", "algo", "algo", "rounds", "sdk(us)", "kernel(us)", "ratio", "lo",
+                "hi", "#wrong");
+    std::printf("%12s %12s %9s %6s %8s %8s %6s %11s %11s %7s %7s %7s %7s\n", "", "(elements)", "",
+                "", "(sdk)", "(kernel)", "", "(median)", "(median)", "(median)", "", "", "");
+  } else if (o.csv) {
     std::printf(
         "op,path,ranks,size,count,type,redop,algo,time_us,algbw_gbps,busbw_gbps,wrong,"
         "ceiling_busbw_gbps,pct_ceiling\n");
