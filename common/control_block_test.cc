@@ -354,6 +354,84 @@ TEST(RingWriter, EachEntryRecordsItsOwnShape) {
   }
 }
 
+// A prepared shape (RingWriter::Prepare) records exactly what its arguments record in full,
+// whatever its slot held before: two blocks, one written from the arguments on every call
+// and one from prepared shapes, stay byte-identical (entries, progress words, counters) over
+// five laps of a small ring, with every kind of shape (none, 1-D, 2-D, truncated, p2p, a
+// second group), a shape repeated in every slot (where the slots keep its fields) and shapes
+// that move from slot to slot, unprepared calls in between, and every transition.
+TEST(RingWriter, PreparedShapesWriteWhatTheirArgumentsWrite) {
+  constexpr uint32_t kCapacity = 8;
+  Block full_block(kCapacity), prepared_block(kCapacity);
+  uint64_t full_now = 1, prepared_now = 1;
+  auto full = Attach(full_block, &full_now);
+  auto prepared = Attach(prepared_block, &prepared_now);
+  const auto tp = full->RegisterProcessGroup(3, "tp", "tensor parallel");
+  ASSERT_TRUE(tp.ok());
+  ASSERT_EQ(*prepared->RegisterProcessGroup(3, "tp", "tensor parallel"), *tp);
+  const int64_t five[] = {5}, negative[] = {-3}, two_by_three[] = {2, 3};
+  const int64_t six[] = {2, 3, 4, 5, 6, 7};
+  const RecordTensor one_d{.dims = five, .ndim = 1, .dtype = RecordDtype::kFloat32};
+  const RecordTensor negative_d{.dims = negative, .ndim = 1, .dtype = RecordDtype::kInt32};
+  const RecordTensor two_d{.dims = two_by_three, .ndim = 2, .dtype = RecordDtype::kBFloat16};
+  const std::vector<RecordTensor> ten(10, RecordTensor{.dims = six, .ndim = 6});
+  const std::vector<RecordArgs> args = {
+      {.op = RecordOp::kAllReduce, .inputs = {&one_d, 1}, .outputs = {&one_d, 1}, .timeout_ms = 9},
+      {.op = RecordOp::kBarrier, .timeout_ms = 9},
+      {.op = RecordOp::kAllGather, .pg = *tp, .inputs = {&two_d, 1}, .outputs = {&one_d, 1}},
+      {.op = RecordOp::kAllReduceCoalesced, .inputs = ten, .outputs = ten, .timeout_ms = 1},
+      {.op = RecordOp::kSend, .inputs = {&one_d, 1}, .peer = 2},
+      {.op = RecordOp::kRecv, .pg = *tp, .outputs = {&negative_d, 1}, .peer = 1},
+      {.op = RecordOp::kReduceScatter,
+       .inputs = {&negative_d, 1},
+       .outputs = {&one_d, 1},
+       .same_seq_as_previous = true},
+  };
+  std::vector<RecordShape> shapes;
+  for (const RecordArgs& a : args) shapes.push_back(RingWriter::Prepare(a));
+  for (size_t i = 1; i < shapes.size(); ++i) EXPECT_GT(shapes[i].id, shapes[i - 1].id);
+  // Shape 0 in every slot for a lap and a half, then shapes moving from slot to slot (a
+  // period of 3 over 8 slots), then all of them; every 7th call unprepared on both sides.
+  std::vector<size_t> order(12, 0);
+  for (int i = 0; i < 10; ++i) order.push_back(i % 3);
+  for (int lap = 0; lap < 3; ++lap) {
+    for (size_t k = 0; k < args.size(); ++k) order.push_back((k * 3 + lap) % args.size());
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "call " << i << ", shape " << order[i]);
+    const size_t k = order[i];
+    const bool unprepared = i % 7 == 6;
+    const bool started = i % 2 == 0;
+    RecordHandle a = started ? full->BeginStarted(args[k]) : full->Begin(args[k]);
+    RecordHandle b = unprepared
+                         ? (started ? prepared->BeginStarted(args[k]) : prepared->Begin(args[k]))
+                         : (started ? prepared->BeginStartedPrepared(shapes[k])
+                                    : prepared->BeginPrepared(shapes[k]));
+    EXPECT_EQ(a.record_id, b.record_id);
+    EXPECT_EQ(a.collective_seq_id, b.collective_seq_id);
+    EXPECT_EQ(a.bytes, b.bytes);
+    EXPECT_EQ(a.op, b.op);
+    if (!started) {
+      full->Started(a);
+      prepared->Started(b);
+    }
+    if (i % 5 == 1) {
+      full->NanChecked(a, true);
+      prepared->NanChecked(b, true);
+    }
+    if (i % 4 == 3) {
+      full->Abandon(a);
+      prepared->Abandon(b);
+    } else if (i % 4 != 2) {  // every 4th stays in flight until the slot is reused
+      full->Completed(a);
+      prepared->Completed(b);
+    }
+    ASSERT_EQ(std::memcmp(full_block.mem.get(), prepared_block.mem.get(), full_block.bytes), 0)
+        << "the blocks differ after this call; its slot's entry: op "
+        << prepared_block.entry(b.record_id % kCapacity)->op;
+  }
+}
+
 TEST(RingWriter, SeesAbortRequest) {
   Block b(4);
   uint64_t now = 1;

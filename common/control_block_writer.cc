@@ -1,6 +1,7 @@
 #include "common/control_block_writer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <utility>
@@ -29,6 +30,21 @@ struct SideResult {
 
 // Writes one side's tensors (ndims, dtypes, dims) and returns what the entry's header needs.
 // Dims beyond kRecordMaxDims fold into the last recorded one so that numel stays right.
+// What WriteAnySide returns, without writing.
+SideResult MeasureSide(std::span<const RecordTensor> tensors) {
+  SideResult r;
+  r.total = static_cast<uint32_t>(std::min<size_t>(tensors.size(), UINT32_MAX));
+  r.recorded = static_cast<uint8_t>(std::min<size_t>(tensors.size(), kRecordMaxTensors));
+  r.truncated = tensors.size() > kRecordMaxTensors;
+  for (const RecordTensor& t : tensors) {
+    int64_t numel = 1;
+    for (uint32_t d = 0; d < t.ndim; ++d) numel *= t.dims[d];
+    r.bytes += uint64_t(std::max<int64_t>(numel, 0)) * RecordDtypeBytes(uint32_t(t.dtype));
+  }
+  for (size_t i = 0; i < r.recorded; ++i) r.truncated |= tensors[i].ndim > kRecordMaxDims;
+  return r;
+}
+
 [[gnu::noinline]] SideResult WriteAnySide(std::span<const RecordTensor> tensors, uint8_t* ndims_out,
                                           uint8_t* dtypes_out,
                                           int64_t (*dims_out)[kRecordMaxDims]) {
@@ -117,7 +133,7 @@ absl::StatusOr<std::unique_ptr<RingWriter>> RingWriter::Attach(void* base, size_
   if (!options.clock) options.clock = NewTscRecorderClock();
   std::unique_ptr<RingWriter> w(new RingWriter(static_cast<char*>(base), std::move(options.clock)));
   w->mask_ = capacity - 1;
-  w->slot_group_ = std::make_unique<uint8_t[]>(capacity);  // zeroed: no slot written yet
+  w->slot_holds_ = std::make_unique<SlotHolds[]>(capacity);  // no slot written yet
   w->next_record_id_ = LoadRelaxed(&w->ring_state_->next_record_id);
   w->dropped_ = LoadRelaxed(&w->ring_state_->dropped);
   auto pg = w->RegisterProcessGroup(options.pg_id, options.pg_name, options.pg_desc);
@@ -158,58 +174,49 @@ absl::StatusOr<uint32_t> RingWriter::RegisterProcessGroup(uint64_t pg_id, std::s
   return num_groups_++;
 }
 
-RingEntry* RingWriter::Live(uint64_t record_id) const {
-  RingEntry* e = Slot(record_id);
-  return LoadRelaxed(&e->record_id) == record_id && LoadRelaxed(&e->seq) != 0 ? e : nullptr;
+RecordShape RingWriter::Prepare(const RecordArgs& args) {
+  static std::atomic<uint64_t> last_id{0};
+  RecordShape shape{.args = args, .id = last_id.fetch_add(1, std::memory_order_relaxed) + 1};
+  const SideResult in = MeasureSide(args.inputs);
+  const SideResult out = MeasureSide(args.outputs);
+  shape.bytes = in.bytes;
+  shape.flags = static_cast<uint8_t>((IsP2p(args.op) ? kRecordFlagP2p : 0) |
+                                     (in.truncated || out.truncated ? kRecordFlagTruncated : 0));
+  return shape;
 }
 
-void RingWriter::Bump(uint64_t* counter, uint64_t by) {
-  // Single writer: a load and a store, no locked read-modify-write.
-  StoreRelaxed(counter, LoadRelaxed(counter) + by);
-}
-
-void RingWriter::WriteEntry(RingEntry* e, const RecordArgs& a, uint32_t pg, RecordHandle& h,
-                            uint64_t now) {
+RingWriter::ShapeFacts RingWriter::WriteShape(RingEntry* e, const RecordShape& shape, uint32_t pg,
+                                              SlotHolds& holds) {
   const Group& g = groups_[pg];
-  const bool p2p = IsP2p(a.op);
-  StoreRelaxed(&e->record_id, h.record_id);
-  StoreRelaxed(&e->collective_seq_id, g.collective_seq);
-  StoreRelaxed(&e->p2p_seq_id, g.p2p_seq);
-  StoreRelaxed(&e->op_id, g.op_id);
-  StoreRelaxed(&e->time_created_ns, now);
-  StoreRelaxed(&e->time_started_ns, uint64_t{0});
-  StoreRelaxed(&e->time_completed_ns, uint64_t{0});
-  StoreRelaxed(&e->timeout_ms, a.timeout_ms);
-  uint8_t& written = slot_group_[h.record_id & mask_];
-  if (written != pg + 1) {
+  if (holds.group != pg + 1) {
     StoreRelaxed(&e->pg_id, g.pg_id);
     for (size_t i = 0; i < kRecordNameBytes / 8; ++i) {
       StoreWordRelaxed(e->pg_name + 8 * i, g.name_words[i]);
       StoreWordRelaxed(e->pg_desc + 8 * i, g.desc_words[i]);
     }
-    written = static_cast<uint8_t>(pg + 1);
+    holds.group = static_cast<uint8_t>(pg + 1);
   }
+  holds.shape = shape.id;
+  const RecordArgs& a = shape.args;
+  const bool p2p = IsP2p(a.op);
+  StoreRelaxed(&e->timeout_ms, a.timeout_ms);
   SideResult in = WriteSide(a.inputs, e->input_ndims, e->input_dtypes, e->input_dims);
   SideResult out = WriteSide(a.outputs, e->output_ndims, e->output_dtypes, e->output_dims);
-  h.bytes = in.bytes;
   StoreRelaxed(&e->bytes, in.bytes);
   StoreRelaxed(&e->op, static_cast<uint16_t>(a.op));
-  StoreRelaxed(&e->state, static_cast<uint8_t>(RecordState::kScheduled));
-  uint8_t flags = p2p ? kRecordFlagP2p : 0;
-  if (in.truncated || out.truncated) flags |= kRecordFlagTruncated;
-  StoreRelaxed(&e->flags, flags);
   StoreRelaxed(&e->peer, p2p ? a.peer : int32_t{-1});
   StoreRelaxed(&e->num_inputs, in.recorded);
   StoreRelaxed(&e->num_outputs, out.recorded);
   StoreRelaxed(&e->total_inputs, in.total);
   StoreRelaxed(&e->total_outputs, out.total);
+  return {
+      .bytes = in.bytes,
+      .flags = static_cast<uint8_t>((p2p ? kRecordFlagP2p : 0) |
+                                    (in.truncated || out.truncated ? kRecordFlagTruncated : 0))};
 }
 
-RecordHandle RingWriter::Begin(const RecordArgs& args) { return Record(args, false); }
-
-RecordHandle RingWriter::BeginStarted(const RecordArgs& args) { return Record(args, true); }
-
-RecordHandle RingWriter::Record(const RecordArgs& args, bool started) {
+RecordHandle RingWriter::Record(const RecordShape& shape, bool started) {
+  const RecordArgs& args = shape.args;
   const uint64_t now = clock_->NowNs();
   const uint32_t pg = args.pg < num_groups_ ? args.pg : 0;
   Group& g = groups_[pg];
@@ -226,11 +233,22 @@ RecordHandle RingWriter::Record(const RecordArgs& args, bool started) {
   RingEntry* e = Slot(h.record_id);
   if (h.record_id > mask_) StoreRelaxed(&ring_state_->dropped, ++dropped_);
   const uint64_t s = cb_atomic::SeqWriteBegin(&e->seq);
-  WriteEntry(e, args, pg, h, now);
-  if (started) {
-    StoreRelaxed(&e->state, static_cast<uint8_t>(RecordState::kStarted));
-    StoreRelaxed(&e->time_started_ns, now);
+  SlotHolds& holds = slot_holds_[h.record_id & mask_];
+  ShapeFacts facts{.bytes = shape.bytes, .flags = shape.flags};
+  if (shape.id == 0 || holds.shape != shape.id || holds.group != pg + 1) {
+    facts = WriteShape(e, shape, pg, holds);
   }
+  h.bytes = facts.bytes;
+  StoreRelaxed(&e->record_id, h.record_id);
+  StoreRelaxed(&e->collective_seq_id, g.collective_seq);
+  StoreRelaxed(&e->p2p_seq_id, g.p2p_seq);
+  StoreRelaxed(&e->op_id, g.op_id);
+  StoreRelaxed(&e->time_created_ns, now);
+  StoreRelaxed(&e->time_started_ns, started ? now : uint64_t{0});
+  StoreRelaxed(&e->time_completed_ns, uint64_t{0});
+  StoreRelaxed(&e->state,
+               static_cast<uint8_t>(started ? RecordState::kStarted : RecordState::kScheduled));
+  StoreRelaxed(&e->flags, facts.flags);
   cb_atomic::SeqWriteEnd(&e->seq, s);
 
   next_record_id_ = h.record_id + 1;

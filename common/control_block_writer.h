@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/control_block.h"
+#include "common/control_block_atomic.h"
 #include "common/control_block_clock.h"
 
 namespace commd {
@@ -55,6 +56,21 @@ struct RecordArgs {
   uint64_t timeout_ms = 0;
   // A member of a coalesced group after the first: reuse the last sequence id of its kind.
   bool same_seq_as_previous = false;
+};
+
+// An entry's shape: what RecordArgs gives (op, group, tensors, peer, timeout), for calls
+// that repeat it. Made by RingWriter::Prepare and recorded by Begin / BeginStarted as often
+// as wanted: a slot that already holds the same shape from this writer's previous lap keeps
+// every field the shape determines (group names, op, tensors, bytes, counts, peer, timeout)
+// and gets only the call's own (ids, sequence ids, times, state, flags). The spans in
+// `args` (and the dims they point to) are borrowed for as long as the shape is used.
+struct RecordShape {
+  RecordArgs args;
+  uint64_t id = 0;  // 0: not prepared (every record writes the entry in full)
+  // Set by Prepare: the entry's bytes (all inputs) and its kRecordFlagP2p /
+  // kRecordFlagTruncated flags.
+  uint64_t bytes = 0;
+  uint8_t flags = 0;
 };
 
 // Returned by Begin; pass it to the later calls. Cheap to copy.
@@ -88,11 +104,19 @@ class RingWriter {
   absl::StatusOr<uint32_t> RegisterProcessGroup(uint64_t pg_id, std::string_view name,
                                                 std::string_view desc);
 
-  // Records a new entry in state "scheduled". An unknown `pg` records under group 0.
-  RecordHandle Begin(const RecordArgs& args);
+  // `args` as a shape (see RecordShape): its id is new in this process, so no slot of any
+  // writer holds it yet. Cheap (no allocation); make one when a call's shape is first seen,
+  // not per call. Thread-safe.
+  static RecordShape Prepare(const RecordArgs& args);
+
+  // Records a new entry in state "scheduled". An unknown `pg` records under group 0. The
+  // *Prepared forms take a shape: prepared, or with id 0 (the arguments written in full).
+  RecordHandle Begin(const RecordArgs& args) { return Record({.args = args}, false); }
+  RecordHandle BeginPrepared(const RecordShape& shape) { return Record(shape, false); }
   // Begin + Started with one clock read, for collectives that start when they are called
   // (the host backend): created and started times are equal.
-  RecordHandle BeginStarted(const RecordArgs& args);
+  RecordHandle BeginStarted(const RecordArgs& args) { return Record({.args = args}, true); }
+  RecordHandle BeginStartedPrepared(const RecordShape& shape) { return Record(shape, true); }
   // Marks the entry started / completed (completed also retires it). Calls on an entry the
   // ring has since overwritten still update progress words and counters.
   void Started(const RecordHandle& h) { MarkStarted(h, /*write_progress=*/true); }
@@ -131,15 +155,39 @@ class RingWriter {
   };
 
   RingWriter(char* base, std::unique_ptr<RecorderClock> clock);
-  RecordHandle Record(const RecordArgs& args, bool started);
+  RecordHandle Record(const RecordShape& shape, bool started);
   void MarkStarted(const RecordHandle& h, bool write_progress);
   void MarkCompleted(const RecordHandle& h, bool write_progress);
   RingEntry* Slot(uint64_t record_id) const { return ring_ + (record_id & mask_); }
   // The entry if it still holds `record_id`, else nullptr (overwritten by the wrap).
-  RingEntry* Live(uint64_t record_id) const;
+  RingEntry* Live(uint64_t record_id) const {
+    RingEntry* e = Slot(record_id);
+    return cb_atomic::LoadRelaxed(&e->record_id) == record_id &&
+                   cb_atomic::LoadRelaxed(&e->seq) != 0
+               ? e
+               : nullptr;
+  }
   static void SetName(uint64_t* words, std::string_view text);
-  void WriteEntry(RingEntry* e, const RecordArgs& args, uint32_t pg, RecordHandle& h, uint64_t now);
-  void Bump(uint64_t* counter, uint64_t by = 1);
+  // By slot: what this writer last wrote into it that a later entry may keep, since
+  // nothing else writes entries and the slot's seqlock covers the entry as a whole:
+  // 1 + the group whose pg id, name and description are there (0: none yet), and the
+  // shape (RecordShape::id) whose fields are there (0: none, or one not prepared).
+  struct SlotHolds {
+    uint64_t shape = 0;
+    uint8_t group = 0;
+  };
+  struct ShapeFacts {
+    uint64_t bytes = 0;
+    uint8_t flags = 0;  // kRecordFlagP2p, kRecordFlagTruncated
+  };
+  // Writes the fields `shape` determines into a slot that does not hold them (Record checks
+  // first: out of line, so that a prepared shape's record pays nothing for it).
+  [[gnu::noinline]] ShapeFacts WriteShape(RingEntry* e, const RecordShape& shape, uint32_t pg,
+                                          SlotHolds& holds);
+  static void Bump(uint64_t* counter, uint64_t by = 1) {
+    // Single writer: a load and a store, no locked read-modify-write.
+    cb_atomic::StoreRelaxed(counter, cb_atomic::LoadRelaxed(counter) + by);
+  }
 
   ControlBlockProgress* progress_;
   ControlBlockRingState* ring_state_;
@@ -151,10 +199,7 @@ class RingWriter {
   uint64_t dropped_ = 0;
   uint32_t num_groups_ = 0;
   Group groups_[kMaxProcessGroups];
-  // By slot: 1 + the group whose pg id, name and description this writer last wrote into
-  // the slot (0: none yet). A slot that already holds them keeps them: they are the same
-  // bytes, nothing else writes entries, and the slot's seqlock covers the entry as a whole.
-  std::unique_ptr<uint8_t[]> slot_group_;
+  std::unique_ptr<SlotHolds[]> slot_holds_;  // by slot
   std::unique_ptr<RecorderClock> clock_;
 };
 

@@ -16,7 +16,8 @@
 // Nothing here allocates or formats on the success path: views are built once per buffer
 // (BufferViews, at allocation), tensor descriptors live on the stack in the ring's own form
 // (RecordTensor), messages are built only for errors, and a call equal to the last one
-// checked on its buffer skips the argument checks (CheckedKey). bench/sdk_call_cost.py
+// checked on its buffer skips the argument checks and records the entry's shape prepared
+// with it (PreparedCall). bench/sdk_call_cost.py
 // counts what is left, by function (docs/PERFORMANCE.md "The SDK's own work per call").
 #ifndef COMMD_CLIENT_SRC_COLLECTIVE_CALL_H_
 #define COMMD_CLIENT_SRC_COLLECTIVE_CALL_H_
@@ -25,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -93,6 +95,42 @@ struct CheckedKey {
   bool operator==(const CheckedKey&) const = default;
 };
 
+// The flight-recorder entry's tensors of one call in the ring's own form (at most
+// kRecordMaxTensors a side, what the ring records), handed to the ring writer as they are.
+// Only the first n_in / n_out are written and read: left uninitialised (zeroing the arrays
+// was a sixth of the SDK's own work per call). Not copyable: Args() points into it.
+class EntryTensors {
+ public:
+  EntryTensors() {}  // NOLINT: no member initialised
+  EntryTensors(const EntryTensors&) = delete;
+  EntryTensors& operator=(const EntryTensors&) = delete;
+  // The call's tensors as the entry records them; `world` is the group's global world size.
+  void Fill(const CollectiveCall& call, int64_t world);
+  // The entry's arguments over these tensors.
+  RecordArgs Args(CollectiveOp kind, uint64_t timeout_ms) const;
+
+ private:
+  union Tensors {
+    Tensors() {}  // NOLINT: no member initialised
+    RecordTensor t[kRecordMaxTensors];
+  };
+  int64_t dims_[2 * kRecordMaxTensors];
+  Tensors in_, out_;
+  size_t n_in_ = 0, n_out_ = 0;
+};
+
+// What the last call on one buffer that passed Group::Run's checks resolved to, kept with
+// the buffer so that an equal call (`key`) skips the checks and records a prepared entry:
+// its all-reduce algorithm and its flight-recorder entry's shape (RecordShape: the ring
+// writes the shape's fields into a slot only when the slot does not hold them already).
+// Not copyable: `shape` points into `tensors`.
+struct PreparedCall {
+  CheckedKey key;
+  kernels::Algorithm algorithm = kernels::Algorithm::kTwoShot;
+  EntryTensors tensors;
+  RecordShape shape;
+};
+
 // The pointers a view borrows, for one buffer: built once when the buffer is mapped, so that
 // a collective copies a view instead of building one.
 struct BufferViews {
@@ -125,7 +163,10 @@ class CollectiveEntry {
     const PeerProcesses& peers;
     uint64_t timeout_ms;  // the group's timeout, recorded as the entry's
   };
-  CollectiveEntry(const GroupParts& g, const CollectiveCall& call);
+  // `prepared`: the entry's shape when the call is its buffer's prepared one (PreparedCall),
+  // else null (the entry's tensors are built here). Borrowed for the entry's life.
+  // `g` is borrowed for the entry's life (the group's own, Group::State::entry_parts).
+  CollectiveEntry(const GroupParts& g, const CollectiveCall& call, const RecordShape* prepared);
   CollectiveEntry(const CollectiveEntry&) = delete;  // the descriptors point into it
   CollectiveEntry& operator=(const CollectiveEntry&) = delete;
 
@@ -133,7 +174,7 @@ class CollectiveEntry {
   // resolves whether this call checks its input for NaN/Inf.
   void Begin();
   void BeginStarted();
-  const RecordId& id() const { return id_; }
+  RecordId id() const { return Recorder::Impl::Id(handle_); }
   kernels::NanCheck nan() const { return nan_; }
   Recorder& recorder() { return g_.group.recorder(); }
   Recorder::Impl& recorder_impl() { return g_.recorder; }
@@ -143,28 +184,34 @@ class CollectiveEntry {
   // Ends a call that ran on this thread: counts the NaN check, applies the group's NaN
   // policy, says why a wait failed (abort reason, exited peer), completes or abandons the
   // entry and fills the options' nonfinite outputs.
-  absl::Status Finish(absl::Status status, const kernels::CollectiveResult& result);
+  absl::Status Finish(absl::Status status, const kernels::CollectiveResult& result) {
+    // The common case inline: succeeded, nothing to count or flag.
+    if (status.ok() && nan_ == kernels::NanCheck::kOff && result.nonfinite_ranks == 0) {
+      g_.recorder.writer->Completed(handle_);
+      SetOutputs(result);
+      return status;
+    }
+    return FinishAny(std::move(status), result);
+  }
 
  private:
+  absl::Status FinishAny(absl::Status status, const kernels::CollectiveResult& result);
+  void SetOutputs(const kernels::CollectiveResult& result) const {
+    const CollectiveOptions& o = *call_.options;
+    if (o.nonfinite_count != nullptr) *o.nonfinite_count = result.nonfinite_count;
+    if (o.nonfinite_ranks != nullptr) *o.nonfinite_ranks = result.nonfinite_ranks;
+  }
   absl::Status Explain(absl::Status status) const;
-  RecordArgs Args() const;
   void Began(const RecordHandle& h);
-  GroupParts g_;
+  const GroupParts& g_;
   const CollectiveCall& call_;
   RecordHandle handle_;  // the ring writer's, kept for the transitions
-  RecordId id_;          // the same entry, as the public Recorder names it
   kernels::NanCheck nan_ = kernels::NanCheck::kOff;
-  // The entry's tensors in the ring's own form, handed to the ring writer as they are (no
-  // conversion per call).
-  // Only the first n_in_ / n_out_ are written and read: left uninitialised (zeroing the
-  // arrays was a sixth of the SDK's own work per call).
-  union Tensors {
-    Tensors() {}  // NOLINT: no member initialised
-    RecordTensor t[kRecordMaxTensors];
-  };
-  int64_t dims_[2 * kRecordMaxTensors];
-  Tensors in_, out_;
-  size_t n_in_ = 0, n_out_ = 0;
+  const RecordShape* shape_;  // the prepared one, or own_shape_
+  EntryTensors own_tensors_;  // not prepared: the call's, built here
+  // Not prepared: over own_tensors_ (id 0: written in full). Optional so that a prepared
+  // call does not initialise it.
+  std::optional<RecordShape> own_shape_;
 };
 
 // How a group's collectives run on its device.

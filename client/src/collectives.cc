@@ -386,12 +386,11 @@ static_assert(static_cast<int>(DataType::kFloat32) == static_cast<int>(RecordDty
 RecordDtype ToRecord(DataType t) { return static_cast<RecordDtype>(t); }
 }  // namespace
 
-CollectiveEntry::CollectiveEntry(const GroupParts& g, const CollectiveCall& call)
-    : g_(g), call_(call) {
-  const int64_t n = g.group.global_world_size();
+void EntryTensors::Fill(const CollectiveCall& call, int64_t world) {
   const auto count = static_cast<int64_t>(call.count);
   const Shape shape = ShapeOf(call.kind);
   const RecordDtype dtype = ToRecord(call.dtype);
+  n_in_ = n_out_ = 0;
   if (call.kind == CollectiveOp::kAllReduceCoalesced) {
     // The ring keeps kRecordMaxTensors a side; the rest are not recorded anyway.
     n_in_ = n_out_ = std::min<size_t>(call.tensors.size(), kRecordMaxTensors);
@@ -406,37 +405,45 @@ CollectiveEntry::CollectiveEntry(const GroupParts& g, const CollectiveCall& call
     const bool gather = call.kind == CollectiveOp::kAllGatherMatmul;
     dims_[0] = rows;
     dims_[1] = static_cast<int64_t>(m.k);
-    dims_[2] = gather ? rows * n : rows / n;
+    dims_[2] = gather ? rows * world : rows / world;
     dims_[3] = static_cast<int64_t>(m.bs[0].n);
     in_.t[0] = RecordTensor{&dims_[0], 2, dtype};
     out_.t[0] = RecordTensor{&dims_[2], 2, dtype};
     n_in_ = n_out_ = 1;
   } else if (shape.typed) {
-    dims_[0] = shape.wide_in ? count * n : count;
-    dims_[1] = shape.wide_out ? count * n : count;
+    dims_[0] = shape.wide_in ? count * world : count;
+    dims_[1] = shape.wide_out ? count * world : count;
     in_.t[0] = RecordTensor{&dims_[0], 1, dtype};
     out_.t[0] = RecordTensor{&dims_[1], 1, dtype};
     n_in_ = n_out_ = 1;
   }
 }
 
-RecordArgs CollectiveEntry::Args() const {
-  return {.op = static_cast<RecordOp>(ShapeOf(call_.kind).recorded),
+RecordArgs EntryTensors::Args(CollectiveOp kind, uint64_t timeout_ms) const {
+  return {.op = static_cast<RecordOp>(ShapeOf(kind).recorded),
           .inputs = {in_.t, n_in_},
           .outputs = {out_.t, n_out_},
-          .timeout_ms = g_.timeout_ms};
+          .timeout_ms = timeout_ms};
+}
+
+CollectiveEntry::CollectiveEntry(const GroupParts& g, const CollectiveCall& call,
+                                 const RecordShape* prepared)
+    : g_(g), call_(call), shape_(prepared) {
+  if (shape_ == nullptr) {
+    own_tensors_.Fill(call, g.group.global_world_size());
+    shape_ = &own_shape_.emplace(RecordShape{.args = own_tensors_.Args(call.kind, g.timeout_ms)});
+  }
 }
 
 void CollectiveEntry::Began(const RecordHandle& h) {
   handle_ = h;
-  id_ = RecordId{h.record_id, h.collective_seq_id, h.bytes, static_cast<int>(h.op)};
-  nan_ = ResolveNanCheck(*call_.options, g_.settings, id_.collective_seq_id);
+  nan_ = ResolveNanCheck(*call_.options, g_.settings, h.collective_seq_id);
 }
 
 // Straight to the group's ring writer: what Recorder::Begin does, without converting the
 // public tensor descriptors.
-void CollectiveEntry::Begin() { Began(g_.recorder.writer->Begin(Args())); }
-void CollectiveEntry::BeginStarted() { Began(g_.recorder.writer->BeginStarted(Args())); }
+void CollectiveEntry::Begin() { Began(g_.recorder.writer->BeginPrepared(*shape_)); }
+void CollectiveEntry::BeginStarted() { Began(g_.recorder.writer->BeginStartedPrepared(*shape_)); }
 
 // Says why a wait failed: the daemon's abort reason, or a peer that exited.
 absl::Status CollectiveEntry::Explain(absl::Status status) const {
@@ -461,14 +468,15 @@ absl::Status CollectiveEntry::Explain(absl::Status status) const {
 
 // Failures (a wait, a call mismatch, NaN under policy FAIL) retire the entry as abandoned,
 // not completed: a mismatch stays visible to the watchdog at that seq.
-absl::Status CollectiveEntry::Finish(absl::Status status, const kernels::CollectiveResult& result) {
+absl::Status CollectiveEntry::FinishAny(absl::Status status,
+                                        const kernels::CollectiveResult& result) {
   RingWriter& ring = *g_.recorder.writer;
   if (status.ok() && nan_ == kernels::NanCheck::kOn) {
     ring.NanChecked(handle_, result.nonfinite_count > 0);
   }
   if (status.ok() && result.nonfinite_ranks > 0 &&
       g_.settings.nan_policy() == v1::NAN_POLICY_FAIL) {
-    status = NanFailure(ShapeOf(call_.kind).recorded, id_, result);
+    status = NanFailure(ShapeOf(call_.kind).recorded, id(), result);
   }
   if (status.ok()) {
     ring.Completed(handle_);
@@ -476,9 +484,7 @@ absl::Status CollectiveEntry::Finish(absl::Status status, const kernels::Collect
     status = Explain(std::move(status));
     ring.Abandon(handle_);
   }
-  const CollectiveOptions& o = *call_.options;
-  if (o.nonfinite_count != nullptr) *o.nonfinite_count = result.nonfinite_count;
-  if (o.nonfinite_ranks != nullptr) *o.nonfinite_ranks = result.nonfinite_ranks;
+  SetOutputs(result);
   return status;
 }
 
@@ -486,8 +492,9 @@ absl::Status Group::Run(const CollectiveCall& c) {
   State& s = *state_;
   const bool spans = s.global_world_size > s.world_size;
   // A call on one buffer of this group's equal to the last one checked on it resolves as
-  // that one did. The owner is compared first (as Group::owns: fields fixed at allocation),
-  // so only the owning group's calls, one thread at a time, read or write the key.
+  // that one did, and records the entry prepared with it. The owner is compared first (as
+  // Group::owns: fields fixed at allocation), so only the owning group's calls, one thread at
+  // a time, read or write the prepared call.
   SymmetricBuffer::State& in = *c.in->state_;
   const bool one_buffer = c.in == c.out && c.matmul == nullptr &&
                           c.kind != CollectiveOp::kAllReduceCoalesced &&
@@ -501,10 +508,11 @@ absl::Status Group::Run(const CollectiveCall& c) {
                        .host_memory = c.host_memory,
                        .input = c.input,
                        .output = c.output};
+  PreparedCall& prepared = in.prepared;
   kernels::Algorithm algorithm = kernels::Algorithm::kTwoShot;
-  if (one_buffer && in.checked == key) {
+  if (one_buffer && prepared.key == key) {
     RETURN_IF_ERROR(CheckOptions(*c.options));
-    algorithm = in.checked_algorithm;
+    algorithm = prepared.algorithm;
   } else {
     if (c.host_memory && !device().is_host()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -523,8 +531,10 @@ absl::Status Group::Run(const CollectiveCall& c) {
       algorithm = Choose(c, s.joined.collectives(), s.world_size, device().is_host() && !spans);
     }
     if (one_buffer) {
-      in.checked = key;
-      in.checked_algorithm = algorithm;
+      prepared.key = key;
+      prepared.algorithm = algorithm;
+      prepared.tensors.Fill(c, s.global_world_size);
+      prepared.shape = RingWriter::Prepare(prepared.tensors.Args(c.kind, s.timeout_ms));
     }
   }
   // A spanning group's words (span_collectives.h): allocated by every rank's first collective,
@@ -539,8 +549,7 @@ absl::Status Group::Run(const CollectiveCall& c) {
       .span_words = spans ? &s.span_words->state_->views : nullptr,
       .algorithm = algorithm,
       .wait = c.options->timeout > absl::ZeroDuration() ? c.options->timeout : s.default_wait};
-  CollectiveEntry entry({*this, *s.recorder_impl, s.joined.collectives(), s.peers, s.timeout_ms},
-                        c);
+  CollectiveEntry entry(*s.entry_parts, c, one_buffer ? &prepared.shape : nullptr);
   return s.backend->Run(checked, entry);
 }
 

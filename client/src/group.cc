@@ -207,7 +207,11 @@ std::string PeerProcesses::Exited() const {
   return absl::StrJoin(gone, ", ");
 }
 
-Group::Group(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Group::Group(std::unique_ptr<State> state) : state_(std::move(state)) {
+  State& s = *state_;
+  s.entry_parts.emplace(CollectiveEntry::GroupParts{*this, *s.recorder_impl, s.joined.collectives(),
+                                                    s.peers, s.timeout_ms});
+}
 Group::~Group() {
   {
     // First, so that no abort event reaches the backend while it goes.

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,10 +45,9 @@ struct SymmetricBuffer::State {
   std::vector<std::unique_ptr<Mapping>> mappings;  // by rank
   BufferViews views;                               // over `mappings`, built once mapped
   // The last call of the owning group with this buffer as its one buffer that passed
-  // Group::Run's checks (collective_call.h CheckedKey), and the all-reduce algorithm it
-  // resolved to. Only the owning group's collectives (one thread at a time) touch them.
-  CheckedKey checked;
-  kernels::Algorithm checked_algorithm = kernels::Algorithm::kTwoShot;
+  // Group::Run's checks, and what it resolved to (collective_call.h PreparedCall). Only the
+  // owning group's collectives (one thread at a time) touch it.
+  PreparedCall prepared;
 };
 
 struct Group::State {
@@ -65,6 +65,9 @@ struct Group::State {
   std::unique_ptr<Mapping> control_block;
   std::unique_ptr<Recorder> recorder;
   Recorder::Impl* recorder_impl = nullptr;  // recorder's, for what the public API lacks
+  // What every collective's flight-recorder entry reads of the group, set by Group's
+  // constructor (it names the Group) and unchanged after.
+  std::optional<CollectiveEntry::GroupParts> entry_parts;
   // Abort callback: `hook` is registered with the client's event thread under the group's name.
   std::function<void(const std::string&)> hook;
   absl::Mutex callback_mu;

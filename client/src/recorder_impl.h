@@ -27,6 +27,9 @@ class Recorder::Impl {
   // Enqueues on `cuda_stream` the write of `value` into the progress word at `offset`.
   absl::Status WriteOnStream(void* cuda_stream, uint64_t offset, uint64_t value);
 
+  static RecordId Id(const RecordHandle& h) {
+    return RecordId{h.record_id, h.collective_seq_id, h.bytes, static_cast<int>(h.op)};
+  }
   static RecordHandle Handle(const RecordId& id) {
     return RecordHandle{id.record_id, id.collective_seq_id, id.bytes, static_cast<RecordOp>(id.op)};
   }

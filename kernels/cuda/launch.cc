@@ -27,7 +27,7 @@ std::string LaunchName(const LaunchArgs& a) {
   if (a.collective == CollectiveOp::kAllReduce) {
     return absl::StrCat(AlgorithmName(a.algorithm), " all_reduce");
   }
-  return CollectiveName(a.collective);
+  return std::string(CollectiveName(a.collective));
 }
 
 bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {

@@ -99,7 +99,7 @@ void ReduceCarried(const HostExchange& x, const StagingPlan& plan, ReduceOp op) 
 // (or its output), and only after a barrier, once every peer has read its region, writes a
 // result that replaces its input there.
 absl::Status OneShot(const HostCommView& view, const StagingPlan& plan, ReduceOp op) {
-  const char* name = CollectiveName(CollectiveOp::kAllReduce);
+  const absl::string_view name = CollectiveName(CollectiveOp::kAllReduce);
   const std::byte* srcs[kMaxWorldSize];
   std::vector<std::byte>& scratch = Scratch();
   size_t scratch_bytes = 0;

@@ -165,7 +165,7 @@ absl::Status AssignOffsets(const HostCommView& view, CollectiveOp kind, StagingP
 
 }  // namespace
 
-const char* CollectiveName(CollectiveOp kind) {
+absl::string_view CollectiveName(CollectiveOp kind) {
   switch (kind) {
     case CollectiveOp::kAllReduce:
       return "all_reduce";

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -372,6 +373,100 @@ TEST_F(CollectiveTest, ACallOnABufferIsCheckedWhateverPassedOnItBefore) {
       EXPECT_EQ(e.input_dtypes[0], static_cast<uint8_t>(want[i].dtype));
     }
   }
+}
+
+// The flight-recorder entry of a call whose checks were skipped (an equal call passed on its
+// buffer before) is recorded from the shape prepared with those checks (collective_call.h
+// PreparedCall): over three laps of the ring, first with the calls' shapes moving from slot
+// to slot, then with each slot keeping one shape (where the ring skips the shape's fields),
+// every entry holds its own call's op, tensors, bytes, group and timeout, completed and
+// retired.
+TEST_F(CollectiveTest, EveryEntryHoldsItsCallsShapeOverLaps) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto group = client->JoinGroup({.name = "g", .rank = 0, .world_size = 1});
+  ASSERT_TRUE(group.ok()) << group.status();
+  Group& g = **group;
+  auto buf = g.AllocateSymmetric(64);
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  SymmetricBuffer& b = **buf;
+  alignas(8) float host_in[4] = {1, 2, 3, 4};
+  alignas(8) float host_out[4] = {};
+  const auto f32 = DataType::kFloat32;
+  const auto sum = ReduceOp::kSum;
+  struct Kind {
+    std::function<absl::Status()> call;
+    RecordOp op;
+    uint8_t tensors;  // 0 or 1 a side
+    int64_t in_dim, out_dim;
+    RecordDtype dtype;
+    uint64_t bytes;
+  };
+  const std::vector<Kind> kinds = {
+      {[&] { return g.AllReduce(b, 4, f32, sum); }, RecordOp::kAllReduce, 1, 4, 4,
+       RecordDtype::kFloat32, 16},
+      {[&] { return g.Broadcast(b, 3, DataType::kInt32, 0); }, RecordOp::kBroadcast, 1, 3, 3,
+       RecordDtype::kInt32, 12},
+      {[&] { return g.Barrier(); }, RecordOp::kBarrier, 0, 0, 0, RecordDtype::kFloat32, 0},
+      {[&] { return g.AllReduce(host_in, host_out, 2, f32, sum, b); }, RecordOp::kAllReduce, 1, 2,
+       2, RecordDtype::kFloat32, 8},
+      {[&] { return g.AllGather(host_in, host_out, 2, DataType::kInt64, b); }, RecordOp::kAllGather,
+       1, 2, 2, RecordDtype::kInt64, 16},
+  };
+  auto* base = static_cast<char*>(g.control_block());
+  const auto* header = reinterpret_cast<const ControlBlockHeader*>(base);
+  const auto* state = reinterpret_cast<const ControlBlockRingState*>(base + kRingStateOffset);
+  const auto* ring = reinterpret_cast<const RingEntry*>(base + kRingOffset);
+  const uint64_t capacity = header->ring_capacity;
+  const uint64_t first = state->next_record_id;
+  // Phase 1: the five kinds in turn (5 does not divide the ring's capacity, so each slot gets
+  // another shape every lap) for a lap and three calls; phase 2: the first four in turn by
+  // record id (each slot keeps one shape) for two laps.
+  const uint64_t phase1_end = first + capacity + 3;
+  auto kind_of = [&](uint64_t r) -> size_t { return r < phase1_end ? (r - first) % 5 : r % 4; };
+  uint64_t next = first;
+  auto run_until = [&](uint64_t end) {
+    for (; next < end; ++next) {
+      const absl::Status st = kinds[kind_of(next)].call();
+      ASSERT_TRUE(st.ok()) << "record " << next << ": " << st;
+    }
+  };
+  uint64_t timeout_ms = 0;
+  auto check_last_lap = [&] {
+    ASSERT_EQ(state->next_record_id, next);
+    if (timeout_ms == 0) timeout_ms = ring[first % capacity].timeout_ms;
+    for (uint64_t r = next - capacity; r < next; ++r) {
+      SCOPED_TRACE(::testing::Message() << "record " << r << ", kind " << kind_of(r));
+      const RingEntry& e = ring[r % capacity];
+      const Kind& k = kinds[kind_of(r)];
+      ASSERT_EQ(e.record_id, r);
+      EXPECT_EQ(e.op, static_cast<uint16_t>(k.op));
+      EXPECT_EQ(e.num_inputs, k.tensors);
+      EXPECT_EQ(e.num_outputs, k.tensors);
+      EXPECT_EQ(e.total_inputs, k.tensors);
+      EXPECT_EQ(e.input_ndims[0], k.tensors);
+      EXPECT_EQ(e.output_ndims[0], k.tensors);
+      EXPECT_EQ(e.bytes, k.bytes);
+      EXPECT_EQ(e.peer, -1);
+      EXPECT_EQ(e.timeout_ms, timeout_ms);
+      EXPECT_STREQ(e.pg_name, "g");
+      EXPECT_EQ(e.state, static_cast<uint8_t>(RecordState::kCompleted));
+      EXPECT_EQ(e.flags, kRecordFlagRetired);
+      EXPECT_NE(e.time_started_ns, 0u);
+      EXPECT_GE(e.time_completed_ns, e.time_started_ns);
+      if (k.tensors > 0) {
+        EXPECT_EQ(e.input_dims[0][0], k.in_dim);
+        EXPECT_EQ(e.output_dims[0][0], k.out_dim);
+        EXPECT_EQ(e.input_dtypes[0], static_cast<uint8_t>(k.dtype));
+        EXPECT_EQ(e.output_dtypes[0], static_cast<uint8_t>(k.dtype));
+      }
+    }
+  };
+  run_until(phase1_end);
+  check_last_lap();
+  EXPECT_GT(timeout_ms, 0u);
+  run_until(phase1_end + 2 * capacity);
+  check_last_lap();
 }
 
 // Collectives on CUDA buffers need a group on a CUDA device, which the daemon refuses at join
