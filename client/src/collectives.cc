@@ -81,7 +81,18 @@ struct Side {
 };
 std::string Name(const Side& s) { return absl::StrCat(s.words, *s.side ? " " : "", s.side); }
 
-absl::Status CheckOptions(const CollectiveOptions& o) {
+// The options' checks, inline: a call whose argument checks were skipped still pays these
+// few comparisons, and builds a message only when one fails (OptionsError).
+bool OptionsValid(const CollectiveOptions& o) {
+  using N = CollectiveOptions::NanCheck;
+  return o.nan_check >= N::kDefault && o.nan_check <= N::kSampled &&
+         o.timeout >= absl::ZeroDuration() &&
+         (o.nan_check != N::kSampled || (o.nan_sample_period >= kMinNanSamplePeriod &&
+                                         o.nan_sample_period <= kMaxNanSamplePeriod));
+}
+
+// Why OptionsValid(o) is false.
+[[gnu::noinline]] absl::Status OptionsError(const CollectiveOptions& o) {
   using N = CollectiveOptions::NanCheck;
   if (o.nan_check < N::kDefault || o.nan_check > N::kSampled) {
     return absl::InvalidArgumentError(
@@ -93,13 +104,13 @@ absl::Status CheckOptions(const CollectiveOptions& o) {
         absl::StrCat("timeout ", absl::FormatDuration(o.timeout),
                      " is negative (allowed: > 0, or 0 for twice the group's timeout)"));
   }
-  if (o.nan_check == N::kSampled &&
-      (o.nan_sample_period < kMinNanSamplePeriod || o.nan_sample_period > kMaxNanSamplePeriod)) {
-    return absl::InvalidArgumentError(absl::StrCat("nan_sample_period ", o.nan_sample_period,
-                                                   " is out of range [", kMinNanSamplePeriod, ", ",
-                                                   kMaxNanSamplePeriod, "]"));
-  }
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("nan_sample_period ", o.nan_sample_period,
+                                                 " is out of range [", kMinNanSamplePeriod, ", ",
+                                                 kMaxNanSamplePeriod, "]"));
+}
+
+absl::Status CheckOptions(const CollectiveOptions& o) {
+  return OptionsValid(o) ? absl::OkStatus() : OptionsError(o);
 }
 
 absl::Status CheckType(DataType dtype) {
@@ -511,7 +522,7 @@ absl::Status Group::Run(const CollectiveCall& c) {
   PreparedCall& prepared = in.prepared;
   kernels::Algorithm algorithm = kernels::Algorithm::kTwoShot;
   if (one_buffer && prepared.key == key) {
-    RETURN_IF_ERROR(CheckOptions(*c.options));
+    if (!OptionsValid(*c.options)) return OptionsError(*c.options);
     algorithm = prepared.algorithm;
   } else {
     if (c.host_memory && !device().is_host()) {

@@ -314,6 +314,10 @@ TEST_F(CollectiveTest, ACallOnABufferIsCheckedWhateverPassedOnItBefore) {
                 .code(),
             invalid);
   EXPECT_EQ(g.AllReduce(b, 4, f32, sum, {.timeout = absl::Seconds(-1)}).code(), invalid);
+  st = g.AllReduce(b, 4, f32, sum,
+                   {.nan_check = CollectiveOptions::NanCheck::kSampled, .nan_sample_period = 0});
+  EXPECT_EQ(st.code(), invalid);
+  EXPECT_THAT(st.message(), ::testing::HasSubstr("nan_sample_period 0 is out of range"));
   ASSERT_TRUE(g.AllReduce(b, 4, f32, sum).ok());
   // Another group: the buffer is not its own, whatever passed in the buffer's group.
   st = (*other)->AllReduce(b, 4, f32, sum);
