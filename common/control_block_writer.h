@@ -13,7 +13,8 @@
 // Begin/Started/Completed take no lock, allocate nothing and make no system call: a few
 // relaxed stores under the entry's seqlock plus one clock read each. An entry's group
 // (pg id, name, description: 136 bytes) is written into a slot only when the slot does not
-// hold that group's already from this writer's previous lap. The ring keeps the
+// hold that group's already from this writer's previous lap, and so are a prepared
+// shape's fields (RecordShape: op, tensors, bytes, counts, peer, timeout). The ring keeps the
 // newest `capacity` entries; each overwrite counts one `dropped`.
 //
 // Sequence ids follow PyTorch's recorder: a collective increments its group's
@@ -59,11 +60,11 @@ struct RecordArgs {
 };
 
 // An entry's shape: what RecordArgs gives (op, group, tensors, peer, timeout), for calls
-// that repeat it. Made by RingWriter::Prepare and recorded by Begin / BeginStarted as often
-// as wanted: a slot that already holds the same shape from this writer's previous lap keeps
-// every field the shape determines (group names, op, tensors, bytes, counts, peer, timeout)
-// and gets only the call's own (ids, sequence ids, times, state, flags). The spans in
-// `args` (and the dims they point to) are borrowed for as long as the shape is used.
+// that repeat it. Made by RingWriter::Prepare and recorded by BeginPrepared /
+// BeginStartedPrepared as often as wanted: a slot that already holds the same shape from this
+// writer's previous lap keeps every field the shape determines (group names, op, tensors, bytes,
+// counts, peer, timeout) and gets only the call's own (ids, sequence ids, times, state, flags). The
+// spans in `args` (and the dims they point to) are borrowed for as long as the shape is used.
 struct RecordShape {
   RecordArgs args;
   uint64_t id = 0;  // 0: not prepared (every record writes the entry in full)
