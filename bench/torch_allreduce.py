@@ -54,6 +54,20 @@ def timed(fn, iters: int, group, warmup: int = 1) -> float:
     return t.item()
 
 
+def python_backend_group():
+    """A commd process group over every rank served by the Python backend
+    (ProcessGroupCommd) alone, whatever COMMD_TORCH_CPP says for the others."""
+    saved = os.environ.get("COMMD_TORCH_CPP")
+    os.environ["COMMD_TORCH_CPP"] = "0"
+    try:
+        return dist.new_group(backend="commd")
+    finally:
+        if saved is None:
+            del os.environ["COMMD_TORCH_CPP"]
+        else:
+            os.environ["COMMD_TORCH_CPP"] = saved
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,13 +96,7 @@ def main() -> None:
     zero_copy = ct.empty((args.max_bytes // 4,), dtype=torch.float32)
     cpp = not isinstance(dist.group.WORLD._get_backend(torch.device("cpu")),
                          ct.ProcessGroupCommd)
-    saved = os.environ.get("COMMD_TORCH_CPP")
-    os.environ["COMMD_TORCH_CPP"] = "0"
-    py_group = dist.new_group(backend="commd")
-    if saved is None:
-        del os.environ["COMMD_TORCH_CPP"]
-    else:
-        os.environ["COMMD_TORCH_CPP"] = saved
+    py_group = python_backend_group()
     zero_copy_py = ct.empty((args.max_bytes // 4,), dtype=torch.float32, group=py_group)
     if args.binding_buffer == "shared":  # the symmetric buffer zero_copy starts
         raw_buffer = next(buf for lo, _, buf in backend._symmetric

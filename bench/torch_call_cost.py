@@ -14,7 +14,6 @@ the same all-reduce through the binding alone (the SDK's call plus pybind11), ea
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import torch
@@ -22,6 +21,7 @@ import torch.distributed as dist
 import torch.testing._internal.distributed.fake_pg  # noqa: F401  registers backend "fake"
 
 import commd.torch as ct
+from torch_allreduce import python_backend_group
 
 
 def main() -> None:
@@ -35,13 +35,7 @@ def main() -> None:
     dist.init_process_group("commd")
     assert dist.get_world_size() == 1, "one rank: torchrun --nproc-per-node 1"
     fake = dist.new_group(backend="fake")
-    saved = os.environ.get("COMMD_TORCH_CPP")
-    os.environ["COMMD_TORCH_CPP"] = "0"
-    py_group = dist.new_group(backend="commd")
-    if saved is None:
-        del os.environ["COMMD_TORCH_CPP"]
-    else:
-        os.environ["COMMD_TORCH_CPP"] = saved
+    py_group = python_backend_group()
     cpp = not isinstance(dist.group.WORLD._get_backend(torch.device("cpu")),
                          ct.ProcessGroupCommd)
     zero_copy = ct.empty((2,), dtype=torch.float32)

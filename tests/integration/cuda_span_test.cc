@@ -102,6 +102,29 @@ class CudaSpanTest : public SpanFixture {
     }
     return ranks;
   }
+  // Global ranks by node of the uneven, interleaved layout: node-a {3}, node-b {0, 5},
+  // node-c {1, 2, 4}.
+  static inline const std::vector<std::vector<int>> kInterleaved = {{3}, {0, 5}, {1, 2, 4}};
+  // The 6 ranks of that layout on nodes `n`, cuda_span_rank `mode`, by global rank.
+  std::map<int, ChildProcess*> StartInterleaved(const std::vector<DaemonProcess*>& n,
+                                                const std::string& mode) {
+    std::map<int, ChildProcess*> ranks;
+    for (size_t node = 0; node < kInterleaved.size(); ++node) {
+      const int world = static_cast<int>(kInterleaved[node].size());
+      for (int l = 0; l < world; ++l) {
+        const int g = kInterleaved[node][l];
+        ranks[g] = StartRank({.node = n[node],
+                              .rank = l,
+                              .world = world,
+                              .global_rank = g,
+                              .global_world = 6,
+                              .mode = mode,
+                              .env = {std::string("COMMD_NCCL_LIBRARY=") + COMMD_FAKE_LIBNCCL,
+                                      "COMMD_FAKE_NCCL_CALL_LOG=" + NcclLog(g)}});
+      }
+    }
+    return ranks;
+  }
 };
 
 // The value of `key=` in an NCCL log line.
@@ -341,30 +364,17 @@ TEST_F(CudaSpanTest, UnevenInterleavedNodesPlaceEveryBlockByGlobalRank) {
   std::vector<DaemonProcess*> n;
   StartNodes({"node-a", "node-b", "node-c"}, &n);
   if (HasFatalFailure()) return;
-  const std::vector<std::vector<int>> globals = {{3}, {0, 5}, {1, 2, 4}};
-  std::map<int, ChildProcess*> ranks;  // by global rank
+  std::map<int, ChildProcess*> ranks = StartInterleaved(n, "blocks");
   std::map<int, int> node_of;
   for (int node = 0; node < 3; ++node) {
-    const int world = static_cast<int>(globals[node].size());
-    for (int l = 0; l < world; ++l) {
-      const int g = globals[node][l];
-      node_of[g] = node;
-      ranks[g] = StartRank({.node = n[node],
-                            .rank = l,
-                            .world = world,
-                            .global_rank = g,
-                            .global_world = 6,
-                            .mode = "blocks",
-                            .env = {std::string("COMMD_NCCL_LIBRARY=") + COMMD_FAKE_LIBNCCL,
-                                    "COMMD_FAKE_NCCL_CALL_LOG=" + NcclLog(g)}});
-    }
+    for (int g : kInterleaved[node]) node_of[g] = node;
   }
   for (auto& [g, r] : ranks) ASSERT_TRUE(r->WaitForLog("done", absl::Seconds(120))) << r->Log();
   for (auto& [g, r] : ranks) {
     SCOPED_TRACE(absl::StrCat("global rank ", g));
     const int node = node_of[g];
-    const int local = static_cast<int>(globals[node].size());
-    const bool leader = globals[node][0] == g;
+    const int local = static_cast<int>(kInterleaved[node].size());
+    const bool leader = kInterleaved[node][0] == g;
     std::map<std::string, Call> calls = Calls(r->Log());
     EXPECT_EQ(calls["all_gather"].result, "OK ");
     EXPECT_EQ(calls["reduce_scatter"].result, "OK ");
@@ -425,22 +435,7 @@ TEST_F(CudaSpanTest, ANanInOneGlobalRanksInputIsFoundForAllToAllAndOnALoneRank) 
   std::vector<DaemonProcess*> n;
   StartNodes({"node-a", "node-b", "node-c"}, &n);
   if (HasFatalFailure()) return;
-  const std::vector<std::vector<int>> globals = {{3}, {0, 5}, {1, 2, 4}};
-  std::map<int, ChildProcess*> ranks;  // by global rank
-  for (int node = 0; node < 3; ++node) {
-    const int world = static_cast<int>(globals[node].size());
-    for (int l = 0; l < world; ++l) {
-      const int g = globals[node][l];
-      ranks[g] = StartRank({.node = n[node],
-                            .rank = l,
-                            .world = world,
-                            .global_rank = g,
-                            .global_world = 6,
-                            .mode = "nan",
-                            .env = {std::string("COMMD_NCCL_LIBRARY=") + COMMD_FAKE_LIBNCCL,
-                                    "COMMD_FAKE_NCCL_CALL_LOG=" + NcclLog(g)}});
-    }
-  }
+  std::map<int, ChildProcess*> ranks = StartInterleaved(n, "nan");
   for (auto& [g, r] : ranks) ASSERT_TRUE(r->WaitForLog("done", absl::Seconds(120))) << r->Log();
   std::string fail;
   for (auto& [g, r] : ranks) {
