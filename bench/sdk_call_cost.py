@@ -5,8 +5,8 @@ Runs build/bench/sdk_call_cost (a world of one on a private commd) under
 `valgrind --tool=callgrind --toggle-collect='*RunCalls*'` twice, with N and 2N calls, and
 divides the difference by N: what is left is exactly one call's work (setup, warm-up and
 first-call allocations cancel out; the 5000 warm-up calls fill the ring's first lap). The same again collecting only inside the kernel
-(kernels::AllReduce or kernels::Barrier) gives the kernel's share; the rest is what the SDK
-adds. Prints those and the functions' own (exclusive) instructions per call, largest first.
+(kernels::AllReducePrepared, which the SDK runs for a buffer's repeated all-reduce, or
+kernels::Barrier) gives the kernel's share; the rest is what the SDK adds. Prints those and the functions' own (exclusive) instructions per call, largest first.
 
     bench/sdk_call_cost.py [--build build] [--mode sym|host|barrier ...] [--bytes 8]
                            [--calls 2000] [--top 25]
@@ -25,7 +25,7 @@ LINE = re.compile(r"^\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(.*?)\s*(\[.*\])?\s*$")
 # Past the first lap of the ring at the daemon's default capacity (4096 entries): the steady
 # state of a job, where an entry's slot already holds its group's names (control_block_writer.h).
 WARMUP = 5000
-KERNEL = {"sym": "AllReduce", "host": "AllReduce", "barrier": "Barrier"}
+KERNEL = {"sym": "AllReducePrepared", "host": "AllReducePrepared", "barrier": "Barrier"}
 
 
 def profile(binary, mode, nbytes, calls, out_dir, collect="*RunCalls*"):

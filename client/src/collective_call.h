@@ -40,6 +40,7 @@
 #include "common/control_block.h"
 #include "kernels/host/collectives.h"
 #include "kernels/host/comm_view.h"
+#include "kernels/host/plan.h"
 #include "kernels/types.h"
 
 namespace commd {
@@ -121,14 +122,18 @@ class EntryTensors {
 
 // What the last call on one buffer that passed Group::Run's checks resolved to, kept with
 // the buffer so that an equal call (`key`) skips the checks and records a prepared entry:
-// its all-reduce algorithm and its flight-recorder entry's shape (RecordShape: the ring
-// writes the shape's fields into a slot only when the slot does not hold them already).
+// its all-reduce algorithm, its flight-recorder entry's shape (RecordShape: the ring
+// writes the shape's fields into a slot only when the slot does not hold them already) and,
+// for the host all-reduce, the kernels' prepared call (validated, staging planned, call words
+// hashed), which the host backend makes on the first run of the key and runs while it holds.
 // Not copyable: `shape` points into `tensors`.
 struct PreparedCall {
   CheckedKey key;
   kernels::Algorithm algorithm = kernels::Algorithm::kTwoShot;
   EntryTensors tensors;
   RecordShape shape;
+  kernels::PreparedCollective kernel;  // over the buffer's views.host; valid when kernel_ready
+  bool kernel_ready = false;           // reset whenever `key` changes
 };
 
 // The pointers a view borrows, for one buffer: built once when the buffer is mapped, so that
@@ -147,7 +152,9 @@ struct CheckedCall {
   const BufferViews* out_views = nullptr;   // of call.out
   const BufferViews* span_words = nullptr;  // a spanning group's words (span_collectives.h)
   kernels::Algorithm algorithm = kernels::Algorithm::kTwoShot;  // all-reduce only
-  absl::Duration wait;                                          // how long each wait may take
+  // The buffer's prepared call when `call` is its key (one buffer, this group's), else null.
+  PreparedCall* prepared = nullptr;
+  absl::Duration wait;  // how long each wait may take
 };
 
 // The flight-recorder entry of one call, with the group's NaN policy around it. The funnel

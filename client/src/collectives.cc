@@ -543,6 +543,7 @@ absl::Status Group::Run(const CollectiveCall& c) {
     }
     if (one_buffer) {
       prepared.key = key;
+      prepared.kernel_ready = false;
       prepared.algorithm = algorithm;
       prepared.tensors.Fill(c, s.global_world_size);
       prepared.shape = RingWriter::Prepare(prepared.tensors.Args(c.kind, s.timeout_ms));
@@ -559,6 +560,7 @@ absl::Status Group::Run(const CollectiveCall& c) {
       .out_views = &c.out->state_->views,
       .span_words = spans ? &s.span_words->state_->views : nullptr,
       .algorithm = algorithm,
+      .prepared = one_buffer ? &prepared : nullptr,
       .wait = c.options->timeout > absl::ZeroDuration() ? c.options->timeout : s.default_wait};
   CollectiveEntry entry(*s.entry_parts, c, one_buffer ? &prepared.shape : nullptr);
   return s.backend->Run(checked, entry);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/src/collective_call.h"
 #include "common/control_block.h"
+#include "common/status_macros.h"
 #include "kernels/host/collectives.h"
 #include "kernels/host/fused_matmul.h"
 
@@ -47,8 +48,21 @@ class HostBackend : public CollectiveBackend {
     switch (call.kind) {
       case CollectiveOp::kBarrier:
         return kernels::Barrier(v);
-      case CollectiveOp::kAllReduce:
-        return kernels::AllReduce(v, in, out, call.count, dtype, op, c.algorithm, nan, r);
+      case CollectiveOp::kAllReduce: {
+        if (c.prepared == nullptr) {
+          return kernels::AllReduce(v, in, out, call.count, dtype, op, c.algorithm, nan, r);
+        }
+        // The buffer's key holds: its kernel call, prepared by the key's first run over the
+        // buffer's views (the same arrays as `v`'s, which AllReducePrepared checks).
+        PreparedCall& p = *c.prepared;
+        if (!p.kernel_ready) {
+          const kernels::TensorArgs t{in, out, call.count, dtype};
+          RETURN_IF_ERROR(
+              kernels::PrepareAllReduce(v, absl::MakeConstSpan(&t, 1), op, c.algorithm, &p.kernel));
+          p.kernel_ready = true;
+        }
+        return kernels::AllReducePrepared(v, p.kernel, nan, r);
+      }
       case CollectiveOp::kAllReduceCoalesced: {
         absl::InlinedVector<kernels::TensorArgs, kInlineTensors> args;
         args.reserve(call.tensors.size());

@@ -222,6 +222,10 @@ HostExchange::HostExchange(const HostCommView& view, absl::string_view collectiv
 
 size_t HostExchange::payload_capacity() const { return slot_bytes_ - kExchangePayloadOffset; }
 
+size_t HostExchange::PayloadCapacity(int world_size) {
+  return ExchangeSlotBytes(world_size) - kExchangePayloadOffset;
+}
+
 void HostExchange::Send(const CallWords& words, size_t payload_bytes) {
   const uint32_t w[4] = {words.call, words.nan_count, words.count, words.shape};
   std::memcpy(Slot(view_.rank, view_.rank) + kExchangeWordsOffset, w, sizeof(w));

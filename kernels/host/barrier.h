@@ -83,6 +83,8 @@ class HostExchange {
 
   std::byte* own_payload() const { return Slot(view_.rank, view_.rank) + kExchangePayloadOffset; }
   size_t payload_capacity() const;
+  // payload_capacity() of every exchange on a view of `world_size` ranks.
+  static size_t PayloadCapacity(int world_size);
   void Send(const CallWords& words, size_t payload_bytes);
   absl::Status WaitFor(int peer);
   absl::Status WaitForAll();

@@ -125,8 +125,7 @@ CallWords MakeCallWords(const CallSignature& call, uint64_t nonfinite) {
   h *= kMixMultiplier;  // spread the last words into the top bits before folding to 31
   const uint32_t h31 = static_cast<uint32_t>(h >> 33);
   CallWords w;
-  w.call = (h31 << 1) | (nonfinite > 0 ? kNanBit : 0);
-  w.nan_count = Saturate32(nonfinite);
+  w.call = h31 << 1;
   w.count = tensors.empty() ? 0 : Saturate32(tensors[0].count);
   const uint32_t dtype = tensors.empty() ? 0 : static_cast<uint32_t>(tensors[0].dtype) & 0xF;
   // A broadcast has one tensor: the top half names its root instead.
@@ -136,7 +135,13 @@ CallWords MakeCallWords(const CallSignature& call, uint64_t nonfinite) {
   w.shape = (static_cast<uint32_t>(call.kind) & 0xF) | (static_cast<uint32_t>(call.op) & 0xF) << 4 |
             (static_cast<uint32_t>(call.algorithm) & 0xF) << 8 | dtype << 12 |
             (high & 0xFFFF) << 16;
-  return w;
+  return AddNonfinite(w, nonfinite);
+}
+
+CallWords AddNonfinite(CallWords words, uint64_t nonfinite) {
+  words.call = (words.call & ~kNanBit) | (nonfinite > 0 ? kNanBit : 0);
+  words.nan_count = Saturate32(nonfinite);
+  return words;
 }
 
 absl::Status CheckCalls(const HostExchange& x, CollectiveOp kind, CollectiveResult* result) {

@@ -36,6 +36,11 @@ struct CallSignature {
 // The enums and the root must be valid (checked before the call is staged).
 CallWords MakeCallWords(const CallSignature& call, uint64_t nonfinite);
 
+// `words` (made with no NaN finding) with this rank's NaN/Inf count: MakeCallWords(call, n) ==
+// AddNonfinite(MakeCallWords(call, 0), n). The hash does not depend on the count, so a
+// prepared call (plan.h) hashes once.
+CallWords AddNonfinite(CallWords words, uint64_t nonfinite);
+
 // Once every rank's message of exchange `x` is here: INVALID_ARGUMENT naming the ranks and
 // their calls when some rank's call hash differs from rank 0's; else OK and, when `result` is
 // not null, its group-wide NaN/Inf fields. Every rank reaches the same verdict and the same

@@ -15,6 +15,7 @@
 #include "common/symmetric_layout.h"
 #include "gtest/gtest.h"
 #include "kernels/host/collectives.h"
+#include "kernels/host/plan.h"
 #include "kernels/host/test_support.h"
 
 namespace commd::kernels {
@@ -301,6 +302,195 @@ TEST(NanFindingTest, BroadcastReportsTheRootsBuffer) {
     return std::string("ok");
   });
   testing::ExpectAllOk(outcomes);
+}
+
+// ---- Prepared calls (PrepareAllReduce / AllReducePrepared) ----
+
+// The staging word of the call hash as the ranks computed it per call before calls were
+// prepared, written out here independently of the kernels: 1 then each in-place input's
+// offset in the own region, or 0 then the packed offsets (64-byte aligned) of outside inputs;
+// each step digest * 31 + offset. Tensors with count 0 are not staged.
+uint64_t ExpectedStaging(const HostCommView& view, const std::vector<TensorArgs>& tensors) {
+  const std::byte* own = view.data[view.rank];
+  bool in_place = false;
+  for (const TensorArgs& t : tensors) {
+    const auto* p = static_cast<const std::byte*>(t.input);
+    if (t.count > 0) in_place = p >= own && p < own + view.data_bytes;
+  }
+  uint64_t digest = in_place ? 1 : 0;
+  size_t packed = 0;
+  for (const TensorArgs& t : tensors) {
+    if (t.count == 0) continue;
+    const size_t offset =
+        in_place ? static_cast<size_t>(static_cast<const std::byte*>(t.input) - own) : packed;
+    digest = digest * 31 + offset;
+    packed = AlignUp(packed + t.count * DataTypeSize(t.dtype), 64);
+  }
+  return digest;
+}
+
+std::string Words(const CallWords& w) {
+  return absl::StrCat("{call 0x", absl::Hex(w.call), " nan ", w.nan_count, " count ", w.count,
+                      " shape 0x", absl::Hex(w.shape), "}");
+}
+
+bool SameWords(const CallWords& a, const CallWords& b) {
+  return a.call == b.call && a.nan_count == b.nan_count && a.count == b.count && a.shape == b.shape;
+}
+
+// For every type, op and algorithm, one to three tensors of several counts (an empty one
+// among them), in place at several offsets or outside the regions, on ranks 0 and 1 of a
+// world of 2: the prepared call's words, with any NaN finding added, are exactly the words
+// made from the whole call with its staging offsets, as every rank sent them per call before
+// calls were prepared. So ranks on the prepared path and ranks on the full path agree.
+TEST(PreparedCallTest, CallWordsAreTheUnpreparedOnes) {
+  auto mem = SymmetricHostMemory::Create(2, 1 << 16);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  std::vector<std::byte> outside_in(1 << 14), outside_out(1 << 14);
+  int checked = 0;
+  for (int rank : {0, 1}) {
+    auto mv = MappedView::Map(*mem, rank, nullptr, absl::Now() + absl::Minutes(1));
+    ASSERT_TRUE(mv.ok()) << mv.status();
+    const HostCommView& view = (*mv)->view();
+    std::byte* own = (*mv)->own_data();
+    for (int type = 0; type < kDataTypeCount; ++type) {
+      const auto dtype = static_cast<DataType>(type);
+      const size_t es = DataTypeSize(dtype);
+      for (const std::vector<size_t>& counts : std::vector<std::vector<size_t>>{
+               {1}, {7}, {1000}, {16, 0, 3}, {5, 9}, {0, 0, 0, 0, 1}, {0}}) {
+        for (const size_t base : {size_t{0}, size_t{64}, size_t{4096}, SIZE_MAX}) {
+          std::vector<TensorArgs> tensors;
+          size_t at = base == SIZE_MAX ? 0 : base;
+          for (size_t count : counts) {
+            std::byte* p = base == SIZE_MAX ? outside_in.data() + at : own + at;
+            std::byte* q = base == SIZE_MAX ? outside_out.data() + at : p;
+            tensors.push_back({p, q, count, dtype});
+            at += AlignUp(count * es, 128) + 128;
+          }
+          for (int op = 0; op < kReduceOpCount; ++op) {
+            for (const Algorithm algorithm : {Algorithm::kOneShot, Algorithm::kTwoShot}) {
+              PreparedCollective prepared;
+              ASSERT_TRUE(
+                  PrepareAllReduce(view, tensors, static_cast<ReduceOp>(op), algorithm, &prepared)
+                      .ok());
+              const CallSignature call{.kind = CollectiveOp::kAllReduce,
+                                       .op = static_cast<ReduceOp>(op),
+                                       .algorithm = algorithm,
+                                       .tensors = tensors,
+                                       .staging = ExpectedStaging(view, tensors)};
+              for (const uint64_t nonfinite : {uint64_t{0}, uint64_t{1}, uint64_t{1} << 33}) {
+                const CallWords want = MakeCallWords(call, nonfinite);
+                const CallWords got = AddNonfinite(prepared.words, nonfinite);
+                ASSERT_TRUE(SameWords(want, got))
+                    << "rank " << rank << " type " << type << " tensors " << counts.size()
+                    << " first count " << counts[0] << " base " << base << " op " << op
+                    << " algorithm " << static_cast<int>(algorithm) << " nonfinite " << nonfinite
+                    << ": prepared " << Words(got) << ", whole call " << Words(want);
+                ++checked;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2 * kDataTypeCount * 7 * 4 * kReduceOpCount * 2 * 3);
+}
+
+// Rank 0 prepares its in-place all-reduce once and runs it again and again; rank 1 calls the
+// public entry, which prepares every call. Equal calls give exact sums of fresh inputs each
+// round (the prepared call reads its data at run time); rank 1 at another offset or with
+// another count fails on both ranks with INVALID_ARGUMENT, and the allocation stays usable.
+TEST(PreparedCallTest, PreparedAndFreshRanksAgreeAndMismatchesFailBoth) {
+  auto mem = SymmetricHostMemory::Create(2, 1 << 16);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  const uint64_t seed = SplitMix64(testing::RunSeed() ^ 0x9e9e);
+  const auto outcomes = RunRanks(2, [&](int rank) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(auto mv, MappedView::Map(*mem, rank, nullptr, absl::Now() + absl::Minutes(1)));
+    std::byte* region = mv->own_data();
+    constexpr size_t kCount = 256;
+    for (const Algorithm algorithm : {Algorithm::kOneShot, Algorithm::kTwoShot}) {
+      PreparedCollective prepared;
+      const TensorArgs t{region, region, kCount, DataType::kInt32};
+      RETURN_IF_ERROR(PrepareAllReduce(mv->view(), absl::MakeConstSpan(&t, 1), ReduceOp::kSum,
+                                       algorithm, &prepared));
+      // Rank 1's call in each round (offset in elements, count) and whether it equals rank 0's.
+      struct Round {
+        size_t offset;
+        size_t count;
+        bool agree;
+      };
+      for (const Round round :
+           {Round{0, kCount, true}, Round{1024, kCount, false}, Round{0, kCount, true},
+            Round{0, kCount - 1, false}, Round{0, kCount, true}}) {
+        const uint64_t s = SplitMix64(seed + round.offset + round.count);
+        std::byte* mine = rank == 1 ? region + round.offset * 4 : region;
+        const size_t count = rank == 1 ? round.count : kCount;
+        FillInputs(DataType::kInt32, s, rank, 0, count, mine);
+        const absl::Status status =
+            rank == 0 ? AllReducePrepared(mv->view(), prepared, NanCheck::kOff, nullptr)
+                      : AllReduce(mv->view(), mine, mine, count, DataType::kInt32, ReduceOp::kSum,
+                                  algorithm, NanCheck::kOff, nullptr);
+        const std::string what =
+            absl::StrCat("algorithm ", static_cast<int>(algorithm), ", rank 1 at offset ",
+                         round.offset, " count ", round.count);
+        if (round.agree) {
+          if (!status.ok()) return absl::InternalError(absl::StrCat(what, ": ", status.ToString()));
+          RETURN_IF_ERROR(
+              CheckReduced(DataType::kInt32, ReduceOp::kSum, s, 2, mine, 0, count, what));
+        } else if (status.code() != absl::StatusCode::kInvalidArgument ||
+                   !absl::StrContains(status.message(), "ranks disagree on the call")) {
+          return absl::InternalError(absl::StrCat(
+              what, ": want INVALID_ARGUMENT (ranks disagree), got ", status.ToString()));
+        }
+      }
+    }
+    return std::string("ok");
+  });
+  testing::ExpectAllOk(outcomes);
+}
+
+// A prepared call runs only on the view it was validated against: another view of the same
+// memory (other pointer arrays) is INVALID_ARGUMENT, as is a call whose preparation failed
+// (with the public entry's own error) or that was never prepared.
+TEST(PreparedCallTest, RunsOnlyOnItsViewAndOnlyWhenPrepared) {
+  auto mem = SymmetricHostMemory::Create(1, 1 << 12);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  auto a = MappedView::Map(*mem, 0, nullptr, absl::Now() + absl::Minutes(1));
+  auto b = MappedView::Map(*mem, 0, nullptr, absl::Now() + absl::Minutes(1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<float> in = {1, 2, 3}, out(3);
+  const TensorArgs t{in.data(), out.data(), in.size(), DataType::kFloat32};
+  PreparedCollective p;
+  EXPECT_EQ(AllReducePrepared((*a)->view(), p, NanCheck::kOff, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(PrepareAllReduce((*a)->view(), absl::MakeConstSpan(&t, 1), ReduceOp::kMax,
+                               Algorithm::kTwoShot, &p)
+                  .ok());
+  CollectiveResult r;
+  ASSERT_TRUE(AllReducePrepared((*a)->view(), p, NanCheck::kOn, &r).ok());
+  EXPECT_EQ(out, in);
+  const absl::Status other = AllReducePrepared((*b)->view(), p, NanCheck::kOff, nullptr);
+  EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument) << other;
+  EXPECT_TRUE(absl::StrContains(other.message(), "another view")) << other;
+  // The same arrays with another data size is another view too.
+  HostCommView shrunk = (*a)->view();
+  shrunk.data_bytes -= 64;
+  EXPECT_EQ(AllReducePrepared(shrunk, p, NanCheck::kOff, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Too large for the region: the public entry's error, and the struct cannot be run.
+  const TensorArgs big{in.data(), out.data(), size_t{1} << 20, DataType::kFloat32};
+  const absl::Status prepare_error = PrepareAllReduce((*a)->view(), absl::MakeConstSpan(&big, 1),
+                                                      ReduceOp::kMax, Algorithm::kTwoShot, &p);
+  const absl::Status public_error =
+      AllReduce((*a)->view(), big.input, big.output, big.count, big.dtype, ReduceOp::kMax,
+                Algorithm::kTwoShot, NanCheck::kOff, nullptr);
+  EXPECT_EQ(prepare_error.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(prepare_error, public_error);
+  const absl::Status stale = AllReducePrepared((*a)->view(), p, NanCheck::kOff, nullptr);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kInvalidArgument) << stale;
+  EXPECT_TRUE(absl::StrContains(stale.message(), "not prepared")) << stale;
 }
 
 }  // namespace

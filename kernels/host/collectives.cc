@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
+#include "absl/base/attributes.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/symmetric_layout.h"
@@ -47,37 +50,114 @@ size_t PayloadBytes(const StagingPlan& plan) {
 // Whether this all-reduce's inputs travel in the exchange: a one-shot whose inputs fit one
 // slot's payload. Every rank that makes the same call decides alike (the counts, types and
 // algorithm are in the call hash; the world size is the view's).
-bool Carries(const HostExchange& x, const StagingPlan& plan, const CallSignature& call) {
+bool Carries(const HostCommView& view, const StagingPlan& plan, const CallSignature& call) {
   return call.kind == CollectiveOp::kAllReduce && call.algorithm == Algorithm::kOneShot &&
-         PayloadBytes(plan) <= x.payload_capacity();
+         PayloadBytes(plan) <= HostExchange::PayloadCapacity(view.world_size);
+}
+
+// Where the tensors sit in the data regions, as one word of the call hash
+// (CallSignature::staging).
+uint64_t StagingDigest(const StagingPlan& plan) {
+  uint64_t digest = plan.in_place ? 1 : 0;
+  for (const StagedTensor& t : plan.tensors) digest = digest * 31 + t.offset;
+  return digest;
+}
+
+absl::Status CheckOp(CollectiveOp kind, ReduceOp op) {
+  if (IsValid(op)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), ": reduce op ",
+                                                 static_cast<int>(op), " is not one of 0..",
+                                                 kReduceOpCount - 1));
+}
+
+// The view must have been validated.
+absl::Status CheckRoot(const HostCommView& view, int root) {
+  if (root >= 0 && root < view.world_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("broadcast: root ", root, " is out of range [0, ",
+                                                 view.world_size - 1, "] (the group's ranks)"));
+}
+
+// Validates `call` against `view` as a collective's entry does (the caller has checked the
+// op and the algorithm) and fills `out` with what its runs need. On error `out` matches no
+// view, so it cannot be run.
+absl::Status Prepare(const HostCommView& view, const CallSignature& call, PreparedCollective* out) {
+  out->data = nullptr;
+  absl::StatusOr<StagingPlan> plan = PlanCollective(view, call.kind, call.tensors);
+  if (!plan.ok()) return plan.status();
+  if (call.kind == CollectiveOp::kBroadcast) RETURN_IF_ERROR(CheckRoot(view, call.root));
+  out->plan = *std::move(plan);
+  CallSignature staged = call;
+  staged.staging = StagingDigest(out->plan);
+  out->words = MakeCallWords(staged, 0);
+  out->carries = Carries(view, out->plan, call);
+  out->kind = call.kind;
+  out->op = call.op;
+  out->algorithm = call.algorithm;
+  out->root = call.root;
+  out->pads = view.pads;
+  out->rank = view.rank;
+  out->world_size = view.world_size;
+  out->data_bytes = view.data_bytes;
+  out->pad_slots = view.pad_slots;
+  out->data = view.data;  // last: now it matches its view
+  return absl::OkStatus();
+}
+
+// Cold path of CheckPrepared.
+ABSL_ATTRIBUTE_NOINLINE absl::Status NotPreparedFor(const HostCommView& view,
+                                                    const PreparedCollective& p,
+                                                    CollectiveOp kind) {
+  if (p.data == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(CollectiveName(kind), " on rank ", view.rank,
+                     ": the prepared call is not prepared (never, or its preparation failed)"));
+  }
+  if (p.kind != kind) {
+    return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), " on rank ", view.rank,
+                                                   ": the prepared call is a ",
+                                                   CollectiveName(p.kind)));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(CollectiveName(kind), " on rank ", view.rank,
+                   ": the prepared call was validated against another view (rank ", p.rank, " of ",
+                   p.world_size, ", ", p.data_bytes, " data bytes, ", p.pad_slots,
+                   " pad slots, other pointer "
+                   "arrays or these differ); allowed: the view it was prepared with"));
+}
+
+// A prepared call runs only as the collective it was made for, on the view it was validated
+// against; the result starts clean.
+absl::Status CheckPrepared(const HostCommView& view, const PreparedCollective& p, CollectiveOp kind,
+                           CollectiveResult* result) {
+  if (!p.ViewMatches(view) || p.kind != kind) return NotPreparedFor(view, p, kind);
+  if (result != nullptr) *result = CollectiveResult{};
+  return absl::OkStatus();
 }
 
 // Copy-in (a broadcast stages the root's buffer only; carried inputs go into the exchange
 // instead) and the exchange of every rank's call words, then the call check. The exchange is
 // the staging barrier too: a rank sends after its copy-in. A mismatch fails every rank alike
 // and leaves nothing to settle (the next exchange uses the other parity).
-absl::Status Stage(HostExchange& x, const StagingPlan& plan, NanCheck check,
-                   const CallSignature& call, bool carries, CollectiveResult* result) {
+absl::Status Stage(HostExchange& x, const PreparedCollective& p, NanCheck check,
+                   CollectiveResult* result) {
   const HostCommView& view = x.view();
-  RETURN_IF_ERROR(CheckNotAborted(view, CollectiveName(call.kind)));
+  const StagingPlan& plan = p.plan;
+  RETURN_IF_ERROR(CheckNotAborted(view, CollectiveName(p.kind)));
   uint64_t bad = 0;
   size_t payload = 0;
-  if (carries) {
+  if (p.carries) {
     for (const StagedTensor& t : plan.tensors) {
       payload = AlignUp(payload, 16);
       bad += CopyIn(t.dtype, t.input, x.own_payload() + payload, t.staged_count, check);
       payload += t.count * t.element_size;
     }
-  } else if (call.kind != CollectiveOp::kBroadcast || view.rank == call.root) {
+  } else if (p.kind != CollectiveOp::kBroadcast || view.rank == p.root) {
     bad = CopyInAll(view, plan, check);
   }
   if (result != nullptr) result->nonfinite_count = bad;
-  CallSignature staged = call;
-  staged.staging = plan.in_place ? 1 : 0;
-  for (const StagedTensor& t : plan.tensors) staged.staging = staged.staging * 31 + t.offset;
-  x.Send(MakeCallWords(staged, bad), payload);
+  x.Send(AddNonfinite(p.words, bad), payload);
   RETURN_IF_ERROR(x.WaitForAll());
-  return CheckCalls(x, call.kind, result);
+  return CheckCalls(x, p.kind, result);
 }
 
 // One-shot on inputs that came in the exchange: each rank reduces every rank's copy in its
@@ -181,12 +261,13 @@ absl::Status TwoShot(const HostCommView& view, const StagingPlan& plan, ReduceOp
 absl::Status Gather(const HostCommView& view, CollectiveOp kind,
                     absl::Span<const TensorArgs> tensors, NanCheck nan_check,
                     CollectiveResult* result) {
-  ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
+  PreparedCollective p;
+  RETURN_IF_ERROR(Prepare(view, CallSignature{.kind = kind, .tensors = tensors}, &p));
   if (result != nullptr) *result = CollectiveResult{};
+  const StagingPlan& plan = p.plan;
   if (plan.tensors.empty()) return absl::OkStatus();
   HostExchange x(view, CollectiveName(kind));
-  RETURN_IF_ERROR(
-      Stage(x, plan, nan_check, CallSignature{.kind = kind, .tensors = tensors}, false, result));
+  RETURN_IF_ERROR(Stage(x, p, nan_check, result));
   for (const StagedTensor& t : plan.tensors) {
     const size_t bytes = t.count * t.element_size;
     const size_t from =
@@ -219,20 +300,6 @@ absl::Status ScatterReduced(const HostCommView& view, const StagingPlan& plan, R
   return HostBarrier(view, CollectiveName(CollectiveOp::kReduceScatter));
 }
 
-absl::Status CheckOp(CollectiveOp kind, ReduceOp op) {
-  if (IsValid(op)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), ": reduce op ",
-                                                 static_cast<int>(op), " is not one of 0..",
-                                                 kReduceOpCount - 1));
-}
-
-// The view must have been validated.
-absl::Status CheckRoot(const HostCommView& view, int root) {
-  if (root >= 0 && root < view.world_size) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("broadcast: root ", root, " is out of range [0, ",
-                                                 view.world_size - 1, "] (the group's ranks)"));
-}
-
 }  // namespace
 
 absl::Status Barrier(const HostCommView& view) {
@@ -241,28 +308,41 @@ absl::Status Barrier(const HostCommView& view) {
   return HostBarrier(view, "barrier");
 }
 
-absl::Status AllReduceCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
-                                ReduceOp op, Algorithm algorithm, NanCheck nan_check,
-                                CollectiveResult* result) {
+absl::Status PrepareAllReduce(const HostCommView& view, absl::Span<const TensorArgs> tensors,
+                              ReduceOp op, Algorithm algorithm, PreparedCollective* out) {
   const CollectiveOp kind = CollectiveOp::kAllReduce;
+  out->data = nullptr;
   RETURN_IF_ERROR(CheckOp(kind, op));
   if (!IsValid(algorithm)) {
     return absl::InvalidArgumentError(absl::StrCat("all_reduce: algorithm ",
                                                    static_cast<int>(algorithm),
                                                    " is not one of 0 (one-shot), 1 (two-shot)"));
   }
-  ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
-  if (result != nullptr) *result = CollectiveResult{};
+  return Prepare(view, {.kind = kind, .op = op, .algorithm = algorithm, .tensors = tensors}, out);
+}
+
+absl::Status AllReducePrepared(const HostCommView& view, const PreparedCollective& prepared,
+                               NanCheck nan_check, CollectiveResult* result) {
+  RETURN_IF_ERROR(CheckPrepared(view, prepared, CollectiveOp::kAllReduce, result));
+  const StagingPlan& plan = prepared.plan;
   if (plan.tensors.empty()) return absl::OkStatus();
-  const CallSignature call{.kind = kind, .op = op, .algorithm = algorithm, .tensors = tensors};
-  HostExchange x(view, CollectiveName(kind));
-  const bool carries = Carries(x, plan, call);
-  RETURN_IF_ERROR(Stage(x, plan, nan_check, call, carries, result));
-  if (carries) {
+  HostExchange x(view, CollectiveName(CollectiveOp::kAllReduce));
+  RETURN_IF_ERROR(Stage(x, prepared, nan_check, result));
+  const ReduceOp op = prepared.op;
+  if (prepared.carries) {
     ReduceCarried(x, plan, op);
     return absl::OkStatus();
   }
-  return algorithm == Algorithm::kOneShot ? OneShot(view, plan, op) : TwoShot(view, plan, op);
+  return prepared.algorithm == Algorithm::kOneShot ? OneShot(view, plan, op)
+                                                   : TwoShot(view, plan, op);
+}
+
+absl::Status AllReduceCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
+                                ReduceOp op, Algorithm algorithm, NanCheck nan_check,
+                                CollectiveResult* result) {
+  PreparedCollective prepared;
+  RETURN_IF_ERROR(PrepareAllReduce(view, tensors, op, algorithm, &prepared));
+  return AllReducePrepared(view, prepared, nan_check, result);
 }
 
 absl::Status AllGatherCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
@@ -274,13 +354,13 @@ absl::Status ReduceScatterCoalesced(const HostCommView& view, absl::Span<const T
                                     ReduceOp op, NanCheck nan_check, CollectiveResult* result) {
   const CollectiveOp kind = CollectiveOp::kReduceScatter;
   RETURN_IF_ERROR(CheckOp(kind, op));
-  ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
+  PreparedCollective p;
+  RETURN_IF_ERROR(Prepare(view, CallSignature{.kind = kind, .op = op, .tensors = tensors}, &p));
   if (result != nullptr) *result = CollectiveResult{};
-  if (plan.tensors.empty()) return absl::OkStatus();
+  if (p.plan.tensors.empty()) return absl::OkStatus();
   HostExchange x(view, CollectiveName(kind));
-  RETURN_IF_ERROR(Stage(x, plan, nan_check,
-                        CallSignature{.kind = kind, .op = op, .tensors = tensors}, false, result));
-  return ScatterReduced(view, plan, op);
+  RETURN_IF_ERROR(Stage(x, p, nan_check, result));
+  return ScatterReduced(view, p.plan, op);
 }
 
 size_t OversubscribedOneShotMaxBytes(int world_size) {
@@ -313,15 +393,13 @@ absl::Status Broadcast(const HostCommView& view, void* buffer, size_t count, Dat
   const CollectiveOp kind = CollectiveOp::kBroadcast;
   const TensorArgs t{buffer, buffer, count, dtype};
   const absl::Span<const TensorArgs> tensors = absl::MakeConstSpan(&t, 1);
-  ASSIGN_OR_RETURN(const StagingPlan plan, PlanCollective(view, kind, tensors));
-  RETURN_IF_ERROR(CheckRoot(view, root));
+  PreparedCollective p;
+  RETURN_IF_ERROR(Prepare(view, CallSignature{.kind = kind, .root = root, .tensors = tensors}, &p));
   if (result != nullptr) *result = CollectiveResult{};
-  if (plan.tensors.empty()) return absl::OkStatus();
+  if (p.plan.tensors.empty()) return absl::OkStatus();
   HostExchange x(view, CollectiveName(kind));
-  RETURN_IF_ERROR(Stage(x, plan, nan_check,
-                        CallSignature{.kind = kind, .root = root, .tensors = tensors}, false,
-                        result));
-  return ReadRoot(view, plan, root);
+  RETURN_IF_ERROR(Stage(x, p, nan_check, result));
+  return ReadRoot(view, p.plan, root);
 }
 
 absl::Status AllToAll(const HostCommView& view, const void* input, void* output, size_t count,

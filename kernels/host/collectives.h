@@ -119,6 +119,18 @@ absl::Status AllGatherCoalesced(const HostCommView& view, absl::Span<const Tenso
 absl::Status ReduceScatterCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
                                     ReduceOp op, NanCheck nan_check, CollectiveResult* result);
 
+// A call prepared once and run many times (the SDK keeps one per buffer): PrepareAllReduce
+// validates as AllReduceCoalesced does (same errors) and fills `prepared`, which
+// AllReducePrepared then runs on the same view (INVALID_ARGUMENT for another view or a call
+// whose preparation failed). A run is the call it was prepared from, on the same data: the
+// inputs and outputs are read and written at run time. AllReduce and AllReduceCoalesced are
+// these two in a row. `prepared` is overwritten; after an error it cannot be run.
+struct PreparedCollective;  // plan.h
+absl::Status PrepareAllReduce(const HostCommView& view, absl::Span<const TensorArgs> tensors,
+                              ReduceOp op, Algorithm algorithm, PreparedCollective* prepared);
+absl::Status AllReducePrepared(const HostCommView& view, const PreparedCollective& prepared,
+                               NanCheck nan_check, CollectiveResult* result);
+
 // AllReduceThresholds::oversubscribed_one_shot_max_bytes for `world_size` ranks of one node
 // (kernels/algorithm.h): the bytes one exchange carries when the ranks outnumber the node's
 // online CPUs, else 0. The same on every rank of the node.

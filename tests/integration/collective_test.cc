@@ -338,6 +338,14 @@ TEST_F(CollectiveTest, ACallOnABufferIsCheckedWhateverPassedOnItBefore) {
   EXPECT_EQ(g.AllReduce(host, host, 17, f32, sum, b).code(), invalid);
   ASSERT_TRUE(g.AllReduce(host, host, 4, f32, sum, b).ok());
   EXPECT_EQ(host[0], 1.0f);  // a world of one: the sum is the input
+  // The kernels' call prepared with the checks (PreparedCall::kernel) follows the call: after
+  // calls into one output, a call into another writes that one.
+  float out_a[4] = {}, out_b[4] = {};
+  ASSERT_TRUE(g.AllReduce(host, out_a, 4, f32, sum, b).ok());
+  ASSERT_TRUE(g.AllReduce(host, out_a, 4, f32, sum, b).ok());
+  ASSERT_TRUE(g.AllReduce(host + 4, out_b, 4, f32, sum, b).ok());
+  EXPECT_EQ(out_a[3], 4.0f);
+  EXPECT_EQ(out_b[3], 8.0f);
 
   // The last entries of the ring: each call's own count, in the order called.
   ASSERT_TRUE(g.AllReduce(b, 2, f32, sum).ok());
