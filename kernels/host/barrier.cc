@@ -199,9 +199,8 @@ absl::Status HostBarrier(const HostCommView& view, absl::string_view collective)
 }
 
 std::byte* HostExchange::Slot(int owner, int source) const {
-  const size_t index =
-      (seq_ & 1) * static_cast<size_t>(view_.world_size) + static_cast<size_t>(source);
-  return reinterpret_cast<std::byte*>(view_.pads[owner]) + slots_offset_ + index * slot_bytes_;
+  return reinterpret_cast<std::byte*>(view_.pads[owner]) + parity_offset_ +
+         static_cast<size_t>(source) * slot_bytes_;
 }
 
 uint32_t* HostExchange::Flag(int owner, int source) const {
@@ -211,13 +210,14 @@ uint32_t* HostExchange::Flag(int owner, int source) const {
 HostExchange::HostExchange(const HostCommView& view, absl::string_view collective)
     : view_(view),
       collective_(collective),
-      slots_offset_(ExchangeSlotsOffset(view.world_size)),
       slot_bytes_(ExchangeSlotBytes(view.world_size)),
       wait_(view) {
   std::atomic_ref<uint32_t> own(
       view.pads[view.rank][PadSlot(kHostExchangeChannel, view.rank, view.world_size)]);
   seq_ = own.load(std::memory_order_relaxed) + 1;
   own.store(seq_, std::memory_order_relaxed);
+  parity_offset_ = ExchangeSlotsOffset(view.world_size) +
+                   (seq_ & 1) * static_cast<size_t>(view.world_size) * slot_bytes_;
 }
 
 size_t HostExchange::payload_capacity() const { return slot_bytes_ - kExchangePayloadOffset; }

@@ -102,9 +102,11 @@ class HostExchange {
 
   const HostCommView& view_;
   absl::string_view collective_;
-  size_t slots_offset_;  // ExchangeSlotsOffset, ExchangeSlotBytes of the view's world size
-  size_t slot_bytes_;
+  size_t slot_bytes_;  // ExchangeSlotBytes of the view's world size
   uint32_t seq_ = 0;
+  // Where this exchange's slots (its parity's) start in every exchange area: fixed for the
+  // exchange, so a slot is one multiply-add from its owner's pad.
+  size_t parity_offset_ = 0;
   HostWait wait_;
 };
 
