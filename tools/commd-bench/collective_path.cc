@@ -7,9 +7,11 @@
 #include "absl/time/clock.h"
 #include "absl/types/span.h"
 #include "common/control_block.h"
+#include "common/status_macros.h"
 #include "kernels/algorithm.h"
 #include "kernels/host/collectives.h"
 #include "kernels/host/comm_view.h"
+#include "kernels/host/plan.h"
 
 namespace commd::bench {
 namespace {
@@ -93,9 +95,17 @@ class KernelPath : public CollectivePath {
     void* in = b_.in->data();
     switch (o_.op) {
       case CollectiveOp::kAllReduce:
-        return kernels::AllReduce(view_, in, in, s.per_rank, o_.dtype, o_.redop,
-                                  AllReduceAlgorithm(o_, s.per_rank * TypeSize(o_), s.per_rank),
-                                  kOff, nullptr);
+        // Prepared once per size, as the SDK keeps it per buffer: the bare kernel's run,
+        // without re-planning each call.
+        if (prepared_for_ != s.per_rank) {
+          const kernels::TensorArgs t{in, in, s.per_rank, o_.dtype};
+          prepared_for_ = SIZE_MAX;
+          RETURN_IF_ERROR(kernels::PrepareAllReduce(
+              view_, absl::MakeConstSpan(&t, 1), o_.redop,
+              AllReduceAlgorithm(o_, s.per_rank * TypeSize(o_), s.per_rank), &prepared_));
+          prepared_for_ = s.per_rank;
+        }
+        return kernels::AllReducePrepared(view_, prepared_, kOff, nullptr);
       case CollectiveOp::kAllGather:
         return kernels::AllGather(view_, in, b_.out->data(), s.per_rank, o_.dtype, kOff, nullptr);
       case CollectiveOp::kReduceScatter:
@@ -133,6 +143,8 @@ class KernelPath : public CollectivePath {
   kernels::HostCommView view_;
   std::vector<kernels::TensorArgs> args_;
   size_t args_for_ = SIZE_MAX;
+  kernels::PreparedCollective prepared_;
+  size_t prepared_for_ = SIZE_MAX;
 };
 
 }  // namespace
