@@ -19,8 +19,6 @@ using cb_atomic::StoreRelaxed;
 using cb_atomic::StoreRelease;
 using cb_atomic::StoreWordRelaxed;
 
-bool IsP2p(RecordOp op) { return op == RecordOp::kSend || op == RecordOp::kRecv; }
-
 struct SideResult {
   uint64_t bytes = 0;
   uint8_t recorded = 0;

@@ -118,6 +118,13 @@ class RingWriter {
   // (the host backend): created and started times are equal.
   RecordHandle BeginStarted(const RecordArgs& args) { return Record({.args = args}, true); }
   RecordHandle BeginStartedPrepared(const RecordShape& shape) { return Record(shape, true); }
+  // The collective_seq_id the next Begin* of `args` gets (0 for point-to-point), so that a
+  // caller can decide what depends on it (the SDK's sampled NaN check) before recording.
+  uint64_t NextCollectiveSeq(const RecordArgs& args) const {
+    if (IsP2p(args.op)) return 0;
+    const uint64_t seq = groups_[args.pg < num_groups_ ? args.pg : 0].collective_seq;
+    return args.same_seq_as_previous && seq != 0 ? seq : seq + 1;
+  }
   // Marks the entry started / completed (completed also retires it). Calls on an entry the
   // ring has since overwritten still update progress words and counters.
   void Started(const RecordHandle& h) { MarkStarted(h, /*write_progress=*/true); }
@@ -156,6 +163,7 @@ class RingWriter {
   };
 
   RingWriter(char* base, std::unique_ptr<RecorderClock> clock);
+  static bool IsP2p(RecordOp op) { return op == RecordOp::kSend || op == RecordOp::kRecv; }
   RecordHandle Record(const RecordShape& shape, bool started);
   void MarkStarted(const RecordHandle& h, bool write_progress);
   void MarkCompleted(const RecordHandle& h, bool write_progress);

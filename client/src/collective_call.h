@@ -177,11 +177,14 @@ class CollectiveEntry {
   CollectiveEntry(const CollectiveEntry&) = delete;  // the descriptors point into it
   CollectiveEntry& operator=(const CollectiveEntry&) = delete;
 
-  // Records the entry as scheduled (Begin) or scheduled and started (one clock read), and
-  // resolves whether this call checks its input for NaN/Inf.
+  // Records the entry as scheduled (Begin) or scheduled and started (one clock read). Once
+  // per call: the backend's, before the call can wait (the host's while its message is out).
   void Begin();
   void BeginStarted();
+  bool begun() const { return begun_; }
   RecordId id() const { return Recorder::Impl::Id(handle_); }
+  // Whether this call checks its input for NaN/Inf: known from construction (by the seq the
+  // entry will get), so that a backend may stage the input before recording.
   kernels::NanCheck nan() const { return nan_; }
   Recorder& recorder() { return g_.group.recorder(); }
   Recorder::Impl& recorder_impl() { return g_.recorder; }
@@ -213,6 +216,7 @@ class CollectiveEntry {
   const GroupParts& g_;
   const CollectiveCall& call_;
   RecordHandle handle_;  // the ring writer's, kept for the transitions
+  bool begun_ = false;
   kernels::NanCheck nan_ = kernels::NanCheck::kOff;
   const RecordShape* shape_;  // the prepared one, or own_shape_
   EntryTensors own_tensors_;  // not prepared: the call's, built here

@@ -444,11 +444,13 @@ CollectiveEntry::CollectiveEntry(const GroupParts& g, const CollectiveCall& call
     own_tensors_.Fill(call, g.group.global_world_size());
     shape_ = &own_shape_.emplace(RecordShape{.args = own_tensors_.Args(call.kind, g.timeout_ms)});
   }
+  nan_ = ResolveNanCheck(*call_.options, g_.settings,
+                         g_.recorder.writer->NextCollectiveSeq(shape_->args));
 }
 
 void CollectiveEntry::Began(const RecordHandle& h) {
   handle_ = h;
-  nan_ = ResolveNanCheck(*call_.options, g_.settings, h.collective_seq_id);
+  begun_ = true;
 }
 
 // Straight to the group's ring writer: what Recorder::Begin does, without converting the

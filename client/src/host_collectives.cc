@@ -29,12 +29,38 @@ class HostBackend : public CollectiveBackend {
     view.abort_word = abort_word_;
     view.heartbeat_ns = heartbeat_ns_;
     view.wait_limit = c.wait;
-    entry.BeginStarted();
+    // A collective that stages is recorded while its message is out, before its first wait,
+    // so that recording adds nothing to the time between ranks (or, when it fails or returns
+    // before sending, as it returns). The others (barrier, fused matmuls) wait first thing:
+    // recorded before, so that a wait that hangs has its entry.
+    if (Stages(c.call.kind)) {
+      view.posted = [](void* e) { static_cast<CollectiveEntry*>(e)->BeginStarted(); };
+      view.posted_context = &entry;
+    } else {
+      entry.BeginStarted();
+    }
     kernels::CollectiveResult result;
-    return entry.Finish(Launch(view, c, entry.nan(), &result), result);
+    absl::Status status = Launch(view, c, entry.nan(), &result);
+    if (!entry.begun()) entry.BeginStarted();
+    return entry.Finish(std::move(status), result);
   }
 
  private:
+  // The kernels that call HostCommView::posted (the ones that start with Stage).
+  static bool Stages(CollectiveOp kind) {
+    switch (kind) {
+      case CollectiveOp::kAllReduce:
+      case CollectiveOp::kAllReduceCoalesced:
+      case CollectiveOp::kAllGather:
+      case CollectiveOp::kReduceScatter:
+      case CollectiveOp::kBroadcast:
+      case CollectiveOp::kAllToAll:
+        return true;
+      default:
+        return false;
+    }
+  }
+
   static absl::Status Launch(const kernels::HostCommView& v, const CheckedCall& c,
                              kernels::NanCheck nan, kernels::CollectiveResult* r) {
     const CollectiveCall& call = c.call;

@@ -156,6 +156,7 @@ absl::Status Stage(HostExchange& x, const PreparedCollective& p, NanCheck check,
   }
   if (result != nullptr) result->nonfinite_count = bad;
   x.Send(AddNonfinite(p.words, bad), payload);
+  if (view.posted != nullptr) view.posted(view.posted_context);
   RETURN_IF_ERROR(x.WaitForAll());
   return CheckCalls(x, p.kind, result);
 }

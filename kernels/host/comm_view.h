@@ -39,6 +39,14 @@ struct HostCommView {
   // least every kHeartbeatPeriod, so that the daemon's watchdog tells a rank waiting for a
   // late peer from one that stopped (the control block's heartbeat word). May be null.
   uint64_t* heartbeat_ns = nullptr;
+  // Called once, when set, right after this rank's message of the call went out (its input
+  // staged, its call words sent) and before its first wait: the caller's own work runs there
+  // while the peers' messages are on their way, off the path between ranks (the SDK records
+  // the call's flight-recorder entry there). Only the collectives that stage call it
+  // (all-reduce, reduce-scatter, all-gather, broadcast, all-to-all), and not when they fail
+  // or return before sending.
+  void (*posted)(void* context) = nullptr;
+  void* posted_context = nullptr;
 };
 
 inline constexpr absl::Duration kHeartbeatPeriod = absl::Milliseconds(100);

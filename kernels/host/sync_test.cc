@@ -198,6 +198,90 @@ INSTANTIATE_TEST_SUITE_P(Collectives, AbortTest,
                          ::testing::Values("all_reduce", "broadcast", "all_to_all"),
                          [](const auto& info) { return info.param; });
 
+// HostCommView::posted: once per collective that stages, after this rank's message went out
+// and before its first wait. Rank 1 calls only once rank 0's hook ran, so a hook run after
+// rank 0's first wait (which needs rank 1's message) ends both ranks' waits unmet. An
+// aborted call returns before sending: no hook.
+class PostedTest : public ::testing::TestWithParam<std::string> {};
+
+absl::Status StagingCollective(const std::string& name, const HostCommView& v, int32_t* buf) {
+  if (name == "all_reduce_carried") {  // the inputs ride in the exchange
+    return AllReduce(v, buf, buf, 4, DataType::kInt32, ReduceOp::kSum, Algorithm::kOneShot,
+                     NanCheck::kOff, nullptr);
+  }
+  if (name == "all_reduce_one_shot" || name == "all_reduce_two_shot") {
+    // More than an exchange slot carries: staged in the data regions.
+    return AllReduce(v, buf, buf, 2048, DataType::kInt32, ReduceOp::kSum,
+                     name == "all_reduce_one_shot" ? Algorithm::kOneShot : Algorithm::kTwoShot,
+                     NanCheck::kOff, nullptr);
+  }
+  if (name == "reduce_scatter") {
+    return ReduceScatter(v, buf, buf + 64, 16, DataType::kInt32, ReduceOp::kSum, NanCheck::kOff,
+                         nullptr);
+  }
+  if (name == "all_gather") {
+    return AllGather(v, buf, buf + 64, 16, DataType::kInt32, NanCheck::kOff, nullptr);
+  }
+  if (name == "broadcast")
+    return Broadcast(v, buf, 16, DataType::kInt32, 1, NanCheck::kOff, nullptr);
+  return AllToAll(v, buf, buf + 64, 16, DataType::kInt32, NanCheck::kOff, nullptr);
+}
+
+TEST_P(PostedTest, RunsOnceAfterSendingBeforeTheFirstWait) {
+  const std::string name = GetParam();
+  auto mem = SymmetricHostMemory::Create(2, 64 * 1024);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  auto page = SharedPage::Create();
+  ASSERT_TRUE(page.ok()) << page.status();
+  uint32_t* rank0_posted = page->at<uint32_t>(0);
+  uint32_t* abort_word = page->at<uint32_t>(64);
+  const auto outcomes = RunRanks(2, [&](int rank) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(auto mv, MappedView::Map(*mem, rank, abort_word, absl::InfiniteFuture()));
+    HostCommView& v = mv->view();
+    v.wait_limit = absl::Seconds(10);
+    struct Hook {
+      int calls = 0;
+      uint32_t* shared = nullptr;
+    } hook{.shared = rank == 0 ? rank0_posted : nullptr};
+    v.posted = [](void* c) {
+      auto* h = static_cast<Hook*>(c);
+      ++h->calls;
+      if (h->shared != nullptr) __atomic_store_n(h->shared, 1u, __ATOMIC_RELEASE);
+    };
+    v.posted_context = &hook;
+    if (rank == 1) {
+      const absl::Time until = absl::Now() + absl::Seconds(10);
+      while (__atomic_load_n(rank0_posted, __ATOMIC_ACQUIRE) == 0) {
+        if (absl::Now() > until) return absl::InternalError("rank 0's hook never ran");
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+    }
+    std::vector<int32_t> buf(4096, rank + 1);
+    RETURN_IF_ERROR(StagingCollective(name, v, buf.data()));
+    if (hook.calls != 1)
+      return absl::InternalError(absl::StrCat("hook ran ", hook.calls, " times"));
+    // Aborted: the call returns before sending, and the hook stays unrun.
+    if (rank == 0) __atomic_store_n(abort_word, 1u, __ATOMIC_RELEASE);
+    while (__atomic_load_n(abort_word, __ATOMIC_ACQUIRE) == 0)
+      absl::SleepFor(absl::Milliseconds(1));
+    const absl::Status aborted = StagingCollective(name, v, buf.data());
+    if (!absl::IsAborted(aborted))
+      return absl::InternalError("expected ABORTED, got " + aborted.ToString());
+    if (hook.calls != 1) {
+      return absl::InternalError(
+          absl::StrCat("hook ran on an aborted call (", hook.calls, " in all)"));
+    }
+    return std::string();
+  });
+  testing::ExpectAllOk(outcomes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Collectives, PostedTest,
+                         ::testing::Values("all_reduce_carried", "all_reduce_one_shot",
+                                           "all_reduce_two_shot", "reduce_scatter", "all_gather",
+                                           "broadcast", "all_to_all"),
+                         [](const auto& info) { return info.param; });
+
 // Rank 2 never arrives: the others give up at their deadline naming it.
 TEST(DeadlineTest, MissingPeerIsNamed) {
   constexpr int kWorld = 4;
