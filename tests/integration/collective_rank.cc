@@ -424,8 +424,43 @@ void NanSampled(Run& run) {
   if (hits != 10) run.Fail("sampled(3): " + std::to_string(hits) + " checks found NaN of 30");
 }
 
+// Fails `what` unless `s` is the DATA_LOSS of policy FAIL for `op` naming rank 1 first.
+void ExpectNanFailure(Run& run, const std::string& what, const absl::Status& s, const char* op) {
+  if (s.code() != absl::StatusCode::kDataLoss ||
+      s.message().find(std::string(op) + " seq ") == absl::string_view::npos ||
+      s.message().find("first rank 1") == absl::string_view::npos)
+    run.Fail(what + ": " + s.ToString());
+  else
+    std::printf("rank %d: %s\n", run.args.rank, s.ToString().c_str());
+}
+
+// A broadcast checks the root's buffer only: NaN/Inf on root 1 fails it on every rank; the
+// same buffer contents broadcast from root 0 (rank 1's NaN is about to be overwritten) pass.
+void NanFailBroadcast(Run& run) {
+  PlantNan(run, true);
+  ExpectNanFailure(run, "nan_fail broadcast",
+                   run.g.Broadcast(run.in, 64, DataType::kFloat32, /*root=*/1), "broadcast");
+  PlantNan(run, true);
+  run.Check("nan_fail broadcast from a clean root",
+            run.g.Broadcast(run.in, 64, DataType::kFloat32, /*root=*/0));
+  if (!std::isfinite(static_cast<float*>(run.in.data())[7])) run.Fail("nan_fail broadcast data");
+}
+
+// An all-to-all checks every rank's input: NaN/Inf in rank 1's fails it on every rank.
+void NanFailAllToAll(Run& run) {
+  PlantNan(run, true);  // [7] and [8] of rank 1: its blocks for ranks 0 and 1 (count 8)
+  uint64_t here = 99;
+  commd::CollectiveOptions o{.nonfinite_count = &here};
+  ExpectNanFailure(run, "nan_fail all_to_all",
+                   run.g.AllToAll(run.in, run.out, 8, DataType::kFloat32, o), "all_to_all");
+  if (here != (run.args.rank == 1 ? 2u : 0u))
+    run.Fail("nan_fail all_to_all counted " + std::to_string(here) + " here");
+  PlantNan(run, false);
+  run.Check("nan_fail all_to_all clean", run.g.AllToAll(run.in, run.out, 8, DataType::kFloat32));
+}
+
 // Policy FAIL (GroupOptions): DATA_LOSS on every rank naming rank 1; the buffer stays usable;
-// a call that opts out of the check is not failed.
+// a call that opts out of the check is not failed. Broadcast and all-to-all likewise.
 void NanFail(Run& run) {
   const NanRun r = RunNan(run, true);
   if (r.status.code() != absl::StatusCode::kDataLoss ||
@@ -441,6 +476,8 @@ void NanFail(Run& run) {
   commd::CollectiveOptions off;
   off.nan_check = commd::CollectiveOptions::NanCheck::kOff;
   run.Check("nan_fail opted out", RunNan(run, true, off).status);
+  NanFailBroadcast(run);
+  NanFailAllToAll(run);
 }
 
 // Check off and policy FAIL (GroupOptions): NaN goes through unnoticed.

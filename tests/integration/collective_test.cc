@@ -235,7 +235,8 @@ TEST_F(CollectiveTest, NanGroupSampledChecksEveryThirdCollective) {
   Finish(ranks, "nan_sampled3");
 }
 
-// Policy FAIL: DATA_LOSS on every rank naming rank 1, the buffer stays usable.
+// Policy FAIL: DATA_LOSS on every rank naming rank 1, the buffer stays usable; for an
+// all-reduce, a broadcast (NaN in the root's buffer; none from a clean root) and an all-to-all.
 TEST_F(CollectiveTest, NanPolicyFailGivesDataLossOnEveryRank) { Run(2, "nan_fail"); }
 
 // Check off (even under policy FAIL): NaN goes through, nothing is counted.
@@ -402,6 +403,9 @@ TEST_F(CollectiveTest, EveryEntryHoldsItsCallsShapeOverLaps) {
   auto buf = g.AllocateSymmetric(64);
   ASSERT_TRUE(buf.ok()) << buf.status();
   SymmetricBuffer& b = **buf;
+  auto buf2 = g.AllocateSymmetric(64);
+  ASSERT_TRUE(buf2.ok()) << buf2.status();
+  SymmetricBuffer& b2 = **buf2;
   alignas(8) float host_in[4] = {1, 2, 3, 4};
   alignas(8) float host_out[4] = {};
   const auto f32 = DataType::kFloat32;
@@ -424,6 +428,8 @@ TEST_F(CollectiveTest, EveryEntryHoldsItsCallsShapeOverLaps) {
        2, RecordDtype::kFloat32, 8},
       {[&] { return g.AllGather(host_in, host_out, 2, DataType::kInt64, b); }, RecordOp::kAllGather,
        1, 2, 2, RecordDtype::kInt64, 16},
+      {[&] { return g.AllToAll(b, b2, 3, DataType::kInt64); }, RecordOp::kAllToAll, 1, 3, 3,
+       RecordDtype::kInt64, 24},
   };
   auto* base = static_cast<char*>(g.control_block());
   const auto* header = reinterpret_cast<const ControlBlockHeader*>(base);
@@ -431,11 +437,14 @@ TEST_F(CollectiveTest, EveryEntryHoldsItsCallsShapeOverLaps) {
   const auto* ring = reinterpret_cast<const RingEntry*>(base + kRingOffset);
   const uint64_t capacity = header->ring_capacity;
   const uint64_t first = state->next_record_id;
-  // Phase 1: the five kinds in turn (5 does not divide the ring's capacity, so each slot gets
-  // another shape every lap) for a lap and three calls; phase 2: the first four in turn by
-  // record id (each slot keeps one shape) for two laps.
+  // Phase 1: the six kinds in turn (6 does not divide the ring's capacity, a power of two, so
+  // each slot gets another shape every lap) for a lap and three calls; phase 2: the first four
+  // in turn by record id (each slot keeps one shape) for two laps.
+  ASSERT_NE(capacity % kinds.size(), 0u);
   const uint64_t phase1_end = first + capacity + 3;
-  auto kind_of = [&](uint64_t r) -> size_t { return r < phase1_end ? (r - first) % 5 : r % 4; };
+  auto kind_of = [&](uint64_t r) -> size_t {
+    return r < phase1_end ? (r - first) % kinds.size() : r % 4;
+  };
   uint64_t next = first;
   auto run_until = [&](uint64_t end) {
     for (; next < end; ++next) {
