@@ -3,8 +3,10 @@
     torchrun --standalone --nproc-per-node 4 examples/torch_train.py [--steps 100]
 
 commd (the node's daemon) must run and `commd` must be importable (pip install ./python, or
-PYTHONPATH=build/python). While it trains, `commctl health` lists the job's group "0" with
-its ranks; `commctl dump --job <job>` writes every rank's flight recorder (docs/torch.md).
+PYTHONPATH=build/python). Rank 0 prints the commd job; while it trains, `commctl health`
+lists the job's group "0" with its ranks; `commctl dump --job <job>` writes every rank's
+flight recorder (docs/torch.md). At the end it checks, through commd, that DDP kept every
+rank's parameters identical. python/tests/torch/test_example.py runs it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import argparse
 import torch
 import torch.distributed as dist
 
-import commd.torch  # noqa: F401  (registers the backend "commd")
+import commd.torch  # registers the backend "commd"
 
 
 def main() -> None:
@@ -26,6 +28,8 @@ def main() -> None:
 
     dist.init_process_group("commd")
     rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        print(f"commd job {commd.torch.backend_of().client.job_id}, group 0", flush=True)
     torch.manual_seed(0)  # the same start on every rank (DDP broadcasts rank 0's anyway)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
                                 torch.nn.Linear(256, 10))
@@ -44,6 +48,15 @@ def main() -> None:
             dist.all_reduce(mean, op=dist.ReduceOp.AVG)
             if rank == 0:
                 print(f"step {step:4d}  loss {mean.item():.4f}  ({world} ranks)", flush=True)
+    # DDP keeps the replicas identical: every parameter's lowest and highest value over the
+    # ranks must be the same.
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    low, high = flat.clone(), flat.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        same = "identical" if torch.equal(low, high) else "DIFFERENT"
+        print(f"parameters {same} on all {world} ranks ({flat.numel()} values)", flush=True)
     dist.destroy_process_group()
 
 
