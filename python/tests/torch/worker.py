@@ -170,6 +170,7 @@ def ddp(out_dir: str, steps: str) -> None:
     rank = dist.get_rank()
     gloo = dist.new_group(backend="gloo")
     params = {}
+    smallest_step = 0.0
     for name, group in (("commd", None), ("gloo", gloo)):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
@@ -177,17 +178,26 @@ def ddp(out_dir: str, steps: str) -> None:
         ddp_model = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
         opt = torch.optim.SGD(ddp_model.parameters(), lr=0.05)
         data = torch.Generator().manual_seed(100 + rank)
+        moves = []  # each step's largest change of a parameter
         for _ in range(int(steps)):
             x = torch.randn(8, 16, generator=data)
             y = torch.randn(8, 4, generator=data)
+            before = [p.detach().clone() for p in model.parameters()]
             opt.zero_grad()
             torch.nn.functional.mse_loss(ddp_model(x), y).backward()
             opt.step()
+            moves.append(max((p.detach() - b).abs().max().item()
+                             for p, b in zip(model.parameters(), before)))
         params[name] = [p.detach().clone() for p in model.parameters()]
+        smallest_step = min(moves) if name == "commd" else smallest_step
     for c, g in zip(params["commd"], params["gloo"]):
-        # Both average the same gradients; the sums' order differs, so bits may.
+        # Both average the same gradients; the sums' order may differ, so bits may
+        # (docs/torch.md, "DDP against gloo": the tolerance and why).
         torch.testing.assert_close(c, g, rtol=1e-5, atol=1e-6)
-    write(out_dir, {"parameters": sum(p.numel() for p in params["commd"])})
+    diff = max((c - g).abs().max().item() for c, g in zip(params["commd"], params["gloo"]))
+    write(out_dir, {"parameters": sum(p.numel() for p in params["commd"]),
+                    "max_abs_difference": diff, "smallest_step": smallest_step,
+                    "largest_parameter": max(p.abs().max().item() for p in params["commd"])})
 
 
 def fsdp(out_dir: str) -> None:
