@@ -64,12 +64,87 @@ def write(out_dir: str, value) -> None:
         json.dump(value, f)
 
 
+# More elements than one 1 MiB staging buffer (the tests' COMMD_TORCH_CHUNK_BYTES) holds in
+# every dtype: 1.5 MiB of 16-bit values, 3 MiB of 32-bit ones, 6 MiB of int64; all-gathers,
+# reduce-scatters and all-to-alls take world_size pieces of that per chunk.
+LARGE = (3 << 20) // 4 + 5
+
+
+def other_collectives(rank: int, world: int, n: int, dtype: torch.dtype) -> int:
+    """all_gather (list and into a tensor), reduce_scatter (list and tensor), broadcast and
+    all_to_all_single of `n` elements a rank against float64 references; returns how many."""
+    everyone = torch.stack([inputs(r, n) for r in range(world)])
+    t = inputs(rank, n).to(dtype)
+    outs = [torch.empty(n, dtype=dtype) for _ in range(world)]
+    dist.all_gather(outs, t)
+    check(torch.stack(outs), everyone, dtype, f"all_gather {dtype} n={n}")
+    out = torch.empty(world * n, dtype=dtype)
+    dist.all_gather_into_tensor(out, t)
+    check(out, everyone.reshape(-1), dtype, f"all_gather_into_tensor {dtype} n={n}")
+    # Rank r's block c is inputs(r * world + c); this rank's sum is over its block of each.
+    big = torch.stack([inputs(rank * world + c, n) for c in range(world)])
+    want = torch.stack([inputs(r * world + rank, n) for r in range(world)]).sum(0)
+    out = torch.empty(n, dtype=dtype)
+    dist.reduce_scatter_tensor(out, big.reshape(-1).to(dtype))
+    check(out, want, dtype, f"reduce_scatter_tensor {dtype} n={n}")
+    out = torch.empty(n, dtype=dtype)
+    dist.reduce_scatter(out, [b.to(dtype) for b in big])
+    check(out, want, dtype, f"reduce_scatter {dtype} n={n}")
+    t = inputs(rank, n).to(dtype) if rank == world - 1 else torch.zeros(n, dtype=dtype)
+    dist.broadcast(t, src=world - 1)
+    check(t, inputs(world - 1, n), dtype, f"broadcast {dtype} n={n}")
+    recv = torch.empty(world * n, dtype=dtype)
+    dist.all_to_all_single(recv, big.reshape(-1).to(dtype))
+    want = torch.stack([inputs(p * world + rank, n) for p in range(world)])
+    check(recv, want.reshape(-1), dtype, f"all_to_all_single {dtype} n={n}")
+    return 6
+
+
+def non_contiguous(rank: int, world: int) -> int:
+    """Non-contiguous tensors larger than a staging buffer: staged through a contiguous copy
+    in chunks and written back, what lies between their elements untouched."""
+    # all_reduce of a transposed 1024 x 1031 float32 (4 MiB).
+    rows, cols = 1024, 1031
+    t = inputs(rank, rows * cols).reshape(rows, cols).to(torch.float32).t()
+    dist.all_reduce(t)
+    want = torch.stack([inputs(r, rows * cols) for r in range(world)]).sum(0)
+    check(t, want.reshape(rows, cols).t(), torch.float32, "all_reduce of a large transpose")
+    # broadcast into every other element of a bfloat16 tensor (1.5 MiB of them).
+    n = LARGE
+    base = torch.full((2 * n,), 100.0, dtype=torch.bfloat16)
+    t = base[::2]
+    if rank == 0:
+        t.copy_(inputs(0, n))
+    dist.broadcast(t, src=0)
+    check(t, inputs(0, n), torch.bfloat16, "broadcast into a strided bfloat16 tensor")
+    check(base[1::2], torch.full((n,), 100.0, dtype=torch.float64), torch.bfloat16,
+          "the elements between the broadcast's")
+    # all_gather of a transposed int64 input into transposed outputs (6 MiB each).
+    rows, cols = 768, 1025
+    t = inputs(rank, rows * cols).reshape(rows, cols).to(torch.int64).t()
+    outs = [torch.empty(rows, cols, dtype=torch.int64).t() for _ in range(world)]
+    dist.all_gather(outs, t)
+    for r, o in enumerate(outs):
+        check(o, inputs(r, rows * cols).reshape(rows, cols).t(), torch.int64,
+              f"all_gather of a large transpose, rank {r}'s")
+    # reduce_scatter_tensor from every other element of a float16 input.
+    n = LARGE
+    base = torch.zeros(2 * world * n, dtype=torch.float16)
+    src = base[1::2]
+    src.copy_(torch.cat([inputs(rank * world + c, n) for c in range(world)]))
+    out = torch.empty(2 * n, dtype=torch.float16)[::2]
+    dist.reduce_scatter_tensor(out, src, op=dist.ReduceOp.MAX)
+    want = torch.stack([inputs(r * world + rank, n) for r in range(world)]).max(0).values
+    check(out, want, torch.float16, "reduce_scatter_tensor of strided float16 tensors")
+    return 4
+
+
 def ops_matrix(out_dir: str) -> None:
-    """Every collective x dtype x reduce op against a float64 reference, odd and chunked
-    sizes, non-contiguous tensors, symmetric (zero-copy) tensors."""
+    """Every collective x dtype x reduce op against a float64 reference, odd sizes and sizes
+    that take several staging chunks, non-contiguous tensors, symmetric (zero-copy) tensors."""
     rank, world = dist.get_rank(), dist.get_world_size()
     checked = 0
-    for n in (1, 1001, (3 << 20) // 4 + 5):  # the last needs several 1 MiB chunks
+    for n in (1, 1001, LARGE):
         everyone = torch.stack([inputs(r, n) for r in range(world)])
         for dtype in DTYPES:
             for name, op, x, want in reductions(dtype, everyone):
@@ -77,38 +152,13 @@ def ops_matrix(out_dir: str) -> None:
                 dist.all_reduce(t, op=op)
                 check(t, want, dtype, f"all_reduce {dtype} {name} n={n}")
                 checked += 1
-            if n > 5000:
-                continue  # one large size per collective below is enough
-            t = inputs(rank, n).to(dtype)
-            outs = [torch.empty(n, dtype=dtype) for _ in range(world)]
-            dist.all_gather(outs, t)
-            check(torch.stack(outs), everyone, dtype, f"all_gather {dtype}")
-            out = torch.empty(world * n, dtype=dtype)
-            dist.all_gather_into_tensor(out, t)
-            check(out, everyone.reshape(-1), dtype, f"all_gather_into_tensor {dtype}")
-            big = torch.stack([inputs(rank * world + c, n) for c in range(world)])
-            want = torch.stack([torch.stack([inputs(r * world + c, n) for c in range(world)])
-                                for r in range(world)]).sum(0)[rank]
-            out = torch.empty(n, dtype=dtype)
-            dist.reduce_scatter_tensor(out, big.reshape(-1).to(dtype))
-            check(out, want, dtype, f"reduce_scatter_tensor {dtype}")
-            out = torch.empty(n, dtype=dtype)
-            dist.reduce_scatter(out, [b.to(dtype) for b in big])
-            check(out, want, dtype, f"reduce_scatter {dtype}")
-            t = inputs(rank, n).to(dtype) if rank == world - 1 else torch.zeros(n, dtype=dtype)
-            dist.broadcast(t, src=world - 1)
-            check(t, inputs(world - 1, n), dtype, f"broadcast {dtype}")
-            send = torch.stack([inputs(rank * world + p, n) for p in range(world)])
-            recv = torch.empty(world * n, dtype=dtype)
-            dist.all_to_all_single(recv, send.reshape(-1).to(dtype))
-            want = torch.stack([inputs(p * world + rank, n) for p in range(world)])
-            check(recv, want.reshape(-1), dtype, f"all_to_all_single {dtype}")
-            checked += 6
-    # Non-contiguous: a transposed view reduces in place.
+            checked += other_collectives(rank, world, n, dtype)
+    # Non-contiguous: a small transposed view reduces in place, and large ones of each kind.
     t = inputs(rank, 6 * 7).reshape(6, 7).to(torch.float32).t()
     dist.all_reduce(t)
     want = torch.stack([inputs(r, 42) for r in range(world)]).sum(0).reshape(6, 7).t()
     check(t, want, torch.float32, "all_reduce of a transposed tensor")
+    checked += non_contiguous(rank, world)
     # Symmetric tensors: the zero-copy path.
     s = ct.empty((1001,), dtype=torch.float32)
     s.copy_(inputs(rank, 1001))
