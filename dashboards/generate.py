@@ -287,6 +287,20 @@ def fleet_dashboard():
                     "received from other nodes, applied (ranks aborted here), and rejected "
                     "(keys or values under <prefix>/aborts/ that commd did not write) "
                     "(docs/cluster.md, \"An abort across nodes\").")
+    L.panel("timeseries", "Node lease: seconds left", [
+        q(f'commd_cluster_lease_remaining_seconds{{{ALL}}}', "{{instance}} left"),
+        q(f'commd_cluster_lease_ttl_seconds{{{ALL}}}', "{{instance}} TTL")], w=12, unit="s",
+        description="Per node: what is left of its lease in etcd (what etcd's last keep-alive "
+                    "answer left, less the time since) against the TTL it was granted. It "
+                    "falls from the TTL to two thirds of it between keep-alives; lower means "
+                    "keep-alives go unanswered, and at 0 the other nodes count the node as "
+                    "gone and abort the groups spanning it (docs/cluster.md).")
+    L.panel("timeseries", "Node lease: keep-alives not answered, per second", [q(
+        f'sum by (instance) (rate(commd_cluster_lease_keepalives_total'
+        f'{{{ALL},result!="ok"}}[$__rate_interval]))', "{{instance}}")], w=12, unit="ops",
+        description="Per node: keep-alives of its lease etcd did not answer (failed: etcd "
+                    "unreachable or slower than cluster.call_timeout_ms) or answered that the "
+                    "lease was gone (expired: the node registers again on a new lease).")
     L.panel("stat", "Nodes not watching for aborts across nodes", [q(
         f'count(commd_cluster_span_aborts_watching{{{ALL}}} == 0) or vector(0)', instant=True)],
         w=6, h=4,

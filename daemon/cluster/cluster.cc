@@ -12,8 +12,55 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "common/status_macros.h"
+#include "prometheus/metric_family.h"
 
 namespace commd::cluster {
+
+// The node's lease as etcd last answered about it; what is left of it is computed when asked,
+// so a scrape while etcd does not answer sees it run out.
+class LeaseGauges final : public prometheus::Collectable {
+ public:
+  // The grant, or an answered keep-alive: lease `id`, granted `granted` seconds, `left` left now.
+  void Answered(int64_t id, int64_t granted, int64_t left) {
+    absl::MutexLock lock(&mu_);
+    state_ = {.id = id, .ttl_seconds = granted, .remaining_seconds = static_cast<double>(left)};
+    at_ = absl::Now();
+  }
+  void Clear() {
+    absl::MutexLock lock(&mu_);
+    state_ = {};
+  }
+  LeaseState State() const {
+    absl::MutexLock lock(&mu_);
+    LeaseState s = state_;
+    s.remaining_seconds =
+        std::max(0.0, s.remaining_seconds - absl::ToDoubleSeconds(absl::Now() - at_));
+    return s;
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    const LeaseState s = State();
+    auto gauge = [](const char* name, const char* help, double value) {
+      prometheus::MetricFamily f{name, help, prometheus::MetricType::Gauge, {}};
+      f.metric.emplace_back();
+      f.metric.back().gauge.value = value;
+      return f;
+    };
+    return {gauge("commd_cluster_lease_ttl_seconds",
+                  "TTL etcd granted the node's lease (0 while the node holds none)",
+                  static_cast<double>(s.ttl_seconds)),
+            gauge("commd_cluster_lease_remaining_seconds",
+                  "Seconds left of the node's lease: what etcd's last answer left of it, less the "
+                  "time since (0 while the node holds none)",
+                  s.remaining_seconds)};
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  LeaseState state_ ABSL_GUARDED_BY(mu_);
+  absl::Time at_ ABSL_GUARDED_BY(mu_);
+};
+
 namespace {
 
 // The part of the node's value that names the daemon holding it: one daemon per runtime dir
@@ -94,6 +141,22 @@ Cluster::Cluster(ClusterOptions options, prometheus::Registry* registry)
                           "in etcd, about every 10 keep-alive beats")
                       .Register(*registry)
                       .Add({});
+  lease_gauges_ = std::make_shared<LeaseGauges>();
+  auto& keepalives = prometheus::BuildCounter()
+                         .Name("commd_cluster_lease_keepalives_total")
+                         .Help(
+                             "Keep-alives of the node's lease: answered (ok), unanswered (failed: "
+                             "etcd unreachable or past cluster.call_timeout_ms), answered that "
+                             "the lease is gone (expired)")
+                         .Register(*registry);
+  keepalives_ok_ = &keepalives.Add({{"result", "ok"}});
+  keepalives_failed_ = &keepalives.Add({{"result", "failed"}});
+  keepalives_expired_ = &keepalives.Add({{"result", "expired"}});
+  grants_ = &prometheus::BuildCounter()
+                 .Name("commd_cluster_lease_grants_total")
+                 .Help("Leases etcd granted the node: its first, and one after each lease lost")
+                 .Register(*registry)
+                 .Add({});
   since_ = absl::Now();
 }
 
@@ -119,6 +182,7 @@ void Cluster::Stop() {
   }
   // A clean stop takes the node out at once instead of after the lease's TTL.
   if (lease != 0) (void)etcd_.LeaseRevokeSync(lease);
+  lease_gauges_->Clear();
   etcd_.Shutdown();
 }
 
@@ -175,6 +239,10 @@ int64_t Cluster::lease() const {
   absl::MutexLock lock(&mu_);
   return lease_;
 }
+
+LeaseState Cluster::lease_state() const { return lease_gauges_->State(); }
+
+std::shared_ptr<prometheus::Collectable> Cluster::lease_gauges() const { return lease_gauges_; }
 
 void Cluster::AddOnConnected(std::function<void()> callback) {
   absl::MutexLock lock(&mu_);
@@ -245,6 +313,12 @@ absl::Status Cluster::Register() {
         absl::StrCat("etcd at ", etcd_.endpoint(), " refused a lease: ", granted.error()));
   }
   const std::string key = NodeKey();
+  // The node's value says its lease's TTL too: the other nodes list it (ListClusterNodes)
+  // without asking etcd about each lease.
+  std::string value = options_.node_info;
+  if (absl::EndsWith(value, "}")) {
+    value.insert(value.size() - 1, absl::StrCat(",\"lease_ttl_s\":", granted.ttl()));
+  }
   // Write the node key unless another daemon holds it; a restart of this same daemon (same
   // owner) takes it over from its old lease.
   pb::TxnRequest txn;
@@ -255,7 +329,7 @@ absl::Status Cluster::Register() {
   absent->set_version(0);
   pb::PutRequest* put = txn.add_success()->mutable_request_put();
   put->set_key(key);
-  put->set_value(options_.node_info);
+  put->set_value(value);
   put->set_lease(granted.id());
   txn.add_failure()->mutable_request_range()->set_key(key);
   absl::StatusOr<pb::TxnResponse> r = etcd_.TxnSync(txn);
@@ -280,6 +354,8 @@ absl::Status Cluster::Register() {
     absl::MutexLock lock(&mu_);
     lease_ = granted.id();
   }
+  grants_->Increment();
+  lease_gauges_->Answered(granted.id(), granted.ttl(), granted.ttl());
   registered_anew_ = true;
   return absl::OkStatus();
 }
@@ -295,11 +371,23 @@ absl::Status Cluster::Refresh() {
   for (const LeaseSource& source : sources) {
     for (int64_t id : source.ids()) ids.push_back(id);
   }
-  ASSIGN_OR_RETURN(std::vector<int64_t> ttls, etcd_.KeepAliveSync(ids));
+  absl::StatusOr<std::vector<int64_t>> answered = etcd_.KeepAliveSync(ids);
+  if (!answered.ok()) {
+    keepalives_failed_->Increment();  // what is left of the lease keeps running out
+    return answered.status();
+  }
+  const std::vector<int64_t>& ttls = *answered;
   for (size_t i = 1; i < ids.size(); ++i) {
     for (const LeaseSource& source : sources) source.refreshed(ids[i], ttls[i]);
   }
-  if (ttls[0] > 0) return absl::OkStatus();
+  if (ttls[0] > 0) {
+    keepalives_ok_->Increment();
+    const int64_t granted = lease_gauges_->State().ttl_seconds;
+    lease_gauges_->Answered(ids[0], std::max(granted, ttls[0]), ttls[0]);
+    return absl::OkStatus();
+  }
+  keepalives_expired_->Increment();
+  lease_gauges_->Clear();
   // The lease expired while etcd was out of reach, was revoked, or etcd lost its data: the
   // other nodes saw this node's key go. Register anew.
   {

@@ -11,6 +11,12 @@
 // to retry_max); when etcd answers again the node registers again, on a new lease if the old
 // one expired meanwhile. Other components refresh their own leases on this thread's beat
 // (AddLeaseSource), so the daemon keeps one stream of keep-alives. Thread-safe.
+//
+// Metrics: commd_cluster_connected, commd_cluster_nodes, and the node's lease as an operator
+// watches it expire: commd_cluster_lease_ttl_seconds (as granted),
+// commd_cluster_lease_remaining_seconds (what etcd's last answer left of it, less the time
+// since, computed at each scrape: lease_gauges()), commd_cluster_lease_keepalives_total{result}
+// and commd_cluster_lease_grants_total.
 #ifndef COMMD_DAEMON_CLUSTER_CLUSTER_H_
 #define COMMD_DAEMON_CLUSTER_CLUSTER_H_
 
@@ -29,6 +35,8 @@
 #include "commd/v1/config.pb.h"
 #include "commd/v1/node.pb.h"
 #include "daemon/cluster/etcd_client.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 
@@ -54,6 +62,17 @@ absl::StatusOr<ClusterOptions> ClusterOptionsFromConfig(const v1::ClusterConfig&
 
 // etcd counts lease TTLs in whole seconds: `ttl` rounded up, at least 1.
 int64_t LeaseSeconds(absl::Duration ttl);
+
+class LeaseGauges;
+
+// The node's lease as the last answer of etcd left it (Cluster::lease_state).
+struct LeaseState {
+  int64_t id = 0;           // 0: no lease
+  int64_t ttl_seconds = 0;  // as granted
+  // What etcd's last answer (the grant or a keep-alive) left of it, less the time since; 0 at
+  // the most.
+  double remaining_seconds = 0;
+};
 
 // Leases another component keeps alive on the cluster's beat: `ids` lists them, `refreshed`
 // hears each one's remaining TTL (0: etcd no longer has it).
@@ -88,6 +107,11 @@ class Cluster {
 
   // The node's lease (0 while not registered).
   int64_t lease() const;
+  // The node's lease, its granted TTL and what is left of it now.
+  LeaseState lease_state() const;
+  // commd_cluster_lease_ttl_seconds and commd_cluster_lease_remaining_seconds, computed when
+  // scraped (Metrics::Register it; it stays valid after the Cluster is gone, reporting 0).
+  std::shared_ptr<prometheus::Collectable> lease_gauges() const;
   // Runs `callback` on the cluster's thread each time the node is connected with a lease
   // after it was not: at the first connection, after a lost lease (registered anew), and when
   // etcd answers again after an outage (the lease may have outlived it). Keys on the node's
@@ -123,6 +147,11 @@ class Cluster {
   EtcdClient etcd_;
   prometheus::Gauge* connected_gauge_;
   prometheus::Gauge* nodes_gauge_;
+  std::shared_ptr<LeaseGauges> lease_gauges_;
+  prometheus::Counter* keepalives_ok_;       // answered: the lease lives on
+  prometheus::Counter* keepalives_failed_;   // no answer (etcd unreachable, the deadline)
+  prometheus::Counter* keepalives_expired_;  // answered that the lease is gone
+  prometheus::Counter* grants_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool connected_ ABSL_GUARDED_BY(mu_) = false;

@@ -191,7 +191,7 @@ def queries(dash):
             yield p, t
 
 
-def check_queries(dash, title, prom, families):
+def check_queries(dash, title, prom, families, instances):
     values = resolve_variables(dash, prom, title)
     n = 0
     for p, target in queries(dash):
@@ -207,6 +207,13 @@ def check_queries(dash, title, prom, families):
             check(False, f"{title}: panel {p['id']} '{p['title']}': {e}")
             continue
         check(result, f"{title}: panel {p['id']} '{p['title']}' has no data: {q}")
+        if p["title"] in PER_NODE_PANELS:
+            # One series per scraped daemon, each of its own node (data from some other series,
+            # or from one node only, would hide a node whose lease is not reported).
+            seen = sorted(r.get("metric", {}).get("instance", "") for r in result)
+            check(seen == sorted(instances),
+                  f"{title}: panel '{p['title']}' has series for instances {seen}, "
+                  f"not one for each daemon {sorted(instances)}: {q}")
         # A legend naming a label the series lack renders blank in Grafana.
         for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")):
             check(all(label in r.get("metric", {}) for r in result),
@@ -354,7 +361,8 @@ def run_with_servers(args, src, tmp, prom_bin, dashboards):
 
     families = scrape_families(metrics_url)
     for name, d in dashboards.items():
-        check_queries(d, name, prom, families)
+        check_queries(d, name, prom, families, [address, address_b])
+    check_leases(prom, [address, address_b])
 
     def firing():
         return {a["labels"]["alertname"] for a in prom.api("alerts")["alerts"] if a["state"] == "firing"}
@@ -365,6 +373,18 @@ def run_with_servers(args, src, tmp, prom_bin, dashboards):
     check(now >= EXPECTED_ALERTS, f"alerts {sorted(EXPECTED_ALERTS - now)} do not fire (firing: {sorted(now)})")
     print("alerts firing:", sorted(now))
     check_two_jobs(prom)
+
+
+def check_leases(prom, instances):
+    """Each node's lease as Prometheus has it: granted its TTL, something left, nothing more."""
+    ttl = {r["metric"]["instance"]: float(r["value"][1])
+           for r in prom.query("commd_cluster_lease_ttl_seconds")["result"]}
+    left = {r["metric"]["instance"]: float(r["value"][1])
+            for r in prom.query("commd_cluster_lease_remaining_seconds")["result"]}
+    for i in instances:
+        check(ttl.get(i) == 2, f"{i}: commd_cluster_lease_ttl_seconds is {ttl.get(i)}, not 2")
+        check(i in left and 0 < left[i] <= 2,
+              f"{i}: commd_cluster_lease_remaining_seconds is {left.get(i)}, not in (0, 2]")
 
 
 def check_two_jobs(prom):
@@ -392,6 +412,9 @@ def check_two_jobs(prom):
 # The trainer's Group::AllReduce runs the fused NaN check, so dp's injected NaN reaches
 # commd_nan_detected_total and CommdNaNDetected fires.
 ETCD = "/usr/bin/etcd"
+
+# Panels that must show one series per daemon (check_queries), each labelled by its instance.
+PER_NODE_PANELS = {"Node lease: seconds left", "Node lease: keep-alives not answered, per second"}
 
 EXPECTED_ALERTS = {"CommdHangDetected", "CommdGroupAborted", "CommdNaNDetected"}
 
