@@ -164,6 +164,7 @@ absl::Status Daemon::StartCluster(const store::StoreLimits& limits) {
                              << (options.tls.has_value() ? " (TLS)" : "") << " under "
                              << options.prefix;
   cluster_ = cluster::Cluster::Start(std::move(options), &metrics_->registry());
+  metrics_->Register(cluster_->lease_gauges());
   // Groups that span nodes rendezvous through etcd (docs/cluster.md).
   span_ = std::make_unique<cluster::EtcdSpanRendezvous>(
       cluster_.get(), config_.limits().per_uid().spanning_groups());
@@ -233,7 +234,16 @@ absl::Status Daemon::StartServers() {
   rpc_ = std::make_unique<server::RpcContext>(sessions_.get(), metrics_.get(),
                                               grpc_connections_.get());
   node_service_ = std::make_unique<server::NodeService>(
-      rpc_.get(), [this](v1::NodeStatus* s) { FillStatus(s); }, [this] { return topology_; });
+      rpc_.get(), [this](v1::NodeStatus* s) { FillStatus(s); }, [this] { return topology_; },
+      [this](const v1::ListClusterNodesRequest& request)
+          -> absl::StatusOr<v1::ListClusterNodesResponse> {
+        if (nodes_ == nullptr) {
+          return absl::FailedPreconditionError(
+              "this daemon is not in a cluster (no cluster.etcd_endpoints): it has no nodes to "
+              "list");
+        }
+        return nodes_->List(request);
+      });
   grpc::ServerBuilder builder;
   // No listening port: GrpcConnections accepts on commd.sock and hands each connection over.
   ConfigureGrpcTransport(&builder);
@@ -276,16 +286,12 @@ absl::Status Daemon::StartServers() {
   metrics_->Register(watchdog_->group_metrics());
   watchdog_->Start();
   if (cluster_ != nullptr) {
-    // A node's key goes when its daemon's lease ends (killed, cut off from etcd past the TTL,
-    // or stopped): the groups spanning it are lost on this node too.
-    const std::string nodes = cluster_->options().prefix + "/nodes/";
-    node_watch_ = std::make_unique<cluster::PrefixWatch>(
-        cluster_.get(), nodes, [this, nodes](const mvccpb::Event& e) {
-          if (e.type() != mvccpb::Event::DELETE) return;
-          const std::string node = e.kv().key().substr(nodes.size());
-          if (node == cluster_->options().node_name) return;
-          COMMD_LOG(WARNING, "cluster") << "node " << node << " is gone: its lease in etcd ended";
-          watchdog_->OnNodeGone(node, e.kv().mod_revision());
+    // The nodes as etcd lists them, for ListClusterNodes. A node's key goes when its daemon's
+    // lease ends (killed, cut off from etcd past the TTL, or stopped): the groups spanning it
+    // are lost on this node too.
+    nodes_ = std::make_unique<cluster::NodeDirectory>(
+        cluster_.get(), [this](const std::string& node, int64_t revision) {
+          watchdog_->OnNodeGone(node, revision);
         });
     span_aborts_->Watch(
         [this](const watchdog::SpanAbortNotice& a) { return watchdog_->OnRemoteAbort(a); });
@@ -373,7 +379,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   if (watchdog_ != nullptr && metrics_ != nullptr) metrics_->Unregister(watchdog_->group_metrics());
   if (span_ != nullptr) span_->Shutdown();  // the spanning groups' waits, before etcd goes
   // The cluster's waits end and its etcd calls drain before the timers and sessions go.
-  node_watch_.reset();                                // it calls into the watchdog
+  if (nodes_ != nullptr) nodes_->Stop();              // it calls into the watchdog
   if (span_aborts_ != nullptr) span_aborts_->Stop();  // so does its watch
   if (job_dumps_ != nullptr) {
     group_dumps_->set_publisher(nullptr);
@@ -401,6 +407,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   job_dumps_.reset();
   span_aborts_.reset();
   progress_.reset();
+  nodes_.reset();  // after Cluster::Stop: a read's answer calls back into it
   cluster_.reset();
   dumper_.reset();
   table_.reset();

@@ -21,7 +21,7 @@
 #include "daemon/cluster/cluster_store.h"
 #include "daemon/cluster/cluster_store_service.h"
 #include "daemon/cluster/job_dumps.h"
-#include "daemon/cluster/prefix_watch.h"
+#include "daemon/cluster/node_directory.h"
 #include "daemon/cluster/progress.h"
 #include "daemon/cluster/span_aborts.h"
 #include "daemon/groups/group_registry.h"
@@ -98,7 +98,7 @@ class Daemon {
   std::unique_ptr<cluster::ClusterStore> cluster_store_;  // the job store when clustered
   std::unique_ptr<cluster::JobDumps> job_dumps_;          // one dump for a job across nodes
   std::unique_ptr<cluster::ProgressBoard> progress_;      // every node's view of a job
-  std::unique_ptr<cluster::PrefixWatch> node_watch_;      // nodes whose lease ended
+  std::unique_ptr<cluster::NodeDirectory> nodes_;         // the nodes, live and gone
   std::unique_ptr<cluster::SpanAborts> span_aborts_;      // aborts of groups across nodes
   std::unique_ptr<recorder::Dumper> dumper_;
   std::unique_ptr<recorder::GroupDumps> group_dumps_;  // every dump of groups goes through it

@@ -224,6 +224,14 @@ absl::StatusOr<v1::Topology> Client::GetTopology() {
   return response;
 }
 
+absl::StatusOr<v1::ListClusterNodesResponse> Client::ListClusterNodes(
+    const v1::ListClusterNodesRequest& request) {
+  v1::ListClusterNodesResponse response;
+  RETURN_IF_ERROR(
+      FromGrpcStatus(impl_->node->ListClusterNodes(impl_->Context().get(), request, &response)));
+  return response;
+}
+
 Store& Client::store() { return *impl_->store; }
 
 absl::StatusOr<v1::DumpResponse> Client::Dump(const std::string& group, const std::string& job,

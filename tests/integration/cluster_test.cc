@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "commd/commd.h"
+#include "commd/v1/node.grpc.pb.h"
 #include "commd/v1/store.grpc.pb.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
@@ -195,11 +196,20 @@ TEST_F(ClusterTest, EtcdLostLeavesNodeWorkAloneAndReconnectsWhenBack) {
   std::thread waiter([&] { waited = client->store().Wait({"never"}, absl::Seconds(60)); });
   absl::SleepFor(absl::Milliseconds(500));
 
+  // The lease as an operator sees it: granted 2 s, and never more left than that.
+  EXPECT_EQ(MetricValue(*node, "commd_cluster_lease_ttl_seconds"), 2);
+  EXPECT_GT(MetricValue(*node, "commd_cluster_lease_remaining_seconds"), 0);
+  EXPECT_LE(MetricValue(*node, "commd_cluster_lease_remaining_seconds"), 2);
+
   etcd_->Kill();
   waiter.join();
   EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
   EXPECT_THAT(waited.message(), HasSubstr(etcd_->endpoint()));
   ASSERT_TRUE(Eventually([&] { return !Connected(*node); })) << node->Log();
+  // Unanswered keep-alives are counted, and what is left of the lease runs out to 0.
+  EXPECT_GE(MetricValue(*node, "commd_cluster_lease_keepalives_total{result=\"failed\"}"), 1);
+  EXPECT_TRUE(
+      Eventually([&] { return MetricValue(*node, "commd_cluster_lease_remaining_seconds") == 0; }));
   EXPECT_THAT(StatusJson(*node), HasSubstr("disconnected"));
   const absl::Status set = client->store().Set("during", "1");
   EXPECT_EQ(set.code(), absl::StatusCode::kUnavailable) << set;
@@ -210,6 +220,7 @@ TEST_F(ClusterTest, EtcdLostLeavesNodeWorkAloneAndReconnectsWhenBack) {
   ASSERT_TRUE(etcd_->Start().ok());  // same data dir, same port
   ASSERT_TRUE(Eventually([&] { return Connected(*node); })) << node->Log();
   EXPECT_THAT(etcd_->Keys(NodeKey("node-a")), ::testing::ElementsAre(NodeKey("node-a")));
+  EXPECT_GT(MetricValue(*node, "commd_cluster_lease_remaining_seconds"), 0);
   EXPECT_TRUE(client->store().Set("after", "2").ok());
   EXPECT_EQ(*client->store().Get("after"), "2");
   EXPECT_TRUE(LocalGroupWorks(*client, "local-3").ok());
@@ -229,6 +240,197 @@ TEST_F(ClusterTest, NodeKeyGoesWithItsDaemon) {
   // Stopped cleanly: the daemon revokes its lease on the way out.
   ASSERT_TRUE(stopped->Stop(SIGTERM).ok());
   EXPECT_TRUE(etcd_->Keys(NodeKey("node-stopped")).empty());
+}
+
+// What `commctl cluster nodes --json` prints, parsed; a null json when it failed.
+nlohmann::json ListNodes(const DaemonProcess& d) {
+  const ProcessResult r =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", d.runtime_dir(), "--json", "cluster", "nodes"});
+  if (r.exit_code != 0) return nullptr;
+  return nlohmann::json::parse(r.output, nullptr, false);
+}
+
+// The entry of node `name` in a ListNodes answer; null when it is not listed.
+nlohmann::json Node(const nlohmann::json& list, const std::string& name) {
+  if (!list.is_object() || !list.contains("nodes")) return nullptr;
+  for (const auto& n : list["nodes"]) {
+    if (n["name"] == name) return n;
+  }
+  return nullptr;
+}
+
+// `commctl cluster nodes` lists both nodes from node-a's view of etcd: itself with its lease's
+// TTL and what is left of it (as its metrics say), node-b with the TTL its key says and its
+// metrics address. Once node-b's daemon is killed, node-a reports it gone, after its lease
+// ended (how long after the kill is printed, against the TTL: docs/PERFORMANCE.md).
+TEST_F(ClusterTest, CommctlListsTheNodesAndAKilledOneAsGoneAfterItsLease) {
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b);
+  if (HasFatalFailure()) return;
+  nlohmann::json list;
+  ASSERT_TRUE(Eventually([&] {
+    list = ListNodes(*a);
+    return Node(list, "node-a").is_object() && Node(list, "node-b").is_object();
+  })) << list.dump();
+  EXPECT_EQ(list["live_nodes"], 2);
+  EXPECT_EQ(list["gone_nodes"], 0);
+  EXPECT_EQ(list["truncated"], false);
+  EXPECT_EQ(list["watching"], true);
+  const nlohmann::json self = Node(list, "node-a");
+  EXPECT_EQ(self["this_node"], true);
+  EXPECT_EQ(self["live"], true);
+  EXPECT_EQ(self["lease_ttl_seconds"], "2");  // proto3 JSON: int64 as a string
+  EXPECT_GT(self["lease_remaining_seconds"].get<double>(), 0) << self.dump();
+  EXPECT_LE(self["lease_remaining_seconds"].get<double>(), 2) << self.dump();
+  EXPECT_EQ(self["metrics_address"], a->metrics_address());
+  const nlohmann::json other = Node(list, "node-b");
+  EXPECT_EQ(other["this_node"], false);
+  EXPECT_EQ(other["live"], true);
+  EXPECT_EQ(other["lease_ttl_seconds"], "2");
+  EXPECT_EQ(other["lease_remaining_seconds"], -1);  // not known: etcd is not asked per node
+  EXPECT_EQ(other["metrics_address"], b->metrics_address());
+  EXPECT_NE(other["lease_id"], "0");
+  // The lease as node-a's metrics show it, and its keep-alives.
+  EXPECT_EQ(MetricValue(*a, "commd_cluster_lease_ttl_seconds"), 2);
+  const double left = MetricValue(*a, "commd_cluster_lease_remaining_seconds");
+  EXPECT_GT(left, 0);
+  EXPECT_LE(left, 2);
+  EXPECT_TRUE(Eventually(
+      [&] { return MetricValue(*a, "commd_cluster_lease_keepalives_total{result=\"ok\"}") >= 2; }));
+  EXPECT_EQ(MetricValue(*a, "commd_cluster_lease_keepalives_total{result=\"failed\"}"), 0);
+  EXPECT_EQ(MetricValue(*a, "commd_cluster_lease_keepalives_total{result=\"expired\"}"), 0);
+  EXPECT_EQ(MetricValue(*a, "commd_cluster_lease_grants_total"), 1);
+  const ProcessResult text =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", a->runtime_dir(), "cluster", "nodes"});
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("2 live node(s), 0 gone"));
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("node-a \\(this\\) +live "));
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("node-b +live "));
+  std::cerr << text.output;
+
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE(b->Stop(SIGKILL).ok());
+  ASSERT_TRUE(Eventually([&] {
+    list = ListNodes(*a);
+    return Node(list, "node-b").is_object() && Node(list, "node-b")["live"] == false;
+  })) << list.dump();
+  const absl::Time reported = absl::Now();
+  EXPECT_EQ(list["live_nodes"], 1);
+  EXPECT_EQ(list["gone_nodes"], 1);
+  const nlohmann::json gone = Node(list, "node-b");
+  // since_unix_ms: when node-a's watch heard the key go.
+  const int64_t since = std::stoll(gone["since_unix_ms"].get<std::string>());
+  std::cerr << "node-b killed; node-a's view has it gone " << since - absl::ToUnixMillis(killed)
+            << " ms later (commctl saw it after " << absl::ToInt64Milliseconds(reported - killed)
+            << " ms); lease TTL 2000 ms\n";
+  EXPECT_GE(since, absl::ToUnixMillis(killed));
+  const ProcessResult after =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", a->runtime_dir(), "cluster", "nodes"});
+  EXPECT_THAT(after.output, HasSubstr("1 live node(s), 1 gone"));
+  EXPECT_THAT(after.output, ::testing::ContainsRegex("node-b +gone "));
+  std::cerr << after.output;
+}
+
+// The sum of etcd's counts of the KV calls it started (Range, Txn, Put, ...): what the nodes'
+// daemons have asked of it.
+double EtcdKvCalls(const Etcd& etcd) {
+  auto text = HttpGet(etcd.endpoint(), "/metrics");
+  if (!text.ok()) return -1;
+  auto parsed = ParsePrometheusText(*text);
+  if (!parsed.ok()) return -1;
+  double sum = 0;
+  for (const auto& [key, value] : *parsed) {
+    if (absl::StartsWith(key, "grpc_server_started_total{") &&
+        absl::StrContains(key, "grpc_service=\"etcdserverpb.KV\"")) {
+      sum += value;
+    }
+  }
+  return sum;
+}
+
+// Listing the nodes is answered from the daemon's view: a caller without a session gets
+// UNAUTHENTICATED, a limit or start_after out of range INVALID_ARGUMENT naming the range, an
+// answer holds at most the limit and says what follows, keys that another writer of etcd put
+// under nodes/ are left out and counted, a flood of calls asks etcd nothing, and with etcd gone
+// the last view is still answered, saying so.
+TEST_F(ClusterTest, ListingNodesIsBoundedAndAsksEtcdNothing) {
+  DaemonProcess *a = nullptr, *b = nullptr;
+  StartTwoNodes(&a, &b);
+  if (HasFatalFailure()) return;
+  auto stub = v1::Node::NewStub(RawChannel(a->runtime_dir()));
+  EXPECT_EQ(UnauthenticatedProblems([&](grpc::ClientContext& ctx) {
+              v1::ListClusterNodesResponse out;
+              return stub->ListClusterNodes(&ctx, {}, &out);
+            }),
+            "");
+  // Another writer of etcd: a key that names no node, and a "node" whose value is not commd's.
+  ASSERT_TRUE(etcd_->Put(absl::StrCat(kPrefix, "/nodes/not a node"), "x").ok());
+  ASSERT_TRUE(etcd_->Put(NodeKey("node-x"), std::string(100000, '{')).ok());
+  auto client = Connect(*a);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<v1::ListClusterNodesResponse> all;
+  ASSERT_TRUE(Eventually([&] {
+    all = client->ListClusterNodes();
+    return all.ok() && all->live_nodes() == 3;
+  })) << all.status();
+  EXPECT_EQ(all->rejected_keys(), 1u);
+  ASSERT_EQ(all->nodes_size(), 3);
+  EXPECT_EQ(all->nodes(2).name(), "node-x");
+  EXPECT_EQ(all->nodes(2).owner(), "");  // its value is not parsed: too long
+  EXPECT_EQ(all->nodes(2).lease_id(), 0);
+
+  // Pages: one node per answer, and what comes next.
+  ProcessResult page = RunProcess(
+      {COMMCTL_BINARY, "--runtime-dir", a->runtime_dir(), "cluster", "nodes", "--limit", "1"});
+  EXPECT_EQ(page.exit_code, 0) << page.output;
+  EXPECT_THAT(page.output, HasSubstr("showing 1 of 3 node(s); the next ones: commctl cluster "
+                                     "nodes --after node-a"));
+  EXPECT_THAT(page.output, HasSubstr("1 key(s) under the cluster's nodes/ name no node"));
+  page = RunProcess({COMMCTL_BINARY, "--runtime-dir", a->runtime_dir(), "cluster", "nodes",
+                     "--limit", "1", "--after", "node-a"});
+  EXPECT_THAT(page.output, ::testing::ContainsRegex("\nnode-b +live "));
+  EXPECT_THAT(page.output, ::testing::Not(HasSubstr("node-x")));
+  // Out of range: the daemon says the range (commctl exits 2 on INVALID_ARGUMENT).
+  const ProcessResult big = RunProcess(
+      {COMMCTL_BINARY, "--runtime-dir", a->runtime_dir(), "cluster", "nodes", "--limit", "5000"});
+  EXPECT_EQ(big.exit_code, 2) << big.output;
+  EXPECT_THAT(big.output, HasSubstr("INVALID_ARGUMENT: limit 5000 is out of range; allowed 1 to "
+                                    "1000 nodes per answer"));
+  v1::ListClusterNodesRequest bad;
+  bad.set_start_after(std::string(1 << 20, 'n'));
+  const auto refused = client->ListClusterNodes(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("(1048576 bytes) names no node"));
+
+  // 300 calls ask etcd nothing: its count of KV calls moves only with the daemons' own work
+  // (node counts, about one per node every few seconds).
+  const double before = EtcdKvCalls(*etcd_);
+  ASSERT_GE(before, 0);
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(client->ListClusterNodes().ok());
+  const double asked = EtcdKvCalls(*etcd_) - before;
+  std::cerr << "300 ListClusterNodes calls; etcd's KV calls meanwhile: " << asked << "\n";
+  EXPECT_LT(asked, 30);
+
+  // etcd gone: the last view, saying it is not watching.
+  etcd_->Kill();
+  ASSERT_TRUE(Eventually([&] {
+    all = client->ListClusterNodes();
+    return all.ok() && !all->watching();
+  })) << all.status();
+  EXPECT_EQ(all->live_nodes(), 3u);
+  const ProcessResult stale =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", a->runtime_dir(), "cluster", "nodes"});
+  EXPECT_EQ(stale.exit_code, 0) << stale.output;
+  EXPECT_THAT(stale.output, HasSubstr("not watching etcd (out of reach): the view as of "));
+
+  // A daemon without a cluster has no nodes to list.
+  TempDir plain_dir("commd-plain");
+  auto plain = StartDaemonWithConfig(plain_dir, "");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const ProcessResult alone =
+      RunProcess({COMMCTL_BINARY, "--runtime-dir", (*plain)->runtime_dir(), "cluster", "nodes"});
+  EXPECT_EQ(alone.exit_code, 1) << alone.output;
+  EXPECT_THAT(alone.output, HasSubstr("FAILED_PRECONDITION: this daemon is not in a cluster"));
 }
 
 TEST_F(ClusterTest, ASecondDaemonWithTheSameNodeNameIsRefused) {

@@ -230,6 +230,60 @@ absl::Status Dump(const GlobalOptions& options, std::ostream& out) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
+std::string FormatClusterNodes(const v1::ListClusterNodesResponse& r, int64_t now_ms) {
+  std::string out =
+      absl::StrFormat("%d live node(s), %d gone (listed for an hour); etcd revision %d\n",
+                      r.live_nodes(), r.gone_nodes(), r.revision());
+  if (!r.watching()) {
+    absl::StrAppend(
+        &out, "not watching etcd (out of reach): the view as of ",
+        r.view_unix_ms() == 0 ? "never" : FormatDuration(now_ms - r.view_unix_ms()) + " ago", "\n");
+  }
+  if (r.nodes().empty()) return out + "no nodes\n";
+  absl::StrAppendFormat(&out, "%-24s %-5s %-14s %-18s %-5s %-7s %-22s %s\n", "NODE", "STATE",
+                        "SINCE", "LEASE", "TTL", "LEFT", "METRICS", "VERSION");
+  for (const v1::ClusterNode& n : r.nodes()) {
+    absl::StrAppendFormat(
+        &out, "%-24s %-5s %-14s %-18s %-5s %-7s %-22s %s\n",
+        n.this_node() ? n.name() + " (this)" : n.name(), n.live() ? "live" : "gone",
+        n.since_unix_ms() == 0 ? "-" : FormatDuration(now_ms - n.since_unix_ms()) + " ago",
+        n.live() ? absl::StrFormat("%x", n.lease_id()) : "-",
+        n.lease_ttl_seconds() > 0 ? absl::StrCat(n.lease_ttl_seconds(), "s") : "-",
+        n.lease_remaining_seconds() >= 0 ? absl::StrFormat("%.1fs", n.lease_remaining_seconds())
+                                         : "-",
+        n.metrics_address().empty() ? "-" : n.metrics_address(),
+        n.version().empty() ? "-" : n.version());
+  }
+  if (r.truncated()) {
+    absl::StrAppend(&out, "showing ", r.nodes_size(), " of ", r.live_nodes() + r.gone_nodes(),
+                    " node(s); the next ones: commctl cluster nodes --after ",
+                    r.nodes(r.nodes_size() - 1).name(), "\n");
+  }
+  if (r.incomplete()) {
+    absl::StrAppend(
+        &out, "the daemon's view keeps at most 16384 live nodes: etcd holds more, left out\n");
+  }
+  if (r.rejected_keys() > 0) {
+    absl::StrAppend(&out, r.rejected_keys(),
+                    " key(s) under the cluster's nodes/ name no node (not written by commd): left "
+                    "out\n");
+  }
+  return out;
+}
+
+namespace {
+
+absl::Status ClusterNodes(const GlobalOptions& options, std::ostream& out) {
+  ASSIGN_OR_RETURN(auto client, ConnectFor(options));
+  v1::ListClusterNodesRequest request;
+  request.set_limit(options.limit);
+  request.set_start_after(options.after);
+  ASSIGN_OR_RETURN(v1::ListClusterNodesResponse nodes, client->ListClusterNodes(request));
+  return Print(options, nodes, FormatClusterNodes(nodes, absl::ToUnixMillis(absl::Now())), out);
+}
+
 absl::Status FrCollect(const GlobalOptions& options, const std::vector<std::string>& sources,
                        std::ostream& out) {
   if (options.dump_id.empty() || options.out_dir.empty() || sources.empty()) {
@@ -304,6 +358,12 @@ Commands:
             groups (each rank's last completed and entered collective), from etcd
   abort --group G [--job J] --reason TEXT
             abort a group: its ranks' collectives fail with ABORTED and TEXT
+  cluster nodes [--limit N] [--after NAME]
+            the cluster's nodes as this daemon follows them in etcd: live ones and those
+            gone within the hour, each with its lease (TTL; what is left of it, for this
+            node), metrics address and version; at most N (default and most 1000) by name,
+            --after NAME for the next ones (answered from the daemon's view: costs etcd
+            nothing)
   fr export --in DIR --out DIR [--format torch]
             convert a dump's JSON files into the pickles PyTorch's torchfrtrace reads
   fr collect --dump-id ID --out DIR SOURCE...
@@ -368,6 +428,14 @@ absl::Status ParseArgs(int argc, const char* const* argv, GlobalOptions* options
       options->cluster = true;
     } else if (arg == "--reason") {
       ASSIGN_OR_RETURN(options->reason, take());
+    } else if (arg == "--limit") {
+      ASSIGN_OR_RETURN(std::string n, take());
+      if (!absl::SimpleAtoi(n, &options->limit) || options->limit == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--limit '", n, "' is not a number of nodes from 1 to 1000"));
+      }
+    } else if (arg == "--after") {
+      ASSIGN_OR_RETURN(options->after, take());
     } else if (arg.rfind("-", 0) == 0 && arg != "-h" && arg != "--help") {
       return absl::InvalidArgumentError(absl::StrCat("unknown option '", arg, "'"));
     } else {
@@ -385,6 +453,12 @@ absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::str
   if (command == "fr" && args.size() >= 2 && args[1] == "collect") {
     return FrCollect(options, std::vector<std::string>(args.begin() + 2, args.end()), out);
   }
+  if (command == "cluster") {
+    if (args.size() != 2 || args[1] != "nodes") {
+      return absl::InvalidArgumentError("cluster takes one subcommand: nodes");
+    }
+    return ClusterNodes(options, out);
+  }
   if (args.size() > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", command, "' takes no arguments, got '", args[1], "'"));
@@ -397,7 +471,8 @@ absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::str
   if (command == "abort") return Abort(options, out);
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown command '", command,
-      "'; commands: status, topo, groups, health, abort, dump, fr export, fr collect"));
+      "'; commands: status, topo, groups, health, abort, dump, cluster nodes, fr export, "
+      "fr collect"));
 }
 
 std::string FormatDuration(int64_t ms) {

@@ -22,6 +22,8 @@ struct GlobalOptions {
   bool local = false;                   // dump --local: this node only
   bool cluster = false;                 // health --cluster: every node's view
   std::string reason;                   // abort --reason
+  uint32_t limit = 0;                   // cluster nodes --limit: 0 for the daemon's most
+  std::string after;                    // cluster nodes --after NAME: the next page
 };
 
 // Parses global flags wherever they appear; what remains is the command and its arguments.
@@ -39,6 +41,8 @@ std::string FormatStatus(const v1::NodeStatus& status);
 std::string FormatDuration(int64_t ms);
 std::string FormatHealth(const v1::GetHealthResponse& health);
 std::string FormatClusterHealth(const v1::GetHealthResponse& health);
+// `now_ms`: the Unix time the ages are counted to.
+std::string FormatClusterNodes(const v1::ListClusterNodesResponse& nodes, int64_t now_ms);
 
 }  // namespace commd::ctl
 

@@ -53,6 +53,12 @@ class COMMD_API Client {
   absl::StatusOr<v1::NodeStatus> GetStatus();
   // The node's topology as the daemon discovered it at start. Blocks for one round trip.
   absl::StatusOr<v1::Topology> GetTopology();
+  // The cluster's nodes as the daemon follows them in etcd (live, and gone within the hour),
+  // at most request.limit (1000) per answer by name; page with request.start_after while the
+  // answer is truncated. Answered from the daemon's view: costs etcd nothing. Without a
+  // cluster FAILED_PRECONDITION. Blocks for one round trip.
+  absl::StatusOr<v1::ListClusterNodesResponse> ListClusterNodes(
+      const v1::ListClusterNodesRequest& request = {});
 
   // This job's key-value store; lives as long as the Client.
   Store& store();
