@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/names.h"
 #include "common/status_macros.h"
 #include "daemon/config/config.h"
 
@@ -25,6 +26,9 @@ Options:
   --dump-dir DIR            where flight-recorder dumps go (default: /var/lib/commd/dumps as
                             root, else $XDG_STATE_HOME/commd/dumps)
   --log-level LEVEL         debug, info, warning or error (default info)
+  --node-name NAME          this node's name in the cluster (cluster.node_name; needs the
+                            config's cluster section), e.g. Kubernetes' node name from the
+                            downward API
   --print-default-config    print the full default config, with comments, and exit
   --version                 print the version and exit
   -h, --help                print this help and exit
@@ -66,6 +70,8 @@ absl::StatusOr<DaemonFlags> ParseDaemonFlags(int argc, const char* const* argv) 
       ASSIGN_OR_RETURN(flags.dump_dir, value());
     } else if (arg == "--log-level") {
       ASSIGN_OR_RETURN(flags.log_level, value());
+    } else if (arg == "--node-name") {
+      ASSIGN_OR_RETURN(flags.node_name, value());
     } else if (arg == "--print-default-config") {
       RETURN_IF_ERROR(no_value());
       flags.print_default_config = true;
@@ -103,6 +109,19 @@ absl::StatusOr<v1::DaemonConfig> ResolveConfig(const DaemonFlags& flags) {
           "--log-level '", *flags.log_level, "' is not one of debug, info, warning, error"));
     }
     config.set_log_level(level);
+  }
+  if (flags.node_name) {
+    if (config.cluster().etcd_endpoints_size() == 0) {
+      return absl::InvalidArgumentError(
+          "--node-name names this node in a cluster: the config has no cluster section with "
+          "cluster.etcd_endpoints");
+    }
+    if (!ValidateJobId(*flags.node_name).ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--node-name ", QuoteForError(*flags.node_name),
+                       " must be 1 to 128 of letters, digits and . _ - :"));
+    }
+    config.mutable_cluster()->set_node_name(*flags.node_name);
   }
   return config;
 }

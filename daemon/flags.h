@@ -16,6 +16,7 @@ struct DaemonFlags {
   std::optional<std::string> metrics_address;
   std::optional<std::string> dump_dir;
   std::optional<std::string> log_level;
+  std::optional<std::string> node_name;  // cluster.node_name
   bool print_default_config = false;
   bool version = false;
   bool help = false;

@@ -37,7 +37,7 @@ for f in usr/bin/commd usr/bin/commctl usr/$libdir/libcommd_client.so usr/$libdi
     usr/include/commd/commd.h usr/include/commd/group.h usr/include/commd/v1/topology.pb.h \
     usr/include/commd/v1/node.pb.h usr/lib/systemd/system/commd.service etc/commd/commd.textproto \
     usr/share/commd/prometheus/commd.rules.yml usr/share/commd/prometheus/prometheus.yml \
-    usr/share/commd/k8s/commd-daemonset.yaml usr/share/doc/commd/operations.md; do
+    usr/share/commd/k8s/commd-daemonset.yaml usr/share/commd/k8s/etcd.yaml usr/share/doc/commd/operations.md; do
   [ -e "$root/$f" ] || fail "package lacks /$f"
 done
 [ "$(ls "$root"/usr/share/commd/dashboards/*.json | wc -l)" -ge 2 ] || fail "package lacks the dashboards"
