@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -33,7 +34,50 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-class SpanTest : public SpanFixture {};
+class SpanTest : public SpanFixture {
+ protected:
+  // Dump `id` of job "job" as the job's operator gathers it: `commctl fr collect` of every
+  // node's dump dir into one directory (group g: global ranks 0-3, each once), `commctl fr
+  // export --format torch`, and torchfrtrace over it, whose report names the collective the
+  // ranks wait in and `missing` (the global rank that never entered it).
+  void ExpectTorchfrtraceNamesTheMissingRank(const std::vector<DaemonProcess*>& n,
+                                             const std::string& id, const std::string& missing) {
+    // Each node's dumps beside its runtime dir (the test launcher's STATE_DIRECTORY).
+    auto dumps = [](const DaemonProcess& d) {
+      return (std::filesystem::path(d.runtime_dir()).parent_path() / "state" / "dumps").string();
+    };
+    const std::string out = tmp_.Join("collected-" + id);
+    std::vector<std::string> collect_argv = {COMMCTL_BINARY, "fr", "collect", "--dump-id", id,
+                                             "--out",        out};
+    for (const DaemonProcess* node : n) collect_argv.push_back(dumps(*node));
+    ProcessResult collect;
+    EXPECT_TRUE(Eventually([&] {
+      std::filesystem::remove_all(out);
+      collect = RunProcess(collect_argv);
+      return collect.exit_code == 0 && absl::StrContains(collect.output, "global ranks 0-3");
+    })) << collect.output;
+    EXPECT_THAT(collect.output, HasSubstr("group g: global ranks 0-3 (4 of 4)"));
+    const std::string torch = tmp_.Join("torch-" + id);
+    const ProcessResult exported = RunProcess(
+        {COMMCTL_BINARY, "fr", "export", "--in", out + "/g", "--out", torch, "--format", "torch"});
+    ASSERT_EQ(exported.exit_code, 0) << exported.output;
+    for (int g = 0; g < 4; ++g) {
+      EXPECT_TRUE(std::filesystem::exists(absl::StrCat(torch, "/nccl_trace_rank_", g)));
+    }
+#ifdef COMMD_TORCH_PYTHON
+    const ProcessResult report =
+        RunProcess({COMMD_TORCH_PYTHON, "-m", "torch.distributed.flight_recorder.fr_trace", torch,
+                    "--prefix", "nccl_trace_rank_", "-o", tmp_.Join("db-" + id)},
+                   absl::Seconds(300));
+    ASSERT_EQ(report.exit_code, 0) << report.output;
+    EXPECT_THAT(report.output, HasSubstr("collective: nccl:all_reduce")) << report.output;
+    EXPECT_THAT(report.output, HasSubstr(missing)) << report.output;
+    std::cerr << report.output;
+#else
+    std::cerr << "torchfrtrace not run: this build has no COMMD_TORCH_PYTHON\n";
+#endif
+  }
+};
 
 // Global ranks interleaved over the nodes: the layout says which is where, by local rank.
 TEST_F(SpanTest, TwoNodesOfTwoRanksLearnOneLayout) {
@@ -248,9 +292,19 @@ TEST_F(SpanTest, ADeadNodeAbortsTheGroupOnTheOtherNodesNamingIt) {
       StartRank({.node = n[1], .rank = 1, .world = 2, .global_rank = 2, .global_world = 3});
   ASSERT_TRUE(on_a && on_b0 && on_b1);
   ASSERT_TRUE(on_a->WaitForLog("joined", absl::Seconds(60))) << on_a->Log();
+  const absl::Time killed = absl::Now();
   ASSERT_TRUE(n[1]->Stop(SIGKILL).ok());
   // Within the lease TTL (2 s) and a poll: generous here, the machine is shared.
-  ASSERT_TRUE(on_a->WaitForLog("aborted ", absl::Seconds(60))) << on_a->Log();
+  ASSERT_TRUE(on_a->WaitForLog("abort_seen_unix_us ", absl::Seconds(60))) << on_a->Log();
+  {
+    int64_t seen_us = 0;
+    const std::string seen = Line(on_a->Log(), "abort_seen_unix_us ");
+    if (absl::SimpleAtoi(seen.substr(seen.find(' ') + 1), &seen_us)) {
+      std::cerr << "node-b's daemon killed; node-a's rank saw the group aborted "
+                << (seen_us - absl::ToUnixMicros(killed)) / 1000.0
+                << " ms later (lease TTL 2000 ms)\n";
+    }
+  }
   EXPECT_THAT(Line(on_a->Log(), "aborted "),
               HasSubstr("node node-b (global rank(s) [1, 2]) is gone: its commd's lease in etcd "
                         "ended"));
@@ -512,38 +566,7 @@ TEST_F(SpanTest, OneDumpCoversEveryGlobalRankAndTorchfrtraceNamesTheSkipper) {
     }
   }
   ASSERT_FALSE(id.empty()) << dump.output;
-  // Each node's dumps beside its runtime dir (the test launcher's STATE_DIRECTORY).
-  auto dumps = [](const DaemonProcess& d) {
-    return (std::filesystem::path(d.runtime_dir()).parent_path() / "state" / "dumps").string();
-  };
-  const std::string out = tmp_.Join("collected");
-  ProcessResult collect;
-  EXPECT_TRUE(Eventually([&] {
-    std::filesystem::remove_all(out);
-    collect = RunProcess({COMMCTL_BINARY, "fr", "collect", "--dump-id", id, "--out", out,
-                          dumps(*n[0]), dumps(*n[1])});
-    return collect.exit_code == 0 && absl::StrContains(collect.output, "global ranks 0-3");
-  })) << collect.output;
-  EXPECT_THAT(collect.output, HasSubstr("group g: global ranks 0-3 (4 of 4)"));
-  const std::string torch = tmp_.Join("torch");
-  const ProcessResult exported = RunProcess(
-      {COMMCTL_BINARY, "fr", "export", "--in", out + "/g", "--out", torch, "--format", "torch"});
-  ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  for (int g = 0; g < 4; ++g) {
-    EXPECT_TRUE(std::filesystem::exists(absl::StrCat(torch, "/nccl_trace_rank_", g)));
-  }
-#ifdef COMMD_TORCH_PYTHON
-  const ProcessResult report =
-      RunProcess({COMMD_TORCH_PYTHON, "-m", "torch.distributed.flight_recorder.fr_trace", torch,
-                  "--prefix", "nccl_trace_rank_", "-o", tmp_.Join("db")},
-                 absl::Seconds(300));
-  ASSERT_EQ(report.exit_code, 0) << report.output;
-  EXPECT_THAT(report.output, HasSubstr("collective: nccl:all_reduce")) << report.output;
-  EXPECT_THAT(report.output, HasSubstr("missing ranks: {3}")) << report.output;
-  std::cerr << report.output;
-#else
-  std::cerr << "torchfrtrace not run: this build has no COMMD_TORCH_PYTHON\n";
-#endif
+  ExpectTorchfrtraceNamesTheMissingRank(n, id, "missing ranks: {3}");
   // The waiting ranks go at once rather than at their wait limit.
   for (DaemonProcess* node : n) {
     auto client = Connect(*node);
@@ -590,7 +613,9 @@ constexpr char kSkipSentence[] =
 // one dump of the job, under one id both derive from the group and the collective, not one
 // per node. The finding reads every node's view of the group: the dump on both nodes, the log
 // line and `commctl health` on node-a name global rank 3 on node-b as what holds the group
-// back, and the ranks that wait for it.
+// back, and the ranks that wait for it. The dump, gathered with `commctl fr collect`, exported
+// and read by torchfrtrace, names global rank 3 as missing from the collective: hang, dump,
+// collect and diagnosis end to end, with no request from anyone.
 TEST_F(SpanTest, AHangBothNodesFindIsDumpedOnceUnderOneId) {
   std::vector<DaemonProcess*> n;
   StartNodes({"node-a", "node-b"}, &n, "watchdog { poll_interval_ms: 100 }\n");
@@ -627,6 +652,9 @@ TEST_F(SpanTest, AHangBothNodesFindIsDumpedOnceUnderOneId) {
     }
   }
   EXPECT_THAT(n[0]->Log(), HasSubstr(absl::StrCat("; job-wide: ", kSkipSentence)));
+  // The watchdog's dump gathered from both nodes, exported, and read by torchfrtrace: it names
+  // the global rank that never entered the collective.
+  ExpectTorchfrtraceNamesTheMissingRank(n, a[0], "missing ranks: {3}");
   const ProcessResult health =
       RunProcess({COMMCTL_BINARY, "--runtime-dir", n[0]->runtime_dir(), "health"});
   EXPECT_EQ(health.exit_code, 0) << health.output;
