@@ -105,6 +105,16 @@ cluster {
     return RunProcess({COMMCTL_BINARY, "--runtime-dir", d.runtime_dir(), "--json", "status"})
         .output;
   }
+  // commctl `args` against a daemon of its own, started without a cluster section.
+  static ProcessResult CommctlWithoutACluster(const std::vector<std::string>& args) {
+    TempDir dir("commd-plain");
+    auto plain = StartDaemonWithConfig(dir, "");
+    EXPECT_TRUE(plain.ok()) << plain.status();
+    if (!plain.ok()) return {.output = plain.status().ToString()};
+    std::vector<std::string> argv = {COMMCTL_BINARY, "--runtime-dir", (*plain)->runtime_dir()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunProcess(argv);
+  }
   // Node-local work: a group of one rank forms and passes a barrier.
   // (A new group name each time: a group's name is taken until its members' sessions end.)
   static absl::Status LocalGroupWorks(Client& client, const std::string& name) {
@@ -424,11 +434,7 @@ TEST_F(ClusterTest, ListingNodesIsBoundedAndAsksEtcdNothing) {
   EXPECT_THAT(stale.output, HasSubstr("not watching etcd (out of reach): the view as of "));
 
   // A daemon without a cluster has no nodes to list.
-  TempDir plain_dir("commd-plain");
-  auto plain = StartDaemonWithConfig(plain_dir, "");
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  const ProcessResult alone =
-      RunProcess({COMMCTL_BINARY, "--runtime-dir", (*plain)->runtime_dir(), "cluster", "nodes"});
+  const ProcessResult alone = CommctlWithoutACluster({"cluster", "nodes"});
   EXPECT_EQ(alone.exit_code, 1) << alone.output;
   EXPECT_THAT(alone.output, HasSubstr("FAILED_PRECONDITION: this daemon is not in a cluster"));
 }
@@ -834,11 +840,7 @@ TEST_F(ClusterTest, EveryNodesViewOfTheJobIsPublishedAndHealthClusterShowsIt) {
       RunProcess({COMMCTL_BINARY, "--runtime-dir", a->runtime_dir(), "health", "--cluster"});
   EXPECT_EQ(no_job.exit_code, 2) << no_job.output;
   EXPECT_THAT(no_job.output, HasSubstr("health --cluster shows one job: name it with --job J"));
-  TempDir plain_dir("commd-plain");
-  auto plain = StartDaemonWithConfig(plain_dir, "");
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  const ProcessResult alone = RunProcess({COMMCTL_BINARY, "--runtime-dir", (*plain)->runtime_dir(),
-                                          "health", "--cluster", "--job", "job"});
+  const ProcessResult alone = CommctlWithoutACluster({"health", "--cluster", "--job", "job"});
   EXPECT_EQ(alone.exit_code, 1) << alone.output;
   EXPECT_THAT(alone.output, HasSubstr("FAILED_PRECONDITION: this daemon is not in a cluster"));
 
