@@ -47,11 +47,15 @@ std::string QuoteForError(absl::string_view value) {
 }
 
 absl::Status ValidateJobId(absl::string_view job_id) {
-  return Validate("job id", job_id, 128, /*slash=*/false);
+  return Validate("job id", job_id, kMaxJobIdBytes, /*slash=*/false);
+}
+
+std::string JobIdRule() {
+  return absl::StrCat("1 to ", kMaxJobIdBytes, " of letters, digits and . _ - :");
 }
 
 absl::Status ValidateName(absl::string_view kind, absl::string_view name) {
-  return Validate(kind, name, 256, /*slash=*/true);
+  return Validate(kind, name, kMaxNameBytes, /*slash=*/true);
 }
 
 }  // namespace commd

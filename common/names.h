@@ -22,11 +22,19 @@ inline constexpr size_t kMaxEchoedBytes = 64;
 // exceeds limit" and hide what was wrong. Pure.
 std::string QuoteForError(absl::string_view value);
 
-// 1 to 128 of letters, digits and . _ - : ; not starting with '.' or '-'.
-absl::Status ValidateJobId(absl::string_view job_id);
+// The longest job id (also a node's name in the cluster, a dump's id) and the longest group
+// or buffer name.
+inline constexpr size_t kMaxJobIdBytes = 128;
+inline constexpr size_t kMaxNameBytes = 256;
 
-// A group or buffer name (`kind` says which in errors): 1 to 256 of letters, digits and
-// . _ - : / ; not starting with '.', '-' or '/'.
+// 1 to kMaxJobIdBytes of letters, digits and . _ - : ; not starting with '.' or '-'.
+absl::Status ValidateJobId(absl::string_view job_id);
+// What ValidateJobId allows, for a message about a value that is held to it:
+// "1 to 128 of letters, digits and . _ - :".
+std::string JobIdRule();
+
+// A group or buffer name (`kind` says which in errors): 1 to kMaxNameBytes of letters,
+// digits and . _ - : / ; not starting with '.', '-' or '/'.
 absl::Status ValidateName(absl::string_view kind, absl::string_view name);
 
 }  // namespace commd

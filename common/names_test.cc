@@ -41,6 +41,7 @@ TEST(ValidateNameTest, MessagesSayWhatAndWhy) {
   EXPECT_TRUE(ValidateName("group name", "train/dp:0").ok());
   EXPECT_TRUE(ValidateJobId(std::string(128, 'j')).ok());
   EXPECT_FALSE(ValidateJobId(std::string(129, 'j')).ok());
+  EXPECT_EQ(JobIdRule(), "1 to 128 of letters, digits and . _ - :");
 }
 
 }  // namespace

@@ -24,6 +24,9 @@ namespace commd {
 
 // Most file descriptors one message carries.
 inline constexpr int kMaxFdsPerMessage = 16;
+// The largest packet either side of the daemon's fd channel takes (daemon/server/
+// handle_channel.h): its requests and answers are a few hundred bytes.
+inline constexpr size_t kMaxHandlePacketBytes = 64 * 1024;
 
 // Binds and listens on `path` (which must not exist), then sets its mode. The socket is
 // close-on-exec; add SOCK_NONBLOCK to `type` for a non-blocking listener.

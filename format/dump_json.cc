@@ -11,11 +11,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace commd {
-namespace {
-
-constexpr size_t kMaxGuessedGroups = 16;
-
-}  // namespace
 
 std::string ProfilingName(const std::string& lib, const RecordedEntry& e, int32_t rank) {
   std::string name = absl::StrCat(lib, ":", RecordOpTorchName(static_cast<uint32_t>(e.op)));

@@ -26,6 +26,7 @@
 #ifndef COMMD_FORMAT_DUMP_JSON_H_
 #define COMMD_FORMAT_DUMP_JSON_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -52,14 +53,18 @@ struct RankDumpInput {
   std::string device;  // "host", "cuda:0", ...
 };
 
+// The most groups pg_config adds for the entries that name a group the options do not (an
+// honest writer names at most RingWriter::kMaxProcessGroups; a hostile one, one per entry).
+inline constexpr size_t kMaxGuessedGroups = 16;
+
 struct DumpOptions {
   std::string comm_lib_version;  // e.g. "commd 0.1.0"
   std::string trigger;           // request | signal | hang | rank_death | abort
   // Prefix of profiling_name. torchfrtrace accepts only "nccl" and "xccl".
   std::string profiling_lib = "nccl";
   // pg_config. The first group is the block's own: pg_status reports its progress under its
-  // pg_id. Groups named by entries but missing here are added (16 at most) with ranks
-  // [0, world_size) (right when global ranks equal group ranks).
+  // pg_id. Groups named by entries but missing here are added (kMaxGuessedGroups at most) with
+  // ranks [0, world_size) (right when global ranks equal group ranks).
   std::vector<ProcessGroupConfig> process_groups;
   std::optional<nlohmann::json> diagnosis;  // the watchdog's finding, if any
 };

@@ -30,8 +30,6 @@ using testing::TestBlock;
 // keys). The product has only the streaming encoder; this keeps it honest byte for byte. ----
 namespace oracle {
 
-constexpr size_t kMaxGuessedGroups = 16;
-
 json Sizes(const std::vector<std::vector<int64_t>>& sizes) {
   json out = json::array();
   for (const auto& dims : sizes) out.push_back(dims);

@@ -23,7 +23,6 @@ namespace commd {
 namespace {
 
 constexpr char kClientVersion[] = COMMD_VERSION;
-constexpr size_t kMaxPacketBytes = 64 * 1024;
 // How long destroying a Client waits for the daemon to confirm the session's close.
 constexpr absl::Duration kCloseWait = absl::Seconds(5);
 
@@ -58,7 +57,7 @@ absl::StatusOr<v1::HandleResponse> Exchange(int fd, const v1::HandleRequest& req
   const absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
   const timeval tv = absl::ToTimeval(left);
   SYS_RETURN_IF_ERROR(::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
-  auto received = ReceiveMessage(fd, kMaxPacketBytes);
+  auto received = ReceiveMessage(fd, kMaxHandlePacketBytes);
   if (!received.ok()) return received.status();
   if (!received->has_value()) {
     return absl::DeadlineExceededError("commd did not answer on the fd channel in time");
@@ -131,7 +130,7 @@ absl::StatusOr<std::vector<UniqueFd>> Client::Impl::Import(const std::vector<std
     RETURN_IF_ERROR(SendMessage(handles.get(), request.SerializeAsString()));
     const timeval tv = absl::ToTimeval(options.call_timeout);
     SYS_RETURN_IF_ERROR(::setsockopt(handles.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
-    ASSIGN_OR_RETURN(auto received, ReceiveMessage(handles.get(), kMaxPacketBytes));
+    ASSIGN_OR_RETURN(auto received, ReceiveMessage(handles.get(), kMaxHandlePacketBytes));
     if (!received.has_value()) return absl::DeadlineExceededError("commd did not answer an import");
     v1::HandleResponse response;
     if (!response.ParseFromString(received->bytes)) {

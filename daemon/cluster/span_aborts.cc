@@ -107,9 +107,8 @@ absl::Status ParseSpanAbortValue(const std::string& bytes, watchdog::SpanAbortNo
         absl::StrCat("abort announcement ", QuoteForError(bytes), " is not a commd.v1.SpanAbort"));
   }
   if (!ValidateJobId(value.node()).ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("abort announcement names node ", QuoteForError(value.node()),
-                     "; allowed 1 to 128 of letters, digits and . _ - :"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "abort announcement names node ", QuoteForError(value.node()), "; allowed ", JobIdRule()));
   }
   const uint32_t reason = AbortReasonFromName(value.reason());
   if (reason == 0 || reason >= kAbortReasonCount) {

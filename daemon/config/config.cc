@@ -118,9 +118,8 @@ absl::Status CheckScalar(const pb::Message& msg, const pb::FieldDescriptor* fiel
   }
   if (path == "cluster.node_name" && !r->GetString(msg, field).empty()) {
     if (absl::Status s = ValidateJobId(r->GetString(msg, field)); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": ", path, " = '", r->GetString(msg, field),
-                       "' must be 1 to 128 of letters, digits and . _ - :"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": ", path, " = '", r->GetString(msg, field), "' must be ", JobIdRule()));
     }
   }
   if (path == "metrics_address") {

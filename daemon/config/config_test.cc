@@ -2,6 +2,10 @@
 
 #include <functional>
 
+#include "absl/strings/str_cat.h"
+#include "client/include/commd/limits.h"
+#include "commd/v1/options.pb.h"
+#include "common/control_block.h"
 #include "gtest/gtest.h"
 
 namespace commd::config {
@@ -51,6 +55,38 @@ TEST(ConfigTest, CollectivesDefaultsAndOverrides) {
   EXPECT_EQ(parsed->collectives().nan_policy(), v1::NAN_POLICY_FAIL);
   EXPECT_TRUE(parsed->collectives().has_one_shot_max_read_bytes());
   EXPECT_EQ(parsed->collectives().one_shot_max_read_bytes(), 0u);
+}
+
+// The range config.proto declares for a field (its (range) option).
+v1::Range DeclaredRange(const pb::Descriptor* message, const std::string& field) {
+  const pb::FieldDescriptor* f = message->FindFieldByName(field);
+  if (f == nullptr) {
+    ADD_FAILURE() << message->full_name() << " has no field " << field;
+    return {};
+  }
+  return f->options().GetExtension(v1::range);
+}
+
+// Limits that are ranges of the config as well are stated once in code (commd/limits.h, the
+// control block's ABI); config.proto repeats them for its validation and its docs, and must
+// say the same.
+TEST(ConfigTest, RangesThatAreLimitsInCodeAgreeWithThem) {
+  const v1::Range period = DeclaredRange(v1::CollectivesConfig::descriptor(), "nan_sample_period");
+  EXPECT_EQ(period.min(), kMinNanSamplePeriod);
+  EXPECT_EQ(period.max(), kMaxNanSamplePeriod);
+  // The ring's capacity may start above the ABI's least, but ends at its most.
+  const v1::Range ring = DeclaredRange(v1::RecorderConfig::descriptor(), "ring_capacity");
+  EXPECT_GE(ring.min(), kRingMinCapacity);
+  EXPECT_EQ(ring.max(), kRingMaxCapacity);
+
+  const auto period_config = [](uint64_t v) {
+    return ParseConfig(absl::StrCat("collectives {\n  nan_sample_period: ", v, "\n}\n"),
+                       "c.textproto");
+  };
+  EXPECT_TRUE(period_config(kMaxNanSamplePeriod).ok());
+  EXPECT_TRUE(period_config(kMinNanSamplePeriod).ok());
+  EXPECT_FALSE(period_config(uint64_t{kMaxNanSamplePeriod} + 1).ok());
+  EXPECT_FALSE(period_config(kMinNanSamplePeriod - 1).ok());
 }
 
 TEST(ConfigTest, EmptyFileKeepsDefaults) {

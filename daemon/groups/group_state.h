@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/include/commd/limits.h"
 #include "commd/v1/groups.pb.h"
 #include "common/control_block.h"
 #include "common/shm_mapping.h"
@@ -30,10 +31,9 @@
 
 namespace commd::groups {
 
-// A group's description fits a flight-recorder entry's pg_desc (NUL excluded), so a dump's
-// process group and its entries say the same; torch's descriptions ("default_pg",
-// "undefined", a new_group's group_desc) are short.
-inline constexpr size_t kMaxGroupDescriptionBytes = kRecordNameBytes - 1;
+// A group's description (at most kMaxGroupDescriptionBytes, commd/limits.h) fits a
+// flight-recorder entry's pg_desc with its NUL.
+static_assert(kMaxGroupDescriptionBytes < kRecordNameBytes);
 // What a group that was given none is described as: PyTorch's own default, which
 // torchfrtrace shows as is (an empty desc would print as a blank column).
 inline constexpr char kDefaultGroupDescription[] = "undefined";

@@ -8,8 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "commd/v1/config.pb.h"
-#include "commd/v1/options.pb.h"
 #include "common/control_block_admin.h"
 #include "common/log.h"
 #include "common/names.h"
@@ -23,15 +21,6 @@ namespace {
 
 // How long a cancelled join waits for its session's end to say why it was cancelled.
 constexpr absl::Duration kCancelSettleTime = absl::Milliseconds(300);
-
-// A group's sample period has the range of the config's (collectives.nan_sample_period).
-const v1::Range& NanSamplePeriodRange() {
-  static const v1::Range& range = v1::CollectivesConfig::descriptor()
-                                      ->FindFieldByName("nan_sample_period")
-                                      ->options()
-                                      .GetExtension(v1::range);
-  return range;
-}
 
 // The config's settings with the request's overrides.
 v1::CollectiveSettings EffectiveSettings(v1::CollectiveSettings settings,
@@ -80,12 +69,12 @@ absl::Status ValidateJoin(const v1::JoinGroupRequest& r) {
     return absl::InvalidArgumentError(absl::StrCat(
         "nan check ", r.nan_check(), "; allowed 0 (the daemon's), 1 (off), 2 (on), 3 (sampled)"));
   }
-  if (const v1::Range& range = NanSamplePeriodRange();
-      r.nan_sample_period() != 0 &&
-      (r.nan_sample_period() < range.min() || r.nan_sample_period() > range.max())) {
-    return absl::InvalidArgumentError(absl::StrCat("nan sample period ", r.nan_sample_period(),
-                                                   "; allowed 0 (the daemon's) or ", range.min(),
-                                                   " to ", range.max()));
+  // The config's collectives.nan_sample_period has the same range (config_test.cc).
+  if (r.nan_sample_period() != 0 && (r.nan_sample_period() < kMinNanSamplePeriod ||
+                                     r.nan_sample_period() > kMaxNanSamplePeriod)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nan sample period ", r.nan_sample_period(), "; allowed 0 (the daemon's) or ",
+                     kMinNanSamplePeriod, " to ", kMaxNanSamplePeriod));
   }
   if (r.nan_policy() < v1::NAN_POLICY_UNSPECIFIED || r.nan_policy() > v1::NAN_POLICY_FAIL) {
     return absl::InvalidArgumentError(absl::StrCat(

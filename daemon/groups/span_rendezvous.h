@@ -19,15 +19,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/include/commd/limits.h"  // kMaxGlobalWorldSize
 #include "commd/v1/groups.pb.h"
 
 namespace commd::groups {
-
-// The largest global_world_size a join may give. Every rank's JoinGroup answer carries the
-// whole layout (a global rank per rank of the group), and a node reads every node's part in
-// one etcd answer (EtcdOptions::max_receive_bytes, 8 MiB): 16384 ranks keep both well inside
-// (a 2048-node job of 8 GPUs each).
-inline constexpr int kMaxGlobalWorldSize = 16384;
 
 // This node's part of one spanning group.
 struct SpanPart {

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/names.h"
 #include "common/shm_mapping.h"
 #include "nlohmann/json.hpp"
 #include "prometheus/counter.h"
@@ -73,7 +74,7 @@ struct DumperOptions {
 // the dump spans nodes; at most kMaxDumpIdBytes of a job id's alphabet (common/names.h). Two
 // dumps in the same millisecond get the same id: callers that need distinct ones tell them
 // apart. Not pure (reads the clock).
-inline constexpr size_t kMaxDumpIdBytes = 128;
+inline constexpr size_t kMaxDumpIdBytes = kMaxJobIdBytes;
 std::string NewDumpId(const std::string& trigger, const std::string& node);
 // `text` as a dump id: a job id's alphabet (others become '_'), at most kMaxDumpIdBytes. For
 // ids every node derives alike from what they all see (a finding on a group spanning them).

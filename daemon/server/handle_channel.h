@@ -26,9 +26,6 @@
 
 namespace commd::server {
 
-// Requests on the fd channel are a few hundred bytes; a larger packet is refused.
-inline constexpr size_t kMaxHandlePacketBytes = 64 * 1024;
-
 struct ImportedFd {
   UniqueFd fd;
   uint64_t bytes = 0;

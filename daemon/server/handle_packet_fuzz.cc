@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/names.h"
+#include "common/unix_socket.h"
 #include "daemon/server/handle_packet.h"
 #include "google/protobuf/stubs/logging.h"
 
@@ -37,11 +38,10 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view bytes(reinterpret_cast<const char*>(data), size);
-  constexpr size_t kMax = 64 * 1024;
   // The first byte's low bit plays the kernel's truncation flag on some inputs.
   const bool truncated = size > 0 && size % 61 == 0 && (data[0] & 1) != 0;
   absl::StatusOr<commd::v1::HandleRequest> request =
-      commd::server::ParseHandlePacket(bytes, truncated, kMax);
+      commd::server::ParseHandlePacket(bytes, truncated, commd::kMaxHandlePacketBytes);
   if (!request.ok()) {
     Check(request.status().code() == absl::StatusCode::kInvalidArgument);
     Check(request.status().message().size() < 64);  // the size only, never the bytes
@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(request->request_case() != commd::v1::HandleRequest::REQUEST_NOT_SET);
   const std::string again = request->SerializeAsString();
   absl::StatusOr<commd::v1::HandleRequest> reparsed =
-      commd::server::ParseHandlePacket(again, false, kMax);
+      commd::server::ParseHandlePacket(again, false, commd::kMaxHandlePacketBytes);
   Check(reparsed.ok());
   Check(reparsed->SerializeAsString() == again);
   if (request->has_open_session()) {

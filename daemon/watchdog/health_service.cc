@@ -11,9 +11,6 @@ namespace commd::watchdog {
 
 namespace {
 
-// The control block's abort text (255 bytes) carries who asked as well (AbortText).
-constexpr size_t kMaxReasonBytes = kMaxAbortReasonBytes;
-
 // "uid 1000 (commctl, pid 4242) says: <reason>": the ranks' errors name who stopped them.
 // The program name is the caller's /proc/<pid>/comm, for the reader only (a process names
 // itself); its non-printable bytes become '?'.
@@ -97,11 +94,11 @@ grpc::ServerUnaryReactor* HealthService::Abort(grpc::CallbackServerContext* ctx,
     if (request->group().empty()) {
       return absl::InvalidArgumentError("abort needs a group name (--group)");
     }
-    if (request->reason().empty() || request->reason().size() > kMaxReasonBytes) {
+    if (request->reason().empty() || request->reason().size() > kMaxAbortReasonBytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("abort reason of ", request->reason().size(), " bytes; allowed 1 to ",
-                       kMaxReasonBytes, " (the control block's abort text of ", kAbortTextBytes - 1,
-                       " bytes also names who asked)"));
+                       kMaxAbortReasonBytes, " (the control block's abort text of ",
+                       kAbortTextBytes - 1, " bytes also names who asked)"));
     }
     ASSIGN_OR_RETURN(groups::GroupSelector filter,
                      groups::SelectorFor(session, request->job_id(), false, request->group()));

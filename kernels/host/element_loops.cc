@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #endif
 
+#include "common/symmetric_layout.h"
 #include "kernels/element_ops.h"
 
 namespace commd::kernels {
@@ -194,7 +195,7 @@ void Reduce(const T* const* srcs, int nsrc, size_t count, T* dst, int world_size
     if (nsrc >= 2 && HaveF16c()) {
       const size_t done = ReduceHalfF16c(srcs, nsrc, count, dst, Op == ReduceOp::kAvg, world_size);
       if (done == count) return;
-      const T* rest[1024];  // common/symmetric_layout.h kMaxWorldSize
+      const T* rest[kMaxWorldSize];
       for (int p = 0; p < nsrc; ++p) rest[p] = srcs[p] + done;
       return ReduceBlocks<T, Op>(rest, nsrc, count - done, dst + done, world_size);
     }
@@ -204,7 +205,7 @@ void Reduce(const T* const* srcs, int nsrc, size_t count, T* dst, int world_size
       const size_t done =
           ReduceBFloat16Avx2(srcs, nsrc, count, dst, Op == ReduceOp::kAvg, world_size);
       if (done == count) return;
-      const T* rest[1024];  // common/symmetric_layout.h kMaxWorldSize
+      const T* rest[kMaxWorldSize];
       for (int p = 0; p < nsrc; ++p) rest[p] = srcs[p] + done;
       return ReduceBlocks<T, Op>(rest, nsrc, count - done, dst + done, world_size);
     }
@@ -217,8 +218,7 @@ void Reduce(const T* const* srcs, int nsrc, size_t count, T* dst, int world_size
 template <typename T>
 void ReduceTyped(ReduceOp op, const std::byte* const* srcs, int nsrc, size_t first, size_t count,
                  std::byte* dst, int world_size) {
-  constexpr int kMaxSources = 1024;  // common/symmetric_layout.h kMaxWorldSize
-  const T* typed[kMaxSources];
+  const T* typed[kMaxWorldSize];  // a source per rank at most
   for (int p = 0; p < nsrc; ++p) typed[p] = reinterpret_cast<const T*>(srcs[p]) + first;
   T* out = reinterpret_cast<T*>(dst);
   switch (op) {

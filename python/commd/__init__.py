@@ -20,6 +20,10 @@ from typing import Any, Iterable, Iterator
 
 from . import errors
 from ._commd import (
+    MAX_GLOBAL_WORLD_SIZE,
+    MAX_GROUP_DESCRIPTION_BYTES,
+    MAX_NAN_SAMPLE_PERIOD,
+    MIN_NAN_SAMPLE_PERIOD,
     Client,
     Group,
     NanFinding,
@@ -66,6 +70,10 @@ def _record(
 Group.record = _record  # type: ignore[attr-defined]
 
 __all__ = [
+    "MAX_GLOBAL_WORLD_SIZE",
+    "MAX_GROUP_DESCRIPTION_BYTES",
+    "MAX_NAN_SAMPLE_PERIOD",
+    "MIN_NAN_SAMPLE_PERIOD",
     "Client",
     "Group",
     "NanFinding",

@@ -5,6 +5,12 @@ from typing import Any, Callable, Iterable, Sequence
 _DType = Any  # "float32" | "float16" | "bfloat16" | "int32" | "int64" | a numpy/torch dtype
 _Shape = int | Sequence[int]
 
+# The limits the daemon puts on a request (client/include/commd/limits.h).
+MAX_GROUP_DESCRIPTION_BYTES: int
+MIN_NAN_SAMPLE_PERIOD: int
+MAX_NAN_SAMPLE_PERIOD: int
+MAX_GLOBAL_WORLD_SIZE: int
+
 class TensorView:
     """A typed, C-contiguous view of one rank's part of a buffer."""
     @property

@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
-from . import Client, Error, Group, SymmetricBuffer
+from . import MAX_GROUP_DESCRIPTION_BYTES, Client, Error, Group, SymmetricBuffer
 
 try:  # the C++ half of the backend, built only against a torch (python/CMakeLists.txt)
     from . import _c10d
@@ -86,7 +86,8 @@ class Options:
     chunk_bytes: int | None = None
     watchdog_policy: str | None = None  # "report" | "notify" | "terminate"
     nan_check: str | None = None  # "off" | "on" | "sampled"
-    nan_sample_period: int = 0  # for "sampled": 1 to 1000000; 0: the daemon's
+    # For "sampled": commd.MIN_NAN_SAMPLE_PERIOD to MAX_NAN_SAMPLE_PERIOD; 0: the daemon's.
+    nan_sample_period: int = 0
     nan_policy: str | None = None  # "report" | "fail"
 
     DEFAULT_CHUNK_BYTES = 16 << 20
@@ -277,9 +278,6 @@ class _Staging:
         return self.buffers[which].view(cdtype, (count,), offset_bytes)
 
 
-# The longest group description the daemon takes (the SDK's kMaxGroupDescriptionBytes).
-_MAX_DESC_BYTES = 63
-
 # The Group methods that take a cuda_stream.
 _STREAM_CALLS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadcast",
                            "all_to_all", "all_reduce_coalesced"})
@@ -309,7 +307,8 @@ def _group_desc_being_made() -> str:
     after the group's backends exist and passes a backend's constructor no copy, so it is
     read from the torch function that is calling the constructor; a torch that calls it
     otherwise gives "undefined", as torch describes a group without one. Bounded to what the
-    daemon takes: printable ASCII ('?' for any other character), at most 63 bytes."""
+    daemon takes: printable ASCII ('?' for any other character), at most
+    MAX_GROUP_DESCRIPTION_BYTES."""
     desc = "undefined"
     frame = sys._getframe(1)
     while frame is not None:
@@ -320,7 +319,7 @@ def _group_desc_being_made() -> str:
                 desc = found
             break
         frame = frame.f_back
-    return "".join(c if " " <= c <= "~" else "?" for c in desc)[:_MAX_DESC_BYTES]
+    return "".join(c if " " <= c <= "~" else "?" for c in desc)[:MAX_GROUP_DESCRIPTION_BYTES]
 
 
 class ProcessGroupCommd(_C10dBackend):

@@ -203,4 +203,10 @@ PYBIND11_MODULE(_commd, m) {
   cp::BindMemory(m);
   cp::BindClient(m);
   cp::BindGroup(m);
+  // The limits the daemon puts on a request (commd/limits.h), for Python code that bounds what
+  // it sends (commd.torch's group descriptions).
+  m.attr("MAX_GROUP_DESCRIPTION_BYTES") = commd::kMaxGroupDescriptionBytes;
+  m.attr("MIN_NAN_SAMPLE_PERIOD") = commd::kMinNanSamplePeriod;
+  m.attr("MAX_NAN_SAMPLE_PERIOD") = commd::kMaxNanSamplePeriod;
+  m.attr("MAX_GLOBAL_WORLD_SIZE") = commd::kMaxGlobalWorldSize;
 }

@@ -181,6 +181,24 @@ ClientObject::~ClientObject() {
 }
 
 void BindClient(py::module_& m) {
+  // Names the limits as the daemon states them (commd/limits.h); pybind11 keeps the pointer.
+  static const std::string join_doc = absl::StrCat(
+      "Joins (or forms) group `name` of this job and blocks until `world_size` ranks joined "
+      "(DeadlineExceededError naming the ranks that never came after `timeout` seconds). "
+      "watchdog_policy: 'report' | 'notify' | 'terminate'; nan_check: 'off' | 'on' | "
+      "'sampled' (with nan_sample_period, ",
+      kMinNanSamplePeriod, " to ", kMaxNanSamplePeriod,
+      "; 0: the daemon's); nan_policy: 'report' | 'fail'; None: the daemon's config. The first "
+      "rank to join decides them. description: the process group's desc in flight-recorder "
+      "dumps and `commctl groups` (at most ",
+      kMaxGroupDescriptionBytes,
+      " printable ASCII bytes; every rank the same; '': 'undefined'). device: 'host' or "
+      "'cuda:N' (the group's buffers on that GPU; its collectives run on a cuda_stream). "
+      "global_world_size > world_size (at most ",
+      kMaxGlobalWorldSize,
+      "): the group spans nodes (the daemon's cluster; global_rank then required), and the "
+      "call returns once every node's ranks joined (Group.layout). Ctrl-C raises "
+      "KeyboardInterrupt at once; the abandoned join leaves the group when it forms.");
   BindStore(m);
   py::class_<ClientObject>(m, "Client",
                            "A session with the node's commd daemon. Thread-safe. Create with "
@@ -287,19 +305,7 @@ void BindClient(py::module_& m) {
           py::arg("timeout") = 600.0, py::arg("watchdog_policy") = py::none(),
           py::arg("nan_check") = py::none(), py::arg("nan_sample_period") = 0,
           py::arg("nan_policy") = py::none(), py::arg("description") = "",
-          py::arg("device") = "host",
-          "Joins (or forms) group `name` of this job and blocks until `world_size` ranks "
-          "joined (DeadlineExceededError naming the ranks that never came after `timeout` "
-          "seconds). watchdog_policy: 'report' | 'notify' | 'terminate'; nan_check: 'off' | "
-          "'on' | 'sampled' (with nan_sample_period); nan_policy: 'report' | 'fail'; None: "
-          "the daemon's config. The first rank to join decides them. description: the process "
-          "group's desc in flight-recorder dumps and `commctl groups` (at most 63 printable "
-          "ASCII bytes; every rank the same; '': 'undefined'). device: 'host' or 'cuda:N' "
-          "(the group's buffers on that GPU; its collectives run on a cuda_stream). "
-          "global_world_size > world_size: the group spans nodes (the daemon's cluster; "
-          "global_rank then required), and the call returns once every node's ranks joined "
-          "(Group.layout). Ctrl-C raises "
-          "KeyboardInterrupt at once; the abandoned join leaves the group when it forms.");
+          py::arg("device") = "host", join_doc.c_str());
 }
 
 }  // namespace commd::python

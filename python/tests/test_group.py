@@ -136,3 +136,29 @@ def test_a_description_reaches_the_daemon_and_bad_ones_are_refused(daemon, clien
     with pytest.raises(commd.InvalidArgumentError, match="device 'gpu0'; allowed 'host' or"):
         client.join_group("dev", 0, 1, device="gpu0")
     assert client.groups() == []
+
+
+def test_the_limits_the_binding_states_are_the_daemons(daemon, client):
+    """commd.MAX_GROUP_DESCRIPTION_BYTES, the NaN sample period's range and
+    MAX_GLOBAL_WORLD_SIZE (commd/limits.h, as the binding exposes them) are where the daemon
+    draws its lines."""
+    import commd
+
+    longest = "d" * commd.MAX_GROUP_DESCRIPTION_BYTES
+    group = client.join_group("longest", 0, 1, description=longest)
+    assert {g["name"]: g["description"] for g in client.groups()}["longest"] == longest
+    with pytest.raises(commd.InvalidArgumentError,
+                       match=f"is longer than {commd.MAX_GROUP_DESCRIPTION_BYTES} bytes"):
+        client.join_group("longer", 0, 1, description=longest + "d")
+    with pytest.raises(commd.InvalidArgumentError,
+                       match=(f"allowed 0 \\(the daemon's\\) or {commd.MIN_NAN_SAMPLE_PERIOD} "
+                              f"to {commd.MAX_NAN_SAMPLE_PERIOD}")):
+        client.join_group("sampled", 0, 1, nan_check="sampled",
+                          nan_sample_period=commd.MAX_NAN_SAMPLE_PERIOD + 1)
+    sampled = client.join_group("sampled", 0, 1, nan_check="sampled",
+                                nan_sample_period=commd.MAX_NAN_SAMPLE_PERIOD)
+    with pytest.raises(commd.InvalidArgumentError,
+                       match=f"to {commd.MAX_GLOBAL_WORLD_SIZE} \\(a group spanning nodes\\)"):
+        client.join_group("wide", 0, 1, global_rank=0,
+                          global_world_size=commd.MAX_GLOBAL_WORLD_SIZE + 1)
+    del sampled, group

@@ -26,20 +26,11 @@
 #include "absl/time/time.h"
 #include "commd/device.h"
 #include "commd/export.h"
+#include "commd/limits.h"
 #include "commd/recorder.h"
 #include "commd/types.h"
 
 namespace commd {
-
-// The range of a NaN/Inf check's sample period (GroupOptions::nan_sample_period and
-// CollectiveOptions::nan_sample_period under kSampled); the daemon's
-// collectives.nan_sample_period has the same range.
-inline constexpr uint32_t kMinNanSamplePeriod = 1;
-inline constexpr uint32_t kMaxNanSamplePeriod = 1000000;
-// The longest GroupOptions::description the daemon takes (it fits a flight-recorder entry).
-inline constexpr size_t kMaxGroupDescriptionBytes = 63;
-// The largest GroupOptions::global_world_size the daemon takes.
-inline constexpr int kMaxGlobalWorldSize = 16384;
 
 // One node's part of a group that spans nodes (Group::layout).
 struct NodeRanks {
