@@ -44,7 +44,7 @@ void BM_LockFreeRing(benchmark::State& state) {
   const int64_t count = 1 << 20;
   const RecordTensor t{.dims = &count, .ndim = 1, .dtype = RecordDtype::kBFloat16};
   const RecordArgs args{
-      .op = RecordOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}, .timeout_ms = 600000};
+      .op = CollectiveOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}, .timeout_ms = 600000};
   for (auto _ : state) {
     RecordHandle h = (*w)->Begin(args);
     (*w)->Started(h);
@@ -71,7 +71,7 @@ void BM_LockFreeRingBeginStarted(benchmark::State& state) {
   const int64_t count = 1 << 20;
   const RecordTensor t{.dims = &count, .ndim = 1, .dtype = RecordDtype::kBFloat16};
   const RecordArgs args{
-      .op = RecordOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}, .timeout_ms = 600000};
+      .op = CollectiveOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}, .timeout_ms = 600000};
   for (auto _ : state) {
     RecordHandle h = (*w)->BeginStarted(args);
     (*w)->Completed(h);

@@ -37,6 +37,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "client/include/commd/collective_op.h"
+
 namespace commd {
 
 inline constexpr uint64_t kControlBlockMagic = 0x4b4c4243444d4d43ULL;  // "CMMDCBLK" in memory
@@ -53,26 +55,13 @@ inline constexpr uint32_t kRingMinCapacity = 1;
 inline constexpr uint32_t kRingMaxCapacity = 1u << 16;         // ~54 MiB per block at most
 inline constexpr int32_t kControlBlockMaxWorldSize = 1 << 16;  // ranks in one group
 
-// The collective an entry records. Each value has the name PyTorch's analyzer (torchfrtrace)
-// accepts after the "nccl:" prefix; see RecordOpTorchName.
-enum class RecordOp : uint16_t {
-  kAllReduce = 0,
-  kAllGather = 1,
-  kReduceScatter = 2,
-  kBroadcast = 3,
-  kReduce = 4,
-  kBarrier = 5,
-  kAllToAll = 6,
-  kGather = 7,
-  kScatter = 8,
-  kSend = 9,
-  kRecv = 10,
-  kCoalesced = 11,  // closes a coalesced group whose members share a sequence id
-  kAllReduceCoalesced = 12,
-  kAllGatherCoalesced = 13,
-  kReduceScatterCoalesced = 14,
-};
+// The collective an entry records (RingEntry::op): a CollectiveOp below kRecordOpCount, the
+// SDK's one enum of collectives (client/include/commd/collective_op.h), whose values are this
+// ABI's op codes. Each has the name PyTorch's analyzer (torchfrtrace) accepts after the "nccl:"
+// prefix; see RecordOpTorchName.
 inline constexpr uint32_t kRecordOpCount = 15;
+static_assert(static_cast<uint32_t>(CollectiveOp::kReduceScatterCoalesced) + 1 == kRecordOpCount &&
+              static_cast<uint32_t>(CollectiveOp::kAllGatherMatmul) >= kRecordOpCount);
 inline constexpr uint32_t kCounterOpSlots = 16;  // per-op counters, room for one more op
 
 // Element types; the names are PyTorch's ScalarType names (what its recorder writes).
@@ -160,7 +149,7 @@ struct alignas(64) ControlBlockCounters {
   uint64_t nans_found;
   uint64_t abandoned;  // retired without completing (timeout, abort)
   uint64_t reserved[3];
-  uint64_t per_op[kCounterOpSlots];  // completed entries by RecordOp
+  uint64_t per_op[kCounterOpSlots];  // completed entries by op code (CollectiveOp)
 };
 
 struct alignas(64) ControlBlockAbort {
@@ -185,7 +174,7 @@ struct alignas(64) RingEntry {
   uint64_t time_completed_ns;  // 0 until completed (rank clock)
   uint64_t timeout_ms;
   uint64_t bytes;       // sum of input bytes (all inputs, also those beyond the limits)
-  uint16_t op;          // RecordOp
+  uint16_t op;          // CollectiveOp, below kRecordOpCount
   uint8_t state;        // RecordState
   uint8_t flags;        // kRecordFlag*
   int32_t peer;         // p2p peer (group rank), -1 otherwise

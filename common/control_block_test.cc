@@ -76,7 +76,7 @@ TEST(ControlBlockAbi, NameTablesCoverEveryValue) {
   for (uint32_t i = 0; i < kRecordOpCount; ++i) EXPECT_NE(RecordOpTorchName(i), nullptr) << i;
   EXPECT_EQ(RecordOpTorchName(kRecordOpCount), nullptr);
   for (uint32_t i = 0; i < kRecordDtypeCount; ++i) EXPECT_GT(RecordDtypeBytes(i), 0u) << i;
-  EXPECT_STREQ(RecordOpTorchName(uint32_t(RecordOp::kAllReduce)), "all_reduce");
+  EXPECT_STREQ(RecordOpTorchName(uint32_t(CollectiveOp::kAllReduce)), "all_reduce");
   EXPECT_STREQ(RecordDtypeTorchName(uint32_t(RecordDtype::kBFloat16)), "BFloat16");
   EXPECT_STREQ(AbortReasonName(uint32_t(AbortReason::kStuck)), "stuck");
   for (uint32_t r = 0; r < kAbortReasonCount; ++r) {
@@ -135,7 +135,7 @@ TEST(RingWriter, BeginStartedCompletedWriteEntryProgressAndCounters) {
   const int64_t dims[] = {2, 3};
   RecordTensor t{.dims = dims, .ndim = 2, .dtype = RecordDtype::kBFloat16};
   RecordHandle h = w->Begin(
-      {.op = RecordOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}, .timeout_ms = 5000});
+      {.op = CollectiveOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}, .timeout_ms = 5000});
   const RingEntry* e = b.entry(0);
   EXPECT_EQ(e->seq, 2u);
   EXPECT_EQ(e->record_id, 0u);
@@ -175,14 +175,14 @@ TEST(RingWriter, BeginStartedCompletedWriteEntryProgressAndCounters) {
   EXPECT_EQ(c->bytes, 12u);
   EXPECT_EQ(c->nan_checks, 1u);
   EXPECT_EQ(c->nans_found, 1u);
-  EXPECT_EQ(c->per_op[uint32_t(RecordOp::kAllReduce)], 1u);
+  EXPECT_EQ(c->per_op[uint32_t(CollectiveOp::kAllReduce)], 1u);
 }
 
 TEST(RingWriter, BeginStartedIsBeginThenStartedWithOneClockRead) {
   Block b(8);
   uint64_t now = 500;
   auto w = Attach(b, &now);
-  RecordHandle h = w->BeginStarted({.op = RecordOp::kBarrier});
+  RecordHandle h = w->BeginStarted({.op = CollectiveOp::kBarrier});
   const RingEntry* e = b.entry(0);
   EXPECT_EQ(e->seq, 2u);  // one seqlock section
   EXPECT_EQ(e->state, uint8_t(RecordState::kStarted));
@@ -201,11 +201,11 @@ TEST(RingWriter, SequenceIdsFollowPyTorch) {
   Block b(16);
   uint64_t now = 1;
   auto w = Attach(b, &now);
-  w->Begin({.op = RecordOp::kAllReduce});
-  w->Begin({.op = RecordOp::kSend, .peer = 2});
-  w->Begin({.op = RecordOp::kRecv, .peer = 3});
-  w->Begin({.op = RecordOp::kAllGather});
-  w->Begin({.op = RecordOp::kCoalesced, .same_seq_as_previous = true});
+  w->Begin({.op = CollectiveOp::kAllReduce});
+  w->Begin({.op = CollectiveOp::kSend, .peer = 2});
+  w->Begin({.op = CollectiveOp::kRecv, .peer = 3});
+  w->Begin({.op = CollectiveOp::kAllGather});
+  w->Begin({.op = CollectiveOp::kCoalesced, .same_seq_as_previous = true});
   struct Want {
     uint64_t coll, p2p, op_id;
     int32_t peer;
@@ -232,7 +232,7 @@ TEST(RingWriter, TruncatesTensorsDimsAndNames) {
   ASSERT_TRUE(pg.ok());
   const int64_t six[] = {2, 3, 4, 5, 6, 7};
   std::vector<RecordTensor> ts(10, RecordTensor{.dims = six, .ndim = 6});
-  w->Begin({.op = RecordOp::kAllGather, .pg = *pg, .inputs = ts, .outputs = {ts.data(), 1}});
+  w->Begin({.op = CollectiveOp::kAllGather, .pg = *pg, .inputs = ts, .outputs = {ts.data(), 1}});
   const RingEntry* e = b.entry(0);
   EXPECT_EQ(std::string(e->pg_name), std::string(62, 'n'));
   EXPECT_EQ(e->pg_id, 3u);
@@ -287,7 +287,7 @@ TEST(RingWriter, EverySlotHoldsItsEntrysGroupOverLaps) {
   for (uint32_t i = 0; i < std::size(pgs); ++i) {
     SCOPED_TRACE(i);
     const uint32_t pg = pgs[i] == 0 ? 0 : *tp;
-    const RecordHandle h = w->BeginStarted({.op = RecordOp::kAllReduce, .pg = pg});
+    const RecordHandle h = w->BeginStarted({.op = CollectiveOp::kAllReduce, .pg = pg});
     w->Completed(h);
     const RingEntry* e = b.entry(i % 4);
     EXPECT_EQ(e->record_id, i);
@@ -332,7 +332,7 @@ TEST(RingWriter, EachEntryRecordsItsOwnShape) {
     SCOPED_TRACE(i);
     const Case& c = cases[i % cases.size()];
     const RecordHandle h =
-        w->BeginStarted({.op = RecordOp::kAllGather, .inputs = c.in, .outputs = c.in});
+        w->BeginStarted({.op = CollectiveOp::kAllGather, .inputs = c.in, .outputs = c.in});
     EXPECT_EQ(h.bytes, c.bytes);
     const RingEntry* e = b.entry(i % 4);
     EXPECT_EQ(e->bytes, c.bytes);
@@ -376,13 +376,16 @@ TEST(RingWriter, PreparedShapesWriteWhatTheirArgumentsWrite) {
   const RecordTensor two_d{.dims = two_by_three, .ndim = 2, .dtype = RecordDtype::kBFloat16};
   const std::vector<RecordTensor> ten(10, RecordTensor{.dims = six, .ndim = 6});
   const std::vector<RecordArgs> args = {
-      {.op = RecordOp::kAllReduce, .inputs = {&one_d, 1}, .outputs = {&one_d, 1}, .timeout_ms = 9},
-      {.op = RecordOp::kBarrier, .timeout_ms = 9},
-      {.op = RecordOp::kAllGather, .pg = *tp, .inputs = {&two_d, 1}, .outputs = {&one_d, 1}},
-      {.op = RecordOp::kAllReduceCoalesced, .inputs = ten, .outputs = ten, .timeout_ms = 1},
-      {.op = RecordOp::kSend, .inputs = {&one_d, 1}, .peer = 2},
-      {.op = RecordOp::kRecv, .pg = *tp, .outputs = {&negative_d, 1}, .peer = 1},
-      {.op = RecordOp::kReduceScatter,
+      {.op = CollectiveOp::kAllReduce,
+       .inputs = {&one_d, 1},
+       .outputs = {&one_d, 1},
+       .timeout_ms = 9},
+      {.op = CollectiveOp::kBarrier, .timeout_ms = 9},
+      {.op = CollectiveOp::kAllGather, .pg = *tp, .inputs = {&two_d, 1}, .outputs = {&one_d, 1}},
+      {.op = CollectiveOp::kAllReduceCoalesced, .inputs = ten, .outputs = ten, .timeout_ms = 1},
+      {.op = CollectiveOp::kSend, .inputs = {&one_d, 1}, .peer = 2},
+      {.op = CollectiveOp::kRecv, .pg = *tp, .outputs = {&negative_d, 1}, .peer = 1},
+      {.op = CollectiveOp::kReduceScatter,
        .inputs = {&negative_d, 1},
        .outputs = {&one_d, 1},
        .same_seq_as_previous = true},

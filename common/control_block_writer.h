@@ -4,7 +4,7 @@
 //   ASSIGN_OR_RETURN(auto writer, RingWriter::Attach(base, mapped_bytes, {.pg_name = "0"}));
 //   const int64_t dims[] = {1024};
 //   RecordTensor t{.dims = dims, .ndim = 1, .dtype = RecordDtype::kFloat32};
-//   RecordHandle h = writer->Begin({.op = RecordOp::kAllReduce, .inputs = {&t, 1},
+//   RecordHandle h = writer->Begin({.op = CollectiveOp::kAllReduce, .inputs = {&t, 1},
 //                                   .outputs = {&t, 1}, .timeout_ms = 600000});
 //   writer->Started(h);     // (BeginStarted does both when the collective starts at once)
 //   ...
@@ -49,7 +49,7 @@ struct RecordTensor {
 };
 
 struct RecordArgs {
-  RecordOp op = RecordOp::kAllReduce;
+  CollectiveOp op = CollectiveOp::kAllReduce;
   uint32_t pg = 0;  // from RegisterProcessGroup; 0 is the writer's own group
   std::span<const RecordTensor> inputs;
   std::span<const RecordTensor> outputs;
@@ -79,7 +79,7 @@ struct RecordHandle {
   uint64_t record_id = ~uint64_t{0};
   uint64_t collective_seq_id = 0;  // 0 for p2p
   uint64_t bytes = 0;
-  RecordOp op = RecordOp::kAllReduce;
+  CollectiveOp op = CollectiveOp::kAllReduce;
 };
 
 struct RingWriterOptions {
@@ -163,7 +163,9 @@ class RingWriter {
   };
 
   RingWriter(char* base, std::unique_ptr<RecorderClock> clock);
-  static bool IsP2p(RecordOp op) { return op == RecordOp::kSend || op == RecordOp::kRecv; }
+  static bool IsP2p(CollectiveOp op) {
+    return op == CollectiveOp::kSend || op == CollectiveOp::kRecv;
+  }
   RecordHandle Record(const RecordShape& shape, bool started);
   void MarkStarted(const RecordHandle& h, bool write_progress);
   void MarkCompleted(const RecordHandle& h, bool write_progress);

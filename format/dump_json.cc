@@ -14,8 +14,8 @@ namespace commd {
 
 std::string ProfilingName(const std::string& lib, const RecordedEntry& e, int32_t rank) {
   std::string name = absl::StrCat(lib, ":", RecordOpTorchName(static_cast<uint32_t>(e.op)));
-  if (e.op == RecordOp::kSend) absl::StrAppend(&name, " ", rank, "->", e.peer);
-  if (e.op == RecordOp::kRecv) absl::StrAppend(&name, " ", rank, "<-", e.peer);
+  if (e.op == CollectiveOp::kSend) absl::StrAppend(&name, " ", rank, "->", e.peer);
+  if (e.op == CollectiveOp::kRecv) absl::StrAppend(&name, " ", rank, "<-", e.peer);
   return name;
 }
 
@@ -217,7 +217,7 @@ void AppendEntries(std::string* out, const RingSnapshot& s, const DumpOptions& o
   for (size_t i = 0; i < s.entries.size(); ++i) {
     const RecordedEntry& e = s.entries[i];
     std::string* name = &op_names[static_cast<size_t>(e.op)];
-    if (e.op == RecordOp::kSend || e.op == RecordOp::kRecv) {
+    if (e.op == CollectiveOp::kSend || e.op == CollectiveOp::kRecv) {
       p2p_name = ProfilingName(options.profiling_lib, e, s.rank);
       name = &p2p_name;
     } else if (name->empty()) {

@@ -44,7 +44,7 @@ struct RecordedEntry {
   uint64_t collective_seq_id = 0;
   uint64_t p2p_seq_id = 0;
   uint64_t op_id = 0;
-  RecordOp op = RecordOp::kAllReduce;
+  CollectiveOp op = CollectiveOp::kAllReduce;
   int32_t peer = -1;  // send/recv peer, group rank
   std::vector<std::vector<int64_t>> input_sizes;
   std::vector<std::vector<int64_t>> output_sizes;

@@ -431,7 +431,7 @@ void EntryTensors::Fill(const CollectiveCall& call, int64_t world) {
 }
 
 RecordArgs EntryTensors::Args(CollectiveOp kind, uint64_t timeout_ms) const {
-  return {.op = static_cast<RecordOp>(ShapeOf(kind).recorded),
+  return {.op = ShapeOf(kind).recorded,
           .inputs = {in_.t, n_in_},
           .outputs = {out_.t, n_out_},
           .timeout_ms = timeout_ms};

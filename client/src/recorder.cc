@@ -19,28 +19,6 @@
 namespace commd {
 namespace {
 
-// CollectiveOp's values are the ring's op codes (RecordOp), so the recorder converts with a
-// cast: every one of them, checked here once.
-constexpr bool SameOp(CollectiveOp a, RecordOp b) {
-  return static_cast<int>(a) == static_cast<int>(b);
-}
-static_assert(SameOp(CollectiveOp::kAllReduce, RecordOp::kAllReduce) &&
-              SameOp(CollectiveOp::kAllGather, RecordOp::kAllGather) &&
-              SameOp(CollectiveOp::kReduceScatter, RecordOp::kReduceScatter) &&
-              SameOp(CollectiveOp::kBroadcast, RecordOp::kBroadcast) &&
-              SameOp(CollectiveOp::kReduce, RecordOp::kReduce) &&
-              SameOp(CollectiveOp::kBarrier, RecordOp::kBarrier) &&
-              SameOp(CollectiveOp::kAllToAll, RecordOp::kAllToAll) &&
-              SameOp(CollectiveOp::kGather, RecordOp::kGather) &&
-              SameOp(CollectiveOp::kScatter, RecordOp::kScatter) &&
-              SameOp(CollectiveOp::kSend, RecordOp::kSend) &&
-              SameOp(CollectiveOp::kRecv, RecordOp::kRecv) &&
-              SameOp(CollectiveOp::kCoalesced, RecordOp::kCoalesced) &&
-              SameOp(CollectiveOp::kAllReduceCoalesced, RecordOp::kAllReduceCoalesced) &&
-              SameOp(CollectiveOp::kAllGatherCoalesced, RecordOp::kAllGatherCoalesced) &&
-              SameOp(CollectiveOp::kReduceScatterCoalesced, RecordOp::kReduceScatterCoalesced) &&
-              static_cast<uint32_t>(CollectiveOp::kReduceScatterCoalesced) + 1 == kRecordOpCount);
-
 RecordDtype ToRecordDtype(DataType t) {
   switch (t) {
     case DataType::kFloat32:
@@ -97,7 +75,7 @@ RecordId Recorder::Begin(CollectiveOp op, std::span<const TensorDesc> inputs,
   std::array<RecordTensor, kRecordMaxTensors> in{}, out{};
   const size_t n_in = Convert(inputs, &in);
   const size_t n_out = Convert(outputs, &out);
-  const RecordHandle h = impl_->writer->Begin({.op = static_cast<RecordOp>(op),
+  const RecordHandle h = impl_->writer->Begin({.op = op,
                                                .inputs = {in.data(), n_in},
                                                .outputs = {out.data(), n_out},
                                                .peer = peer,

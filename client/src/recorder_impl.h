@@ -31,7 +31,8 @@ class Recorder::Impl {
     return RecordId{h.record_id, h.collective_seq_id, h.bytes, static_cast<int>(h.op)};
   }
   static RecordHandle Handle(const RecordId& id) {
-    return RecordHandle{id.record_id, id.collective_seq_id, id.bytes, static_cast<RecordOp>(id.op)};
+    return RecordHandle{id.record_id, id.collective_seq_id, id.bytes,
+                        static_cast<CollectiveOp>(id.op)};
   }
   // Counts a NaN/Inf check of the entry's input; a hit also flags the entry (the SDK's own
   // collectives only: not part of the public Recorder).

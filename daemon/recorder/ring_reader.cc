@@ -91,10 +91,10 @@ std::optional<InvalidReason> DecodeEntry(const RingEntry& c, uint32_t slot, uint
   }
   if (c.state >= kRecordStateCount) return InvalidReason::kState;
   if (c.op >= kRecordOpCount) return InvalidReason::kOp;
-  const RecordOp op = static_cast<RecordOp>(c.op);
+  const CollectiveOp op = static_cast<CollectiveOp>(c.op);
   const bool p2p = (c.flags & kRecordFlagP2p) != 0;
   if ((c.flags & ~kRecordFlagsKnown) != 0 ||
-      p2p != (op == RecordOp::kSend || op == RecordOp::kRecv)) {
+      p2p != (op == CollectiveOp::kSend || op == CollectiveOp::kRecv)) {
     return InvalidReason::kFlags;
   }
   if (p2p && (c.peer < 0 || c.peer >= world_size)) return InvalidReason::kPeer;

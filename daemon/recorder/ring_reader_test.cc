@@ -43,7 +43,7 @@ TEST(RingReader, RoundTripsEveryField) {
   for (uint64_t i = 0; i < 10; ++i) EXPECT_EQ(s.entries[i].record_id, i);
 
   const RecordedEntry& ar = s.entries[0];
-  EXPECT_EQ(ar.op, RecordOp::kAllReduce);
+  EXPECT_EQ(ar.op, CollectiveOp::kAllReduce);
   EXPECT_EQ(ar.pg_name, "0");
   EXPECT_EQ(ar.pg_desc, "default_pg");
   EXPECT_EQ(ar.state, RecordState::kCompleted);
@@ -65,7 +65,7 @@ TEST(RingReader, RoundTripsEveryField) {
   EXPECT_EQ(send.peer, 1);
   EXPECT_EQ(send.p2p_seq_id, 1u);
   EXPECT_EQ(send.collective_seq_id, 2u);
-  EXPECT_EQ(s.entries[3].op, RecordOp::kRecv);
+  EXPECT_EQ(s.entries[3].op, CollectiveOp::kRecv);
   const RecordedEntry& rs = s.entries[4];
   EXPECT_TRUE(rs.nan_found);
   EXPECT_TRUE(rs.retired);
@@ -74,7 +74,7 @@ TEST(RingReader, RoundTripsEveryField) {
   EXPECT_EQ(s.last_enqueued_seq, 6u);  // 6 collectives among 10 entries
   EXPECT_EQ(s.last_completed_seq, 4u);
   EXPECT_EQ(s.collectives, 2u);
-  EXPECT_EQ(s.per_op[uint32_t(RecordOp::kAllReduce)], 2u);
+  EXPECT_EQ(s.per_op[uint32_t(CollectiveOp::kAllReduce)], 2u);
   EXPECT_EQ(s.nans_found, 2u);
   EXPECT_EQ(s.abandoned, 2u);
   EXPECT_GT(s.heartbeat_ns, 0u);
@@ -124,7 +124,8 @@ TEST(StampDiscoveries, StampsOnceAndOnlyItsOwnRecord) {
   // Entry 1 completes; a later poll stamps its completion and keeps the first stamps.
   const int64_t n = 1;
   RecordTensor t{.dims = &n, .ndim = 1};
-  w->Completed({.record_id = 1, .collective_seq_id = 2, .bytes = 4, .op = RecordOp::kAllGather});
+  w->Completed(
+      {.record_id = 1, .collective_seq_id = 2, .bytes = 4, .op = CollectiveOp::kAllGather});
   s = MustRead(b);
   EXPECT_EQ(s.entries[1].time_discovered_started_ns, 500u);  // read back from shared memory
   ASSERT_TRUE(StampDiscoveries(b.base(), b.bytes, 900, &s).ok());
@@ -133,8 +134,8 @@ TEST(StampDiscoveries, StampsOnceAndOnlyItsOwnRecord) {
   EXPECT_EQ(s.entries[1].time_discovered_completed_ns, 900u);
 
   // Record 4 reuses slot 0: record 0's stamps must not show on it.
-  w->Begin({.op = RecordOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}});
-  w->Started(w->Begin({.op = RecordOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}}));
+  w->Begin({.op = CollectiveOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}});
+  w->Started(w->Begin({.op = CollectiveOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}}));
   s = MustRead(b);
   ASSERT_EQ(s.entries.back().record_id, 4u);
   EXPECT_FALSE(s.entries.back().time_discovered_started_ns.has_value());
@@ -304,7 +305,7 @@ void WriteRecord(RingWriter& w, uint64_t i) {
   const int64_t out[1] = {int64_t(i) * 2};
   const RecordTensor ti{.dims = in, .ndim = 2, .dtype = RecordDtype(i % kRecordDtypeCount)};
   const RecordTensor to{.dims = out, .ndim = 1, .dtype = RecordDtype::kInt64};
-  RecordHandle h = w.Begin({.op = RecordOp::kAllReduce,
+  RecordHandle h = w.Begin({.op = CollectiveOp::kAllReduce,
                             .inputs = {&ti, 1},
                             .outputs = {&to, 1},
                             .timeout_ms = i ^ 0x5a5a});

@@ -64,7 +64,7 @@ inline void RecordMix(RingWriter& w, int n, int32_t world_size = 2) {
     const RecordTensor out{.dims = &gathered, .ndim = 1, .dtype = RecordDtype::kFloat32};
     switch (i % 5) {
       case 0: {
-        RecordHandle h = w.Begin({.op = RecordOp::kAllReduce,
+        RecordHandle h = w.Begin({.op = CollectiveOp::kAllReduce,
                                   .inputs = {&in, 1},
                                   .outputs = {&in, 1},
                                   .timeout_ms = 600000});
@@ -73,19 +73,19 @@ inline void RecordMix(RingWriter& w, int n, int32_t world_size = 2) {
         break;
       }
       case 1:
-        w.Started(w.Begin({.op = RecordOp::kAllGather,
+        w.Started(w.Begin({.op = CollectiveOp::kAllGather,
                            .inputs = {&in, 1},
                            .outputs = {&out, 1},
                            .timeout_ms = 600000}));
         break;
       case 2:
-        w.Begin({.op = RecordOp::kSend, .inputs = {&in, 1}, .peer = 1 % world_size});
+        w.Begin({.op = CollectiveOp::kSend, .inputs = {&in, 1}, .peer = 1 % world_size});
         break;
       case 3:
-        w.Begin({.op = RecordOp::kRecv, .outputs = {&in, 1}, .peer = 1 % world_size});
+        w.Begin({.op = CollectiveOp::kRecv, .outputs = {&in, 1}, .peer = 1 % world_size});
         break;
       default: {
-        RecordHandle h = w.Begin({.op = RecordOp::kReduceScatter,
+        RecordHandle h = w.Begin({.op = CollectiveOp::kReduceScatter,
                                   .inputs = {&out, 1},
                                   .outputs = {&in, 1},
                                   .timeout_ms = 1000});

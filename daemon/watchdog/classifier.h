@@ -39,7 +39,7 @@ enum class Liveness {
 // What a rank recorded for one collective seq: the first entry with that seq (coalesced
 // members share a seq; the first is enough to compare).
 struct EntryView {
-  RecordOp op = RecordOp::kAllReduce;
+  CollectiveOp op = CollectiveOp::kAllReduce;
   std::vector<std::vector<int64_t>> input_sizes;
   std::vector<RecordDtype> input_dtypes;
   RecordState state = RecordState::kScheduled;

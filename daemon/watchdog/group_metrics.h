@@ -56,7 +56,7 @@ class GroupMetrics final : public prometheus::Collectable {
     std::vector<std::shared_ptr<const SharedMapping>> blocks;  // by rank; null: not formed
     std::vector<uint64_t> progress_ns;  // by rank: when the daemon last saw it complete; 0: never
   };
-  // One completed collective the watchdog saw: its op (RecordOp) and duration.
+  // One completed collective the watchdog saw: its op (CollectiveOp) and duration.
   struct Duration {
     uint32_t op = 0;
     double seconds = 0;

@@ -38,7 +38,7 @@ class Block {
     const int64_t count = 256;
     const RecordTensor t{.dims = &count, .ndim = 1, .dtype = RecordDtype::kFloat32};
     for (int i = 0; i < n; ++i) {
-      RecordHandle h = writer_->BeginStarted({.op = RecordOp::kAllReduce, .inputs = {&t, 1}});
+      RecordHandle h = writer_->BeginStarted({.op = CollectiveOp::kAllReduce, .inputs = {&t, 1}});
       writer_->NanChecked(h, i >= n - nans);
       writer_->Completed(h);
     }
@@ -97,7 +97,7 @@ TEST(GroupMetricsTest, SeriesOfTwoJobsWithOneGroupNameStaySeparate) {
   m.Update(2, LiveGroup("b", "tp", {&b0, &b1}));
   m.CountHang("a", "tp", "lagging");
   m.CountAbort("a", "tp", "lagging");
-  m.ObserveDurations("a", "tp", {{static_cast<uint32_t>(RecordOp::kAllReduce), 0.002}});
+  m.ObserveDurations("a", "tp", {{static_cast<uint32_t>(CollectiveOp::kAllReduce), 0.002}});
 
   EXPECT_EQ(Value(m, "commd_group_state", {{"job", "a"}, {"group", "tp"}, {"state", "aborted"}}),
             1);

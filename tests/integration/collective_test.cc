@@ -364,12 +364,12 @@ TEST_F(CollectiveTest, ACallOnABufferIsCheckedWhateverPassedOnItBefore) {
     int64_t dim;
     RecordDtype dtype;
     uint64_t bytes;
-    RecordOp op;
+    CollectiveOp op;
   };
-  const Want want[] = {{1, 2, RecordDtype::kFloat32, 8, RecordOp::kAllReduce},
-                       {1, 2, RecordDtype::kFloat32, 8, RecordOp::kAllReduce},
-                       {1, 3, RecordDtype::kInt64, 24, RecordOp::kAllReduce},
-                       {0, 0, RecordDtype::kFloat32, 0, RecordOp::kBarrier}};
+  const Want want[] = {{1, 2, RecordDtype::kFloat32, 8, CollectiveOp::kAllReduce},
+                       {1, 2, RecordDtype::kFloat32, 8, CollectiveOp::kAllReduce},
+                       {1, 3, RecordDtype::kInt64, 24, CollectiveOp::kAllReduce},
+                       {0, 0, RecordDtype::kFloat32, 0, CollectiveOp::kBarrier}};
   for (uint64_t i = 0; i < 4; ++i) {
     SCOPED_TRACE(i);
     const RingEntry& e = ring[(next - 4 + i) & (header->ring_capacity - 1)];
@@ -412,23 +412,23 @@ TEST_F(CollectiveTest, EveryEntryHoldsItsCallsShapeOverLaps) {
   const auto sum = ReduceOp::kSum;
   struct Kind {
     std::function<absl::Status()> call;
-    RecordOp op;
+    CollectiveOp op;
     uint8_t tensors;  // 0 or 1 a side
     int64_t in_dim, out_dim;
     RecordDtype dtype;
     uint64_t bytes;
   };
   const std::vector<Kind> kinds = {
-      {[&] { return g.AllReduce(b, 4, f32, sum); }, RecordOp::kAllReduce, 1, 4, 4,
+      {[&] { return g.AllReduce(b, 4, f32, sum); }, CollectiveOp::kAllReduce, 1, 4, 4,
        RecordDtype::kFloat32, 16},
-      {[&] { return g.Broadcast(b, 3, DataType::kInt32, 0); }, RecordOp::kBroadcast, 1, 3, 3,
+      {[&] { return g.Broadcast(b, 3, DataType::kInt32, 0); }, CollectiveOp::kBroadcast, 1, 3, 3,
        RecordDtype::kInt32, 12},
-      {[&] { return g.Barrier(); }, RecordOp::kBarrier, 0, 0, 0, RecordDtype::kFloat32, 0},
-      {[&] { return g.AllReduce(host_in, host_out, 2, f32, sum, b); }, RecordOp::kAllReduce, 1, 2,
-       2, RecordDtype::kFloat32, 8},
-      {[&] { return g.AllGather(host_in, host_out, 2, DataType::kInt64, b); }, RecordOp::kAllGather,
-       1, 2, 2, RecordDtype::kInt64, 16},
-      {[&] { return g.AllToAll(b, b2, 3, DataType::kInt64); }, RecordOp::kAllToAll, 1, 3, 3,
+      {[&] { return g.Barrier(); }, CollectiveOp::kBarrier, 0, 0, 0, RecordDtype::kFloat32, 0},
+      {[&] { return g.AllReduce(host_in, host_out, 2, f32, sum, b); }, CollectiveOp::kAllReduce, 1,
+       2, 2, RecordDtype::kFloat32, 8},
+      {[&] { return g.AllGather(host_in, host_out, 2, DataType::kInt64, b); },
+       CollectiveOp::kAllGather, 1, 2, 2, RecordDtype::kInt64, 16},
+      {[&] { return g.AllToAll(b, b2, 3, DataType::kInt64); }, CollectiveOp::kAllToAll, 1, 3, 3,
        RecordDtype::kInt64, 24},
   };
   auto* base = static_cast<char*>(g.control_block());
