@@ -358,20 +358,4 @@ const char* PathCall(Path path, CollectiveOp op) {
   return "?";
 }
 
-const char* TypeName(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return "float";
-    case DataType::kFloat16:
-      return "half";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
-  }
-  return "?";
-}
-
 }  // namespace commd::bench

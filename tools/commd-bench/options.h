@@ -78,7 +78,6 @@ const char* PathName(Path path);
 const char* PathNames(const Options& o);
 // What the path runs for `op`, for the header line: "Group::AllReduce", "kernels::AllReduce".
 const char* PathCall(Path path, CollectiveOp op);
-const char* TypeName(kernels::DataType t);
 
 }  // namespace commd::bench
 

@@ -355,7 +355,7 @@ class Rank {
       factor *= 2;
     if (o_.op == CollectiveOp::kBroadcast) factor = 1;
     const bool bw = o_.op != CollectiveOp::kBarrier;
-    const char* type = bw ? TypeName(o_.dtype) : "-";
+    const char* type = bw ? kernels::DataTypeName(o_.dtype) : "-";
     const char* redop = Reduces(o_.op) ? kernels::ReduceOpName(o_.redop) : "-";
     shared_->wrong += wrong;
     const std::string wrong_text = o_.check && bw ? absl::StrCat(wrong) : "N/A";
@@ -391,7 +391,7 @@ class Rank {
     for (int r = 0; r < o_.ranks; ++r) wrong += shared_->row.wrong[r];
     shared_->wrong += wrong;
     const bool bw = o_.op != CollectiveOp::kBarrier;
-    const char* type = bw ? TypeName(o_.dtype) : "-";
+    const char* type = bw ? kernels::DataTypeName(o_.dtype) : "-";
     const char* redop = Reduces(o_.op) ? kernels::ReduceOpName(o_.redop) : "-";
     const std::string wrong_text = o_.check && bw ? absl::StrCat(wrong) : "N/A";
     const double sdk_us = Median(sdk) * 1e6, kernel_us = Median(kernel) * 1e6;
