@@ -26,55 +26,63 @@ class HostMapping final : public Mapping {
 };
 
 #ifdef COMMD_HAVE_CUDA
-// A cuMem buffer mapped in the device's primary context, which the mapping holds: work queued
-// on the buffer (a collective still running) is waited for before the memory is unmapped
-// under it.
-class CuMemMapping final : public Mapping {
+// A device buffer at `ptr` in the device's primary context, which the mapping holds until it
+// is destroyed (after the subclass's destructor has released the buffer in it).
+class PrimaryContextMapping : public Mapping {
+ public:
+  void* data() const override { return reinterpret_cast<void*>(ptr_); }
+
+ protected:
+  PrimaryContextMapping(const CudaDriverApi* api, CUdevice device, CUcontext ctx, CUdeviceptr p)
+      : api_(api), device_(device), ctx_(ctx), ptr_(p) {}
+  ~PrimaryContextMapping() override { api_->primary_ctx_release(device_); }
+
+  // Makes the context current for a release on this thread (which may have none); false when
+  // it cannot be made current.
+  bool PushContext() const { return api_->ctx_push_current(ctx_) == CUDA_SUCCESS; }
+  void PopContext() const {
+    CUcontext ignored;
+    api_->ctx_pop_current(&ignored);
+  }
+
+  const CudaDriverApi* const api_;
+  const CUdevice device_;
+  const CUcontext ctx_;
+  const CUdeviceptr ptr_;
+};
+
+// A cuMem buffer: work queued on it (a collective still running) is waited for before the
+// memory is unmapped under it.
+class CuMemMapping final : public PrimaryContextMapping {
  public:
   CuMemMapping(const CudaDriverApi* api, CUdevice device, CUcontext ctx,
                CUmemGenericAllocationHandle h, CUdeviceptr p, size_t n)
-      : api_(api), device_(device), ctx_(ctx), handle_(h), ptr_(p), bytes_(n) {}
+      : PrimaryContextMapping(api, device, ctx, p), handle_(h), bytes_(n) {}
   ~CuMemMapping() override {
-    const bool pushed = api_->ctx_push_current(ctx_) == CUDA_SUCCESS;
+    const bool pushed = PushContext();
     if (pushed) api_->ctx_synchronize();
     api_->mem_unmap(ptr_, bytes_);
     api_->mem_address_free(ptr_, bytes_);
     api_->mem_release(handle_);
-    CUcontext ignored;
-    if (pushed) api_->ctx_pop_current(&ignored);
-    api_->primary_ctx_release(device_);
+    if (pushed) PopContext();
   }
-  void* data() const override { return reinterpret_cast<void*>(ptr_); }
 
  private:
-  const CudaDriverApi* api_;
-  CUdevice device_;
-  CUcontext ctx_;
-  CUmemGenericAllocationHandle handle_;
-  CUdeviceptr ptr_;
-  size_t bytes_;
+  const CUmemGenericAllocationHandle handle_;
+  const size_t bytes_;
 };
 
-// A legacy IPC buffer opened in the device's primary context, which the mapping holds.
-class IpcMapping final : public Mapping {
+// A legacy IPC buffer.
+class IpcMapping final : public PrimaryContextMapping {
  public:
   IpcMapping(const CudaDriverApi* api, CUdevice device, CUcontext ctx, CUdeviceptr p)
-      : api_(api), device_(device), ctx_(ctx), ptr_(p) {}
+      : PrimaryContextMapping(api, device, ctx, p) {}
   ~IpcMapping() override {
-    if (api_->ctx_push_current(ctx_) == CUDA_SUCCESS) {
+    if (PushContext()) {
       api_->ipc_close_mem_handle(ptr_);
-      CUcontext ignored;
-      api_->ctx_pop_current(&ignored);
+      PopContext();
     }
-    api_->primary_ctx_release(device_);
   }
-  void* data() const override { return reinterpret_cast<void*>(ptr_); }
-
- private:
-  const CudaDriverApi* api_;
-  CUdevice device_;
-  CUcontext ctx_;
-  CUdeviceptr ptr_;
 };
 
 absl::StatusOr<std::unique_ptr<Mapping>> OpenIpc(const CudaDriverApi& api,
