@@ -286,17 +286,18 @@ absl::Status Daemon::StartServers() {
   metrics_->Register(watchdog_->group_metrics());
   watchdog_->Start();
   if (cluster_ != nullptr) {
+    cluster_events_ = std::make_unique<watchdog::ClusterEvents>(watchdog_.get(), groups_.get());
     // The nodes as etcd lists them, for ListClusterNodes. A node's key goes when its daemon's
     // lease ends (killed, cut off from etcd past the TTL, or stopped): the groups spanning it
     // are lost on this node too.
     nodes_ = std::make_unique<cluster::NodeDirectory>(
         cluster_.get(), [this](const std::string& node, int64_t revision) {
-          watchdog_->OnNodeGone(node, revision);
+          cluster_events_->OnNodeGone(node, revision);
         });
     span_aborts_->Watch(
-        [this](const watchdog::SpanAbortNotice& a) { return watchdog_->OnRemoteAbort(a); });
+        [this](const watchdog::SpanAbortNotice& a) { return cluster_events_->OnRemoteAbort(a); });
     // This node's own lease gone: the other nodes dropped it from every group spanning it.
-    cluster_->AddOnLeaseLost([this](const std::string& why) { watchdog_->OnLeaseLost(why); });
+    cluster_->AddOnLeaseLost([this](const std::string& why) { cluster_events_->OnLeaseLost(why); });
   }
   health_service_ =
       std::make_unique<watchdog::HealthService>(rpc_.get(), watchdog_.get(), progress_.get());
@@ -379,7 +380,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   if (watchdog_ != nullptr && metrics_ != nullptr) metrics_->Unregister(watchdog_->group_metrics());
   if (span_ != nullptr) span_->Shutdown();  // the spanning groups' waits, before etcd goes
   // The cluster's waits end and its etcd calls drain before the timers and sessions go.
-  if (nodes_ != nullptr) nodes_->Stop();              // it calls into the watchdog
+  if (nodes_ != nullptr) nodes_->Stop();              // it calls into cluster_events_
   if (span_aborts_ != nullptr) span_aborts_->Stop();  // so does its watch
   if (job_dumps_ != nullptr) {
     group_dumps_->set_publisher(nullptr);
@@ -391,6 +392,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   timers_.reset();
   recorder_service_.reset();
   health_service_.reset();
+  cluster_events_.reset();  // the cluster's callbacks into it stopped with the cluster
   watchdog_.reset();
   store_service_.reset();
   cluster_store_service_.reset();

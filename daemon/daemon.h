@@ -43,6 +43,7 @@
 #include "daemon/server/timer_queue.h"
 #include "daemon/store/kv_store.h"
 #include "daemon/store/store_service.h"
+#include "daemon/watchdog/cluster_events.h"
 #include "daemon/watchdog/health_service.h"
 #include "daemon/watchdog/watchdog.h"
 #include "grpcpp/server.h"
@@ -111,6 +112,7 @@ class Daemon {
   std::unique_ptr<cluster::ClusterStoreService> cluster_store_service_;
   std::unique_ptr<recorder::RecorderService> recorder_service_;
   std::unique_ptr<watchdog::Watchdog> watchdog_;
+  std::unique_ptr<watchdog::ClusterEvents> cluster_events_;  // null: single node
   std::unique_ptr<watchdog::HealthService> health_service_;
   std::unique_ptr<grpc::Server> grpc_;
   // Threads that call into the components above; Shutdown stops them first.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/metrics/histograms.h"
 
 namespace commd::groups {
 
@@ -23,13 +24,9 @@ GroupRegistry::GroupRegistry(GroupsOptions options, memory::AllocationTable* mem
                        .Help("Groups forming or active")
                        .Register(*registry)
                        .Add({});
-  prometheus::Histogram::BucketBoundaries buckets;
-  for (double v = 1e-4; v < 1000; v *= 4) buckets.push_back(v);
-  rendezvous_seconds_ = &prometheus::BuildHistogram()
-                             .Name("commd_rendezvous_duration_seconds")
-                             .Help("From the first rank's join to the group forming")
-                             .Register(*registry)
-                             .Add({}, buckets);
+  rendezvous_seconds_ = &metrics::AddHistogram(*registry, "commd_rendezvous_duration_seconds",
+                                               "From the first rank's join to the group forming",
+                                               metrics::GeometricBuckets(1e-4, 4, 1000));
 }
 
 GroupRegistry::~GroupRegistry() = default;

@@ -7,16 +7,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "daemon/config/config.h"
+#include "daemon/metrics/histograms.h"
 
 namespace commd::metrics {
 namespace {
 
 // 50 µs to ~13 s: unix-socket RPCs sit at the low end, rendezvous at the high end.
-prometheus::Histogram::BucketBoundaries RpcBuckets() {
-  prometheus::Histogram::BucketBoundaries b;
-  for (double v = 50e-6; v < 20; v *= 2) b.push_back(v);
-  return b;
-}
+prometheus::Histogram::BucketBoundaries RpcBuckets() { return GeometricBuckets(50e-6, 2, 20); }
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <limits>
 
+#include "daemon/metrics/histograms.h"
 #include "daemon/recorder/ring_reader.h"
 
 namespace commd::watchdog {
@@ -13,11 +14,7 @@ namespace {
 // 10 µs to ~3 min by factors of 4: host collectives of a few KiB at the low end, a rank
 // that waited out a long compute phase at the high end.
 const std::vector<double>& DurationBounds() {
-  static const std::vector<double> bounds = [] {
-    std::vector<double> b;
-    for (double v = 1e-5; v < 200; v *= 4) b.push_back(v);
-    return b;
-  }();
+  static const std::vector<double> bounds = metrics::GeometricBuckets(1e-5, 4, 200);
   return bounds;
 }
 

@@ -3,62 +3,18 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/control_block_admin.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "daemon/metrics/histograms.h"
 #include "daemon/recorder/ring_reader.h"
-#include "daemon/watchdog/job_view.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace commd::watchdog {
 
 namespace {
 
 constexpr size_t kRetiredKept = 64;
-
-const char* KindLabel(v1::DiagnosisKind kind) {
-  switch (kind) {
-    case v1::STUCK:
-      return "stuck";
-    case v1::LAGGING:
-      return "lagging";
-    case v1::MISMATCH:
-      return "mismatch";
-    case v1::DEAD:
-      return "dead";
-    case v1::UNRESPONSIVE:
-      return "unresponsive";
-    case v1::RENDEZVOUS:
-      return "rendezvous";
-    default:
-      return "unknown";
-  }
-}
-
-AbortReason ReasonOf(v1::DiagnosisKind kind) {
-  switch (kind) {
-    case v1::STUCK:
-      return AbortReason::kStuck;
-    case v1::LAGGING:
-      return AbortReason::kLagging;
-    case v1::MISMATCH:
-      return AbortReason::kMismatch;
-    case v1::DEAD:
-      return AbortReason::kPeerDead;
-    default:
-      return AbortReason::kUnresponsive;
-  }
-}
-
-nlohmann::json ToJson(const v1::Diagnosis& d) {
-  std::string text;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  if (!google::protobuf::util::MessageToJsonString(d, &text, options).ok()) return d.summary();
-  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-}
 
 }  // namespace
 
@@ -69,15 +25,19 @@ Watchdog::Watchdog(WatchdogOptions options, groups::GroupRegistry* groups,
       groups_(groups),
       dumps_(dumps),
       clock_(std::move(clock)),
-      signals_(std::move(push), clock_.get(), group_metrics_.get(), options.terminate_grace) {
-  prometheus::Histogram::BucketBoundaries poll_buckets;
-  for (double v = 1e-6; v < 10; v *= 4) poll_buckets.push_back(v);
-  poll_seconds_ = &prometheus::BuildHistogram()
-                       .Name("commd_watchdog_poll_duration_seconds")
-                       .Help("Time one watchdog poll of every group takes")
-                       .Register(*registry)
-                       .Add({}, poll_buckets);
-}
+      signals_(std::move(push), clock_.get(), group_metrics_.get(), options.terminate_grace),
+      findings_(
+          {.views = options.progress,
+           .aborts = options.aborts,
+           .job_view_wait = options.job_view_wait},
+          groups, dumps, &signals_,
+          [this](uint64_t group_id, const std::string& acted_key, const std::string& summary) {
+            absl::MutexLock lock(&mu_);
+            SetJobSummary(group_id, acted_key, summary);
+          }),
+      poll_seconds_(&metrics::AddHistogram(*registry, "commd_watchdog_poll_duration_seconds",
+                                           "Time one watchdog poll of every group takes",
+                                           metrics::GeometricBuckets(1e-6, 4, 10))) {}
 
 Watchdog::~Watchdog() { Stop(); }
 
@@ -94,7 +54,7 @@ void Watchdog::Stop() {
     stopping_ = true;
   }
   if (thread_.joinable()) thread_.join();
-  ExpireJobViews(absl::InfiniteFuture());
+  findings_.ExpireJobViews(absl::InfiniteFuture());
 }
 
 void Watchdog::Run() {
@@ -103,13 +63,13 @@ void Watchdog::Run() {
     {
       // Also woken at the deadline of a finding that waits for the nodes' views, whatever the
       // poll interval.
-      const absl::Time wake = std::min(next, NextJobViewDeadline());
+      const absl::Time wake = std::min(next, findings_.NextJobViewDeadline());
       absl::MutexLock lock(&run_mu_);
       auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) { return stopping_; };
       if (run_mu_.AwaitWithDeadline(absl::Condition(&stop), wake)) return;
     }
     const absl::Time start = absl::Now();
-    ExpireJobViews(start);
+    findings_.ExpireJobViews(start);
     if (start < next) continue;
     PollOnce();
     const absl::Time end = absl::Now();
@@ -132,19 +92,22 @@ void Watchdog::ReadRank(const groups::MemberSnapshot& m, RankCursor& c, uint64_t
   group_metrics_->ObserveDurations(g.job_id, g.name, c.Read(m, now_ns));
 }
 
-void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
+GroupView Watchdog::ReadGroup(Tracked& t, uint64_t now_ns, bool* aborted) {
   const groups::GroupSnapshot& g = t.info;
-  if (t.ranks.size() != g.members.size()) t.ranks.resize(g.members.size());
-  GroupView view;
-  view.job_id = g.job_id;
-  view.uid = g.uid;
-  view.group = g.name;
-  bool aborted = false;
+  GroupView view{.job_id = g.job_id, .uid = g.uid, .group = g.name};
+  *aborted = false;
   for (size_t r = 0; r < g.members.size(); ++r) {
     ReadRank(g.members[r], t.ranks[r], now_ns, g);
     view.ranks.push_back(t.ranks[r].last);
-    aborted = aborted || t.ranks[r].abort_reason != 0;
+    *aborted = *aborted || t.ranks[r].abort_reason != 0;
   }
+  return view;
+}
+
+void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
+  const groups::GroupSnapshot& g = t.info;
+  bool aborted = false;
+  GroupView view = ReadGroup(t, now_ns, &aborted);
   // The classifier compares entries from the frontier on; copy only those.
   const uint64_t frontier = FrontierSeq(view);
   for (size_t r = 0; r < view.ranks.size(); ++r) {
@@ -196,146 +159,21 @@ void Watchdog::PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred) {
   PublishProgress(t, now_ns, deferred);
 }
 
-namespace {
-
-// How a finding is dumped: as its cause says when it says (a node lost: under the id every
-// node derives from the loss); a hang on a group spanning nodes under an id every node derives
-// alike (the group, its formation and the collective), so that nodes that find the same hang
-// make one dump of the job between them; else under a fresh id.
-recorder::DumpHow DumpHowOf(const groups::GroupSnapshot& g, const v1::Diagnosis& d, bool certain,
-                            recorder::DumpHow how) {
-  if (certain || g.layout.nodes_size() == 0 || !how.dump_id.empty() || how.local_only) {
-    return how;
-  }
-  return {.shared_id = recorder::DumpIdOf(
-              absl::StrCat("hang-", g.name, "-f", g.layout.formation(), "-s", d.seq()))};
-}
-
-}  // namespace
-
 void Watchdog::Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred, const Cause& cause) {
   const groups::GroupSnapshot& g = t.info;
-  const bool certain = cause.death != nullptr || cause.trigger != nullptr;
-  const v1::WatchdogPolicy policy = PolicyOf(g);
   group_metrics_->CountHang(g.job_id, g.name, KindLabel(d.kind()));
-  Finding f{.group = g,
-            // A death's group is dumped as it was when the rank died: it may have retired since.
-            .dump_as_taken = cause.death != nullptr,
-            .d = d,
-            .policy = policy,
-            .trigger = cause.death != nullptr     ? std::string("rank_death")
-                       : cause.trigger != nullptr ? std::string(cause.trigger)
-                                                  : absl::StrCat("hang-", KindLabel(d.kind())),
-            .how = DumpHowOf(g, d, certain, cause.dump),
-            // A death is certain and the survivors can never complete with the dead rank:
-            // waiting out their timeout would only hide what happened, so REPORT aborts it too.
-            .abort = certain || policy == v1::NOTIFY || policy == v1::TERMINATE,
-            .announce = cause.announce,
-            .terminate = policy == v1::TERMINATE};
+  Finding f = DecideFinding(g, d, PolicyOf(g), cause);
   if (f.abort) t.abort_reason = AbortReasonName(static_cast<uint32_t>(ReasonOf(d.kind())));
   // Only a suspicion on a group spanning nodes asks the other nodes who holds it back: a fact
   // (a death, a node or lease lost) names its cause already.
-  if (!certain && options_.progress != nullptr && g.layout.nodes_size() >= 2) {
-    WaitForJobView(t, std::move(f), deferred);
-    return;
-  }
-  deferred.push_back([this, f = std::move(f)] { Carry(f); });
-}
-
-void Watchdog::Carry(const Finding& f) {
-  const groups::GroupSnapshot& g = f.group;
-  const v1::Diagnosis& d = f.d;
-  COMMD_LOG(WARNING, "watchdog") << g.job_id << "/" << g.name << ": " << KindLabel(d.kind()) << ": "
-                                 << d.summary() << (d.job_summary().empty() ? "" : "; job-wide: ")
-                                 << d.job_summary() << " (policy "
-                                 << v1::WatchdogPolicy_Name(f.policy) << ")";
-  if (f.dump_as_taken) {
-    (void)dumps_->DumpGroups(g, f.trigger, ToJson(d), f.how);
-  } else {
-    (void)dumps_->DumpGroups(
-        groups::GroupSelector{.job = std::make_pair(g.uid, g.job_id), .group = g.name}, f.trigger,
-        ToJson(d), f.how);
-  }
-  if (f.abort) {
-    const AbortReason reason = ReasonOf(d.kind());
-    bool first = false;
-    signals_.Notify(g, reason, d.summary(), &first);
-    groups_->Abort(g.id, absl::StrCat("by the watchdog: ", d.summary()));
-    // Only the group's first abort here: one that came from another node is not echoed.
-    if (first && f.announce) Announce(g, reason, d.summary());
-  }
-  // After the dump has taken its sources: the group retires once every rank is gone.
-  if (f.terminate) signals_.Terminate(g);
-}
-
-void Watchdog::WaitForJobView(Tracked& t, Finding f, Deferred& deferred) {
-  const groups::GroupSnapshot& g = t.info;
-  std::vector<JobViewWaiter> waiting;
-  for (const auto& [n, w] : job_views_) {
-    waiting.push_back({.uid = w.finding.group.uid, .group_id = w.finding.group.id});
-  }
-  if (std::optional<std::string> refused = JobViewRefusal(g.uid, g.id, waiting)) {
-    const std::string summary = std::move(*refused);
-    f.d.set_job_summary(summary);
-    SetJobSummary(g.id, t.acted_key, summary);
-    deferred.push_back([this, f = std::move(f)] { Carry(f); });
-    return;
-  }
-  // The ranks may have left by the time the views come (an abort from another node): the dump
-  // is of the group as the finding saw it, its blocks kept mapped meanwhile.
-  f.dump_as_taken = true;
-  const uint64_t n = ++job_view_seq_;
-  v1::NodeGroupView local = LocalView(f.d, g.layout);
-  job_views_.emplace(n, JobViewWait{.finding = std::move(f),
-                                    .acted_key = t.acted_key,
-                                    .local = std::move(local),
-                                    .deadline = absl::Now() + options_.job_view_wait});
-  deferred.push_back([this, n, uid = g.uid, job = g.job_id, group = g.name] {
-    options_.progress->Read(uid, job, group,
-                            [this, n](absl::StatusOr<std::vector<v1::NodeGroupView>> views) {
-                              FinishJobView(n, std::move(views));
-                            });
-  });
-}
-
-void Watchdog::FinishJobView(uint64_t wait, absl::StatusOr<std::vector<v1::NodeGroupView>> views) {
-  JobViewWait w;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = job_views_.find(wait);
-    if (it == job_views_.end()) return;  // finished already: its deadline passed, or the answer
-    w = std::move(it->second);
-    job_views_.erase(it);
-  }
-  const std::string summary = JobViewSummary(views, w.local, w.finding.group.layout);
-  w.finding.d.set_job_summary(summary);
-  {
-    absl::MutexLock lock(&mu_);
-    SetJobSummary(w.finding.group.id, w.acted_key, summary);
-  }
-  Carry(w.finding);
-}
-
-void Watchdog::ExpireJobViews(absl::Time now) {
-  std::vector<uint64_t> due;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [n, w] : job_views_) {
-      if (w.deadline <= now) due.push_back(n);
+  if (!IsFact(cause) && options_.progress != nullptr && g.layout.nodes_size() >= 2) {
+    if (std::optional<std::string> refused =
+            findings_.WaitForJobView(std::move(f), t.acted_key, deferred)) {
+      SetJobSummary(g.id, t.acted_key, *refused);
     }
+    return;
   }
-  for (uint64_t n : due) {
-    FinishJobView(
-        n, absl::DeadlineExceededError(absl::StrCat("etcd did not answer within ",
-                                                    absl::FormatDuration(options_.job_view_wait))));
-  }
-}
-
-absl::Time Watchdog::NextJobViewDeadline() const {
-  absl::MutexLock lock(&mu_);
-  absl::Time next = absl::InfiniteFuture();
-  for (const auto& [n, w] : job_views_) next = std::min(next, w.deadline);
-  return next;
+  deferred.push_back([this, f = std::move(f)] { findings_.Carry(f); });
 }
 
 void Watchdog::SetJobSummary(uint64_t group_id, const std::string& acted_key,
@@ -354,123 +192,48 @@ void Watchdog::SetJobSummary(uint64_t group_id, const std::string& acted_key,
   ++t->job_view_gen;
 }
 
-void Watchdog::OnNodeGone(const std::string& node, int64_t revision) {
-  // The registry's groups, not only those polled so far: one that formed since the last poll
-  // spans the node too.
-  const std::shared_ptr<const groups::GroupsSnapshot> groups = groups_->Snapshot();
-  const uint64_t now_ns = clock_->NowNs();
-  Deferred deferred;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const groups::GroupSnapshot& g : groups->groups) {
-      const v1::GroupLayout& layout = g.layout;
-      int index = -1;
-      for (int i = 0; i < layout.nodes_size(); ++i) {
-        if (layout.nodes(i).node() == node && i != layout.this_node()) index = i;
-      }
-      if (!g.active || index < 0) continue;
-      Tracked& t = Track(g);
-      if (!t.abort_reason.empty()) continue;
-      const v1::NodeRanks& lost = layout.nodes(index);
-      v1::Diagnosis d;
-      d.set_kind(v1::DEAD);
-      d.set_job_id(t.info.job_id);
-      d.set_uid(t.info.uid);
-      d.set_group(t.info.name);
-      d.set_detected_unix_ms(static_cast<int64_t>(now_ns / 1000000));
-      d.set_since_unix_ms(d.detected_unix_ms());
-      d.set_summary(absl::StrCat("group ", t.info.name, ": node ", node, " (global rank(s) [",
-                                 absl::StrJoin(lost.global_ranks(), ", "),
-                                 "]) is gone: its commd's lease in etcd ended"));
-      t.acted_key = absl::StrCat("node:", node);
-      t.last = d;
-      t.state = v1::ABORTED;
-      Act(t, d, deferred,
-          {.trigger = "node_lost",
-           .dump = {.dump_id = absl::StrCat("node_lost-", node, "-r", revision)},
-           .announce = false});
-      PublishMetrics(t);
-    }
-  }
-  for (auto& f : deferred) f();
-}
-
 Watchdog::Tracked& Watchdog::Track(const groups::GroupSnapshot& g) {
-  // The group may have formed since the last poll: it is tracked from here on.
   Tracked& t = tracked_[g.id];
   t.info = g;
   if (t.ranks.size() != g.members.size()) t.ranks.resize(g.members.size());
   return t;
 }
 
-void Watchdog::Announce(const groups::GroupSnapshot& g, AbortReason reason,
-                        const std::string& text) {
-  if (options_.aborts == nullptr || !g.active || g.layout.nodes_size() < 2) return;
-  options_.aborts->Announce({.uid = g.uid,
-                             .job_id = g.job_id,
-                             .group = g.name,
-                             .formation = g.layout.formation(),
-                             .reason = reason,
-                             .text = text});
-}
-
-int Watchdog::OnRemoteAbort(const SpanAbortNotice& a) {
-  const std::shared_ptr<const groups::GroupsSnapshot> groups = groups_->Snapshot();
-  int aborted = 0;
-  for (const groups::GroupSnapshot& g : groups->groups) {
-    if (!g.active || g.uid != a.uid || g.job_id != a.job_id || g.name != a.group ||
-        g.layout.nodes_size() < 2 || g.layout.formation() != a.formation) {
-      continue;
-    }
-    const std::string text = absl::StrCat("aborted on node ", a.node, ": ", a.text);
-    bool first = false;
-    signals_.Notify(g, a.reason, text, &first);
-    if (!first) continue;  // aborted here already: its own cause and dump stand
-    groups_->Abort(g.id, text);
-    ++aborted;
-    absl::MutexLock lock(&mu_);
-    Tracked& t = Track(g);
-    t.abort_reason = AbortReasonName(static_cast<uint32_t>(a.reason));
-    t.aborted_on_node = a.node;
-    t.state = v1::ABORTED;
-    PublishMetrics(t);
-  }
-  return aborted;
-}
-
-void Watchdog::OnLeaseLost(const std::string& why) {
-  const std::shared_ptr<const groups::GroupsSnapshot> groups = groups_->Snapshot();
+void Watchdog::ActOnFacts(std::vector<ClusterFact> facts) {
   const uint64_t now_ns = clock_->NowNs();
   Deferred deferred;
   {
     absl::MutexLock lock(&mu_);
-    for (const groups::GroupSnapshot& g : groups->groups) {
-      const v1::GroupLayout& layout = g.layout;
-      if (!g.active || layout.nodes_size() < 2) continue;
-      Tracked& t = Track(g);
+    for (ClusterFact& fact : facts) {
+      Tracked& t = Track(fact.group);
       if (!t.abort_reason.empty()) continue;
-      const std::string node = layout.this_node() >= 0 && layout.this_node() < layout.nodes_size()
-                                   ? layout.nodes(layout.this_node()).node()
-                                   : std::string("?");
-      v1::Diagnosis d;
-      d.set_kind(v1::DEAD);
-      d.set_job_id(g.job_id);
-      d.set_uid(g.uid);
-      d.set_group(g.name);
+      v1::Diagnosis& d = fact.diagnosis;
       d.set_detected_unix_ms(static_cast<int64_t>(now_ns / 1000000));
       d.set_since_unix_ms(d.detected_unix_ms());
-      d.set_summary(absl::StrCat("group ", g.name, ": this node (", node,
-                                 ") lost its lease in etcd (", why,
-                                 "); the group's other nodes count it as gone"));
-      t.acted_key = "lease_lost";
+      t.acted_key = fact.key;
       t.last = d;
       t.state = v1::ABORTED;
       Act(t, d, deferred,
-          {.trigger = "lease_lost", .dump = {.local_only = true}, .announce = false});
+          {.trigger = fact.trigger, .dump = std::move(fact.dump), .announce = false});
       PublishMetrics(t);
     }
   }
   for (auto& f : deferred) f();
+}
+
+bool Watchdog::AbortForNode(const groups::GroupSnapshot& g, AbortReason reason,
+                            const std::string& text, const std::string& node) {
+  bool first = false;
+  signals_.Notify(g, reason, text, &first);
+  if (!first) return false;  // aborted here already: its own cause and dump stand
+  groups_->Abort(g.id, text);
+  absl::MutexLock lock(&mu_);
+  Tracked& t = Track(g);
+  t.abort_reason = AbortReasonName(static_cast<uint32_t>(reason));
+  t.aborted_on_node = node;
+  t.state = v1::ABORTED;
+  PublishMetrics(t);
+  return true;
 }
 
 void Watchdog::OnRankDeath(const groups::RankDeath& death) {
@@ -480,17 +243,9 @@ void Watchdog::OnRankDeath(const groups::RankDeath& death) {
   {
     absl::MutexLock lock(&mu_);
     Tracked& t = Track(g);
-    GroupView view;
-    view.job_id = g.job_id;
-    view.uid = g.uid;
-    view.group = g.name;
-    bool aborted = !t.abort_reason.empty();
-    for (size_t r = 0; r < g.members.size(); ++r) {
-      ReadRank(g.members[r], t.ranks[r], now_ns, g);
-      view.ranks.push_back(t.ranks[r].last);
-      aborted = aborted || t.ranks[r].abort_reason != 0;
-    }
-    if (aborted) {
+    bool aborted = false;
+    GroupView view = ReadGroup(t, now_ns, &aborted);
+    if (aborted || !t.abort_reason.empty()) {
       // Its survivors were stopped already (an earlier death, a finding, an operator), and
       // under TERMINATE this death may be the watchdog's own doing: the finding and the dump
       // that stopped the group stay the ones that explain it.
@@ -525,6 +280,10 @@ void Watchdog::Forget(Tracked& t) {
   t.retired = true;
   t.ranks.clear();
   t.info.members.clear();  // drops the mappings
+  Retire(std::move(t));
+}
+
+void Watchdog::Retire(Tracked t) {
   retired_.push_back(std::move(t));
   if (retired_.size() > kRetiredKept) retired_.erase(retired_.begin());
 }
@@ -539,9 +298,7 @@ void Watchdog::PollOnce() {
     for (const groups::GroupSnapshot& g : groups->groups) {
       if (!g.active) continue;
       seen.insert(g.id);
-      Tracked& t = tracked_[g.id];
-      t.info = g;
-      PollGroup(t, now_ns, deferred);
+      PollGroup(Track(g), now_ns, deferred);
     }
     for (auto it = tracked_.begin(); it != tracked_.end();) {
       if (seen.contains(it->first)) {
@@ -633,7 +390,7 @@ absl::StatusOr<int> Watchdog::Abort(const groups::GroupSelector& filter,
     bool first = false;
     notified += signals_.Notify(*g, AbortReason::kAdmin, reason, &first);
     groups_->Abort(g->id, absl::StrCat("on request: ", reason));
-    if (first) Announce(*g, AbortReason::kAdmin, reason);
+    if (first) findings_.Announce(*g, AbortReason::kAdmin, reason);
     // An abort is a moment worth a dump too: what every rank was doing when it was stopped.
     (void)dumps_->DumpGroups(
         *g, "abort", nlohmann::json{{"kind", "ABORT"}, {"group", g->name}, {"summary", reason}});
@@ -667,8 +424,7 @@ void Watchdog::OnRendezvousTimeout(const groups::GroupSnapshot& g, const std::ve
   t.state = v1::HUNG;
   t.last = std::move(d);
   t.retired = true;
-  retired_.push_back(std::move(t));
-  if (retired_.size() > kRetiredKept) retired_.erase(retired_.begin());
+  Retire(std::move(t));
 }
 
 }  // namespace commd::watchdog

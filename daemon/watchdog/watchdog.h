@@ -2,7 +2,9 @@
 // only), classifies what it sees (classifier.h) and applies the group's policy to a finding.
 // A rank's death (OnRankDeath, from the group registry the moment its pidfd fires) is not a
 // suspicion but a fact: it aborts the group as NOTIFY does under every policy, with one dump
-// (trigger rank_death), and TERMINATE still ends the survivors. The policies for findings:
+// (trigger rank_death), and TERMINATE still ends the survivors. So are the cluster's facts
+// (ActOnFacts: a node or this node's lease lost, which cluster_events.h finds). The policies
+// for findings:
 //   REPORT     log, metrics, and a flight-recorder dump of every rank with the diagnosis inside;
 //   NOTIFY     also set the abort word in every rank's control block (which wakes futex
 //              waiters) and send an abort event on each rank's Attach stream;
@@ -17,8 +19,9 @@
 // reads are bounded seqlocked copies, dumps are queued on the dumper's thread, events are
 // queued on the session's stream, signals go through pidfds. What it learns per group (state,
 // progress, durations, findings) goes to GroupMetrics, which serves every per-group series.
-// Its parts: each rank's ring cursor (ring_cursor.h), the signals to ranks (rank_signals.h),
-// and here the poll over the registry's snapshot, the policies and the health report.
+// Its parts: each rank's ring cursor (ring_cursor.h), what a finding does once decided and the
+// wait for the nodes' views (findings.h), the signals to ranks (rank_signals.h); here the poll
+// over the registry's snapshot, what the watchdog knows of each group, and its health report.
 //
 // Thread-safety: every public method is thread-safe.
 #ifndef COMMD_DAEMON_WATCHDOG_WATCHDOG_H_
@@ -48,6 +51,7 @@
 #include "daemon/watchdog/abort_announcer.h"
 #include "daemon/watchdog/classifier.h"
 #include "daemon/watchdog/cluster_views.h"
+#include "daemon/watchdog/findings.h"
 #include "daemon/watchdog/group_metrics.h"
 #include "daemon/watchdog/rank_signals.h"
 #include "daemon/watchdog/ring_cursor.h"
@@ -74,6 +78,17 @@ struct WatchdogOptions {
   // cluster.md, "The watchdog's job-wide sentence"). Short enough that the job's dump still
   // lands on every node within a second of the finding.
   absl::Duration job_view_wait = absl::Milliseconds(300);
+};
+
+// A fact of the cluster about one group (cluster_events.h finds them), acted on under every
+// policy as a rank's death is: the group's ranks here are aborted, with one dump, and its other
+// nodes are not told (every node sees the fact).
+struct ClusterFact {
+  groups::GroupSnapshot group;
+  v1::Diagnosis diagnosis;        // kind DEAD and its summary; the watchdog stamps its times
+  std::string key;                // the finding's key (health's acted finding)
+  const char* trigger = nullptr;  // the dump's: node_lost, lease_lost
+  recorder::DumpHow dump;
 };
 
 class Watchdog {
@@ -108,27 +123,15 @@ class Watchdog {
   // group already aborted is only logged: what stopped the group has its finding and dump.
   void OnRankDeath(const groups::RankDeath& death);
 
-  // The cluster's hook: node `node`'s daemon is gone (its lease in etcd expired or was
-  // revoked), as etcd's revision `revision` says. Every formed group spanning that node is
-  // aborted on this node's ranks under every policy, as for a rank's death, naming the node and
-  // its global ranks, with one dump (trigger node_lost) under an id every node derives alike
-  // from the node and the revision, so the nodes' dumps of it meet without announcing it
-  // (which every node would). Never blocks.
-  void OnNodeGone(const std::string& node, int64_t revision);
+  // Acts on each fact on a group not aborted here yet. Never blocks.
+  void ActOnFacts(std::vector<ClusterFact> facts);
 
-  // The cluster's hook: node `notice.node` aborted its ranks of a spanning group. This node's
-  // ranks of the same formation (uid, job, group, formation alike) are aborted with the text
-  // "aborted on node <node>: <its text>" and the same reason, without a dump (the announcing
-  // node's abort dump is a job dump every node writes) and without announcing it again. A group
-  // already aborted here keeps its own cause; another formation is untouched. Returns the number
-  // of groups aborted (0 or 1). Never blocks.
-  int OnRemoteAbort(const SpanAbortNotice& notice);
-
-  // The cluster's hook: this daemon's own lease in etcd is gone (`why` says how), so the other
-  // nodes count this node as gone and abort their parts of every group spanning it. This node's
-  // ranks of every formed spanning group are aborted too, under every policy, naming the cause,
-  // with a local dump (trigger lease_lost) and no announcement. Never blocks.
-  void OnLeaseLost(const std::string& why);
+  // Another node (`node`) aborted its ranks of `g`: this node's ranks are aborted with `reason`
+  // and `text` (abort word and events, the registry's abort), without a dump or an
+  // announcement. A group aborted here already keeps its own cause and is left as it is: false.
+  // Never blocks.
+  bool AbortForNode(const groups::GroupSnapshot& g, AbortReason reason, const std::string& text,
+                    const std::string& node);
 
   // The registry's hook: a rendezvous timed out.
   void OnRendezvousTimeout(const groups::GroupSnapshot& group, const std::vector<int>& joined,
@@ -149,58 +152,26 @@ class Watchdog {
     uint64_t published_ns = 0;
     uint32_t job_view_gen = 0;  // bumped when `last` gains its job-wide sentence
   };
-  using Deferred = std::vector<std::function<void()>>;
 
   void Run();
   void ReadRank(const groups::MemberSnapshot& m, RankCursor& cursor, uint64_t now_ns,
                 const groups::GroupSnapshot& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads every rank of `t` (ranks sized to its members) into a view of the group; `*aborted`
+  // says whether some rank's abort word is set.
+  GroupView ReadGroup(Tracked& t, uint64_t now_ns, bool* aborted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PollGroup(Tracked& t, uint64_t now_ns, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What a finding comes from when it is not the poll's: acted on under every policy.
-  struct Cause {
-    const groups::RankDeath* death = nullptr;  // a rank's death: the group dumped as it was
-    const char* trigger = nullptr;             // a fact of the cluster (node_lost, lease_lost)
-    recorder::DumpHow dump;                    // how its dump is written
-    // Tell the group's other nodes (not for a fact of the cluster: every node sees it).
-    bool announce = true;
-  };
+  // Decides what finding `d` on tracked group `t` does and has it carried out after the lock
+  // (`deferred`), or first read every node's view of a spanning group.
   void Act(Tracked& t, const v1::Diagnosis& d, Deferred& deferred, const Cause& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What a finding does once decided, outside mu_: the log line, the dump, and when it aborts,
-  // the abort word and events, its announcement, and under TERMINATE the signals.
-  struct Finding {
-    groups::GroupSnapshot group;  // as the finding saw it
-    bool dump_as_taken = false;   // dump `group` as taken (its blocks stay mapped), not as it is
-    v1::Diagnosis d;
-    v1::WatchdogPolicy policy = v1::REPORT;
-    std::string trigger;
-    recorder::DumpHow how;
-    bool abort = false;
-    bool announce = true;
-    bool terminate = false;
-  };
-  void Carry(const Finding& f);
-  // A finding on a spanning group waiting for every node's view of the group.
-  struct JobViewWait {
-    Finding finding;
-    std::string acted_key;  // the finding whose health and view get the sentence
-    v1::NodeGroupView local;
-    absl::Time deadline;
-  };
-  // Reads the nodes' views for `f` (a deferred read) or, when the group already waits or its uid
-  // has kMaxJobViewWaitsPerUid waiting, carries `f` out now saying why there is no sentence.
-  void WaitForJobView(Tracked& t, Finding f, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The views came (or `views` says why not): the sentence goes into the finding, the group's
-  // health and next published view, then the finding is carried out. Once per wait.
-  void FinishJobView(uint64_t wait, absl::StatusOr<std::vector<v1::NodeGroupView>> views);
-  // Finishes the waits whose deadline is at or before `now` without the views.
-  void ExpireJobViews(absl::Time now);
-  absl::Time NextJobViewDeadline() const;
+  // The finding `acted_key` of group `group_id`, if health still shows it, gains its job-wide
+  // sentence.
   void SetJobSummary(uint64_t group_id, const std::string& acted_key, const std::string& summary)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // options_.aborts hears of `g`'s abort when `g` is a formed group spanning nodes.
-  void Announce(const groups::GroupSnapshot& g, AbortReason reason, const std::string& text);
-  // The entry of `g`, made now if the poll has not seen it yet.
+  // The entry of `g`, now with this snapshot of it; made now when new (also a group that
+  // formed since the last poll, which a rank's death or a fact may be the first to name).
   Tracked& Track(const groups::GroupSnapshot& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishMetrics(const Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::GroupHealth HealthOf(const Tracked& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -208,6 +179,8 @@ class Watchdog {
   void PublishProgress(Tracked& t, uint64_t now_ns, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(Tracked& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps `t` for health, the newest kRetiredKept at most.
+  void Retire(Tracked t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Duration TimeoutOf(const groups::GroupSnapshot& g) const;
   v1::WatchdogPolicy PolicyOf(const groups::GroupSnapshot& g) const;
 
@@ -218,13 +191,12 @@ class Watchdog {
 
   const std::shared_ptr<GroupMetrics> group_metrics_ = std::make_shared<GroupMetrics>();
   RankSignals signals_;
+  Findings findings_;
   prometheus::Histogram* poll_seconds_;
 
   mutable absl::Mutex mu_;
-  std::map<uint64_t, Tracked> tracked_ ABSL_GUARDED_BY(mu_);        // by group id
-  std::vector<Tracked> retired_ ABSL_GUARDED_BY(mu_);               // newest last, bounded
-  std::map<uint64_t, JobViewWait> job_views_ ABSL_GUARDED_BY(mu_);  // by wait number
-  uint64_t job_view_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, Tracked> tracked_ ABSL_GUARDED_BY(mu_);  // by group id
+  std::vector<Tracked> retired_ ABSL_GUARDED_BY(mu_);         // newest last, bounded
 
   absl::Mutex run_mu_;
   bool stopping_ ABSL_GUARDED_BY(run_mu_) = false;
