@@ -68,9 +68,9 @@ def other_job(out_dir: str) -> None:
     try:
         dist.init_process_group("commd", timeout=datetime.timedelta(seconds=300))
     except Exception as e:  # noqa: BLE001 (the test reads which)
-        write_rank(out_dir, {"raised": type(e).__name__, "message": str(e)})
+        write(out_dir, {"raised": type(e).__name__, "message": str(e)})
         return
-    write_rank(out_dir, {"raised": None})
+    write(out_dir, {"raised": None})
     dist.destroy_process_group()
 
 
@@ -126,13 +126,6 @@ def cpu_commd_cuda_nccl(out_dir: str) -> None:
     write(out_dir, {"groups": groups})
     dist.barrier()
     dist.destroy_process_group()
-
-
-def write_rank(out_dir: str, value) -> None:
-    """write() before the process group exists: the rank from torchrun's environment."""
-    import json
-    with open(os.path.join(out_dir, f"rank{os.environ['RANK']}.json"), "w") as f:
-        json.dump(value, f)
 
 
 def main() -> None:

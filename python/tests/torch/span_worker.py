@@ -7,8 +7,6 @@ what the test reads back to OUT_DIR/rank<N>.json."""
 from __future__ import annotations
 
 import datetime
-import json
-import os
 import sys
 
 import torch
@@ -16,16 +14,11 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import commd.torch as ct
-from worker import DTYPES, check, ddp, death, inputs, reductions
+from worker import DTYPES, check, ddp, death, inputs, reductions, write
 
 # A staging buffer large enough for one all-reduce to run in lanes across the nodes (the SDK
 # runs all-reduces of 4 MiB and more that way; smaller ones through the nodes' leaders).
 LANE_CHUNK = 8 << 20
-
-
-def write(out_dir: str, value) -> None:
-    with open(os.path.join(out_dir, f"rank{os.environ['RANK']}.json"), "w") as f:
-        json.dump(value, f)
 
 
 def run_ops(group, members: list[int], sizes, dtypes) -> int:

@@ -101,6 +101,8 @@ def test_a_killed_rank_makes_the_others_raise_naming_it(daemon, tmp_path):
         assert r is not None and r["raised"] == "DistBackendError", results
         assert "rank 2" in r["message"], results
     assert results[2] is None
+    killed_at = json.loads((tmp_path / "death" / "killed.json").read_text())["killed_at"]
+    assert max(r["raised_at"] for r in results[:2]) - killed_at < 30, results  # timeout: 60 s
 
 
 def test_bad_arguments_raise_clear_errors(daemon, tmp_path):

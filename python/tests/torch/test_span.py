@@ -117,7 +117,14 @@ def torchrun_nodes(daemons, tmp_path, scenario: str, nproc: int, *args: str,
         while any(p.poll() is None for p in procs):
             if until is not None and all((out / f"rank{r}.json").exists() for r in until):
                 break
-            assert time.monotonic() < deadline, f"torchrun {scenario} took over {timeout} s"
+            if time.monotonic() > deadline:
+                for log in logs:
+                    log.seek(0)
+                    print(log.read()[-20000:])
+                for d in daemons:
+                    print(d.log().decode(errors="replace")[-20000:])
+                pytest.fail(f"torchrun {scenario} took over {timeout} s; ranks that wrote: "
+                            f"{sorted(p.name for p in out.iterdir())}")
             time.sleep(0.2)
     finally:
         for p in procs:  # each torchrun with its workers (a session of its own)
@@ -188,10 +195,9 @@ def test_a_killed_rank_on_one_node_makes_every_rank_of_both_nodes_raise(nodes, t
     """Rank 3 (node-b) is SIGKILLed in a loop of all-reduces: its node-mate's call raises the
     daemon's abort naming the death; node-a's ranks' calls raise too (the exchange between the
     nodes broken, or the abort announced across nodes, whichever reaches them first); all
-    within seconds, not at the group's timeout (60 s)."""
-    start = time.monotonic()
-    _, results = torchrun_nodes(nodes, tmp_path, "death", 2, until=[0, 1, 2], timeout=120)
-    elapsed = time.monotonic() - start
+    within seconds of the death, not at the group's timeout (60 s)."""
+    _, results = torchrun_nodes(nodes, tmp_path, "death", 2, until=[0, 1, 2], timeout=300)
+    killed_at = json.loads((tmp_path / "death" / "killed.json").read_text())["killed_at"]
     assert results[3] is None, results
     for r in (0, 1, 2):
         assert results[r] is not None and results[r]["raised"] == "DistBackendError", results
@@ -200,7 +206,9 @@ def test_a_killed_rank_on_one_node_makes_every_rank_of_both_nodes_raise(nodes, t
     for r in (0, 1):
         assert results[r]["cause"] in ("UnavailableError", "AbortedError"), results
         assert "group 0" in results[r]["message"], results
-    assert elapsed < 50, elapsed
+    # Far below the timeout, with room for a loaded machine (the abort itself takes
+    # milliseconds across nodes: docs/cluster.md).
+    assert max(results[r]["raised_at"] for r in (0, 1, 2)) - killed_at < 30, results
 
 
 def test_ranks_on_two_daemons_without_a_cluster_fail_at_init(tmp_path_factory, tmp_path):

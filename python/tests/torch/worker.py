@@ -59,9 +59,13 @@ def check(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str) 
                                msg=lambda m: f"{what}: {m}")
 
 
-def write(out_dir: str, value) -> None:
-    with open(os.path.join(out_dir, f"rank{dist.get_rank()}.json"), "w") as f:
+def write(out_dir: str, value, name: str | None = None) -> None:
+    """Writes OUT_DIR/<name or rank<N>>.json whole or not at all: the tests may read it the
+    moment it exists. RANK is torchrun's: it is there before the process group is."""
+    path = os.path.join(out_dir, f"{name or 'rank' + os.environ['RANK']}.json")
+    with open(path + ".part", "w") as f:
         json.dump(value, f)
+    os.replace(path + ".part", path)
 
 
 # More elements than one 1 MiB staging buffer (the tests' COMMD_TORCH_CHUNK_BYTES) holds in
@@ -283,14 +287,19 @@ def fsdp(out_dir: str) -> None:
     write(out_dir, {"parameters": sum(p.numel() for p in params["commd"])})
 
 
-def _expect_failure(out_dir: str, fn) -> None:
+def _expect_failure(out_dir: str, fn, timed: bool = False) -> None:
+    """Runs `fn`, which must raise DistBackendError, and writes what it raised (with `timed`,
+    also when: the wall clock's time, which the test compares with other processes')."""
     try:
         fn()
     except dist.DistBackendError as e:
         cause = e.__cause__
-        write(out_dir, {"raised": type(e).__name__, "message": str(e),
-                        "cause": type(cause).__name__ if cause else None,
-                        "code": getattr(cause, "code", None)})
+        result = {"raised": type(e).__name__, "message": str(e),
+                  "cause": type(cause).__name__ if cause else None,
+                  "code": getattr(cause, "code", None)}
+        if timed:
+            result["raised_at"] = time.time()
+        write(out_dir, result)
         return
     write(out_dir, {"raised": None})
 
@@ -318,17 +327,23 @@ def nan(out_dir: str) -> None:
 
 
 def death(out_dir: str) -> None:
-    """The last rank dies (SIGKILL) after 3 steps; the others raise naming it."""
+    """The last rank dies (SIGKILL) after 3 steps, writing the time to OUT_DIR/killed.json
+    first; the others raise naming it, with the time they did."""
     rank, world = dist.get_rank(), dist.get_world_size()
     t = torch.ones(1024)
+    # torchrun's agent ends a failed worker's node-mates with SIGTERM (then SIGKILL 30 s
+    # later): a survivor that has not raised yet when its agent notices the death would end
+    # without its result. What is tested is the daemon's abort, so the survivors finish first.
+    signal.signal(signal.SIGTERM, lambda *_: None)
 
     def train():
         for step in range(1000):
             if rank == world - 1 and step == 3:
+                write(out_dir, {"killed_at": time.time()}, name="killed")
                 os.kill(os.getpid(), signal.SIGKILL)
             dist.all_reduce(t)
 
-    _expect_failure(out_dir, train)
+    _expect_failure(out_dir, train, timed=True)
 
 
 def bad_arguments(out_dir: str) -> None:
