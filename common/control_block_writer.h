@@ -136,6 +136,16 @@ class RingWriter {
   void CompletedExceptProgress(const RecordHandle& h) { MarkCompleted(h, false); }
   // Retires the entry without completing it (timed out, aborted, failed).
   void Abandon(const RecordHandle& h);
+  // Whether `h` is an entry of this writer's ring that is begun and not retired (neither
+  // completed nor abandoned) and still in the ring: what a part of a collective
+  // (CollectiveOptions::part_of) may name. Reads only this writer's own words.
+  bool Pending(const RecordHandle& h) const {
+    if (h.record_id >= next_record_id_) return false;
+    const RingEntry* e = Live(h.record_id);
+    return e != nullptr && (cb_atomic::LoadRelaxed(&e->flags) & kRecordFlagRetired) == 0 &&
+           cb_atomic::LoadRelaxed(&e->collective_seq_id) == h.collective_seq_id &&
+           cb_atomic::LoadRelaxed(&e->op) == static_cast<uint16_t>(h.op);
+  }
   // Counts a NaN/Inf check on the entry's data; a hit also flags the entry.
   void NanChecked(const RecordHandle& h, bool nan_found);
   // Updates the heartbeat alone, for long waits between collectives.

@@ -179,10 +179,14 @@ class CollectiveEntry {
 
   // Records the entry as scheduled (Begin) or scheduled and started (one clock read). Once
   // per call: the backend's, before the call can wait (the host's while its message is out).
+  // A part (CollectiveOptions::part_of) records nothing: it only marks the rank alive.
   void Begin();
   void BeginStarted();
   bool begun() const { return begun_; }
+  // The call's entry: its own, or for a part the part_of entry.
   RecordId id() const { return Recorder::Impl::Id(handle_); }
+  // Whether the call is a part of an entry recorded by hand (CollectiveOptions::part_of).
+  bool part() const { return part_; }
   // Whether this call checks its input for NaN/Inf: known from construction (by the seq the
   // entry will get), so that a backend may stage the input before recording.
   kernels::NanCheck nan() const { return nan_; }
@@ -193,10 +197,11 @@ class CollectiveEntry {
 
   // Ends a call that ran on this thread: counts the NaN check, applies the group's NaN
   // policy, says why a wait failed (abort reason, exited peer), completes or abandons the
-  // entry and fills the options' nonfinite outputs.
+  // entry (a part leaves its part_of entry to the caller) and fills the options' nonfinite
+  // outputs.
   absl::Status Finish(absl::Status status, const kernels::CollectiveResult& result) {
     // The common case inline: succeeded, nothing to count or flag.
-    if (status.ok() && nan_ == kernels::NanCheck::kOff && result.nonfinite_ranks == 0) {
+    if (status.ok() && nan_ == kernels::NanCheck::kOff && result.nonfinite_ranks == 0 && !part_) {
       g_.recorder.writer->Completed(handle_);
       SetOutputs(result);
       return status;
@@ -215,8 +220,9 @@ class CollectiveEntry {
   void Began(const RecordHandle& h);
   const GroupParts& g_;
   const CollectiveCall& call_;
-  RecordHandle handle_;  // the ring writer's, kept for the transitions
+  RecordHandle handle_;  // the ring writer's, kept for the transitions; a part's: part_of's
   bool begun_ = false;
+  bool part_ = false;
   kernels::NanCheck nan_ = kernels::NanCheck::kOff;
   const RecordShape* shape_;  // the prepared one, or own_shape_
   EntryTensors own_tensors_;  // not prepared: the call's, built here

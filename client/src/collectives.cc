@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -440,6 +441,14 @@ RecordArgs EntryTensors::Args(CollectiveOp kind, uint64_t timeout_ms) const {
 CollectiveEntry::CollectiveEntry(const GroupParts& g, const CollectiveCall& call,
                                  const RecordShape* prepared)
     : g_(g), call_(call), shape_(prepared) {
+  if (const std::optional<RecordId>& outer = call_.options->part_of; outer.has_value()) {
+    // A part: the outer entry is the call's, and its seq decides the sampled NaN check, so
+    // that every part of one collective is checked alike on every rank.
+    part_ = true;
+    handle_ = Recorder::Impl::Handle(*outer);
+    nan_ = ResolveNanCheck(*call_.options, g_.settings, outer->collective_seq_id);
+    return;
+  }
   if (shape_ == nullptr) {
     own_tensors_.Fill(call, g.group.global_world_size());
     shape_ = &own_shape_.emplace(RecordShape{.args = own_tensors_.Args(call.kind, g.timeout_ms)});
@@ -455,8 +464,24 @@ void CollectiveEntry::Began(const RecordHandle& h) {
 
 // Straight to the group's ring writer: what Recorder::Begin does, without converting the
 // public tensor descriptors.
-void CollectiveEntry::Begin() { Began(g_.recorder.writer->BeginPrepared(*shape_)); }
-void CollectiveEntry::BeginStarted() { Began(g_.recorder.writer->BeginStartedPrepared(*shape_)); }
+// A part's outer entry was begun by hand: the part only marks the rank alive, which the
+// watchdog reads as progress while the one entry stays pending over many parts.
+void CollectiveEntry::Begin() {
+  if (part_) {
+    g_.recorder.writer->Heartbeat();
+    begun_ = true;
+    return;
+  }
+  Began(g_.recorder.writer->BeginPrepared(*shape_));
+}
+void CollectiveEntry::BeginStarted() {
+  if (part_) {
+    g_.recorder.writer->Heartbeat();
+    begun_ = true;
+    return;
+  }
+  Began(g_.recorder.writer->BeginStartedPrepared(*shape_));
+}
 
 // Says why a wait failed: the daemon's abort reason, or a peer that exited.
 absl::Status CollectiveEntry::Explain(absl::Status status) const {
@@ -491,15 +516,33 @@ absl::Status CollectiveEntry::FinishAny(absl::Status status,
       g_.settings.nan_policy() == v1::NAN_POLICY_FAIL) {
     status = NanFailure(ShapeOf(call_.kind).recorded, id(), result);
   }
-  if (status.ok()) {
+  if (!status.ok()) status = Explain(std::move(status));
+  if (part_) {
+    // The outer entry is the caller's to complete or abandon; the part only counts as life.
+    ring.Heartbeat();
+  } else if (status.ok()) {
     ring.Completed(handle_);
   } else {
-    status = Explain(std::move(status));
     ring.Abandon(handle_);
   }
   SetOutputs(result);
   return status;
 }
+
+namespace {
+// CollectiveOptions::part_of names a pending entry of this group's recorder.
+[[gnu::noinline]] absl::Status CheckPartOf(const RecordId& id, const RingWriter& ring,
+                                           const std::string& group, const Shape& shape) {
+  if (ring.Pending(Recorder::Impl::Handle(id)) && id.collective_seq_id != 0) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      shape.words, ": part_of record ", id.record_id, " (collective seq ", id.collective_seq_id,
+      ") is not a pending collective entry of group ", group,
+      "'s recorder (allowed: an id Recorder::Begin of this group returned for a collective, "
+      "not yet completed or abandoned, and still in the ring)"));
+}
+}  // namespace
 
 absl::Status Group::Run(const CollectiveCall& c) {
   State& s = *state_;
@@ -523,6 +566,10 @@ absl::Status Group::Run(const CollectiveCall& c) {
                        .output = c.output};
   PreparedCall& prepared = in.prepared;
   kernels::Algorithm algorithm = kernels::Algorithm::kTwoShot;
+  if (c.options->part_of.has_value()) {
+    RETURN_IF_ERROR(
+        CheckPartOf(*c.options->part_of, *s.entry_parts->recorder.writer, name(), ShapeOf(c.kind)));
+  }
   if (one_buffer && prepared.key == key) {
     if (!OptionsValid(*c.options)) return OptionsError(*c.options);
     algorithm = prepared.algorithm;

@@ -307,6 +307,14 @@ int KernelsOf(const kernels::CudaCommView& v, const CollectiveCall& call) {
 
 // What the device path refuses up front.
 absl::Status CheckSupported(CollectiveEntry& e, const CollectiveOptions& o) {
+  if (o.part_of.has_value()) {
+    // A part's NaN finding and failure belong to an entry the caller retires when the call
+    // returns, which on the device is before either exists.
+    return absl::UnimplementedError(absl::StrCat(
+        "part_of record ", o.part_of->record_id,
+        " needs a host group: a collective on CUDA buffers records its own entry (group ",
+        e.group().name(), " is on ", e.group().device().ToString(), ")"));
+  }
   if (o.nonfinite_count != nullptr || o.nonfinite_ranks != nullptr) {
     return absl::InvalidArgumentError(
         "nonfinite_count and nonfinite_ranks need host buffers: a collective on CUDA buffers "

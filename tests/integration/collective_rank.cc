@@ -6,7 +6,7 @@
 //   mode: matrix | large | repeat[:N] | invalid | nan | nan_group | nan_sampled3 | nan_fail |
 //         nan_off_fail | mismatch | abort | cuda | host_matrix | host_large | host_overlapping |
 //         host_invalid | host_nan_fail | matmul | matmul_invalid | matmul_nan_fail |
-//         matmul_missing_rank | cuda_matmul
+//         matmul_missing_rank | cuda_matmul | part_of | part_of_nan_fail
 // (host_*: the overloads on ordinary host memory, with a symmetric buffer as the staging area.)
 // (cuda: rank r on Device::Cuda(r), stream-ordered collectives; needs a CUDA build and a GPU
 // per rank.)
@@ -773,6 +773,8 @@ const Mode kModes[] = {
     {"matmul_nan_fail", FusedMatmulNanFail, CheckOnPolicyFail},
     {"matmul_missing_rank", FusedMatmulMissingRank},
     {"cuda_matmul", CudaFusedMatmul, OwnGpu, size_t{1} << 16},
+    {"part_of", PartOf},
+    {"part_of_nan_fail", PartOfNanFail, CheckOnPolicyFail},
 };
 
 const Mode* FindMode(const std::string& name) {

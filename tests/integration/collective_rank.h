@@ -92,6 +92,10 @@ void HostOverlapping(Run& run);
 void HostInvalid(Run& run);
 void HostNanFail(Run& run);
 
+// Parts of one flight-recorder entry (collective_rank_parts.cc).
+void PartOf(Run& run);
+void PartOfNanFail(Run& run);
+
 }  // namespace collective_rank
 
 #endif  // COMMD_TESTS_INTEGRATION_COLLECTIVE_RANK_H_

@@ -239,6 +239,73 @@ TEST_F(CollectiveTest, NanGroupSampledChecksEveryThirdCollective) {
 // all-reduce, a broadcast (NaN in the root's buffer; none from a clean root) and an all-to-all.
 TEST_F(CollectiveTest, NanPolicyFailGivesDataLossOnEveryRank) { Run(2, "nan_fail"); }
 
+// Each rank's dump entries of group c, by rank (the ranks held).
+std::vector<std::vector<nlohmann::json>> DumpedEntries(Client& client) {
+  std::vector<std::vector<nlohmann::json>> by_rank(2);
+  auto dump = client.Dump("c");
+  EXPECT_TRUE(dump.ok()) << dump.status();
+  if (!dump.ok()) return by_rank;
+  for (const std::string& file : dump->files()) {
+    std::ifstream in(file);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << file;
+    if (j.is_discarded()) continue;
+    const int rank = j["commd"]["rank"].get<int>();
+    for (const nlohmann::json& e : j["entries"]) by_rank.at(rank).push_back(e);
+  }
+  return by_rank;
+}
+
+// Three all-reduces given part_of an entry recorded by hand: that one entry, of the whole
+// collective's shape, completed; ids a part may not name get INVALID_ARGUMENT naming them
+// and record nothing; the next all-reduce records its own entry at the next seq.
+TEST_F(CollectiveTest, PartsOfACollectiveWriteItsOneEntry) {
+  auto ranks = Start(2, "part_of", /*hold=*/true);
+  for (int r = 0; r < 2; ++r) WaitForLog(ranks, r, "HOLDING");
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  const auto entries = DumpedEntries(*client);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(r);
+    ASSERT_EQ(entries[r].size(), 2u);
+    const nlohmann::json& whole = entries[r][0];
+    EXPECT_EQ(whole["collective_seq_id"], 1);
+    EXPECT_EQ(whole["profiling_name"], "nccl:all_reduce");  // torch's analyzer's spelling
+    EXPECT_EQ(whole["input_sizes"], nlohmann::json::parse("[[3000]]"));
+    EXPECT_EQ(whole["output_sizes"], nlohmann::json::parse("[[3000]]"));
+    EXPECT_EQ(whole["state"], "completed");
+    const nlohmann::json& own = entries[r][1];
+    EXPECT_EQ(own["collective_seq_id"], 2);
+    EXPECT_EQ(own["input_sizes"], nlohmann::json::parse("[[1000]]"));
+    EXPECT_EQ(own["state"], "completed");
+  }
+  Finish(ranks, "part_of");
+}
+
+// Policy FAIL and NaN in rank 1's second part: DATA_LOSS on every rank naming the whole
+// collective's seq 1, whose entry is flagged on rank 1 and retired (abandoned by the caller,
+// not left pending); the group's next collective completes at seq 2.
+TEST_F(CollectiveTest, NanInAPartUnderPolicyFailFailsTheWholeCollective) {
+  auto ranks = Start(2, "part_of_nan_fail", /*hold=*/true);
+  for (int r = 0; r < 2; ++r) WaitForLog(ranks, r, "HOLDING");
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  const auto entries = DumpedEntries(*client);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(r);
+    ASSERT_EQ(entries[r].size(), 2u);
+    const nlohmann::json& whole = entries[r][0];
+    EXPECT_EQ(whole["collective_seq_id"], 1);
+    EXPECT_EQ(whole["input_sizes"], nlohmann::json::parse("[[3000]]"));
+    EXPECT_EQ(whole["retired"], true);
+    EXPECT_NE(whole["state"], "completed");
+    EXPECT_EQ(whole["commd"]["nan_found"], r == 1);
+    EXPECT_EQ(entries[r][1]["collective_seq_id"], 2);
+    EXPECT_EQ(entries[r][1]["state"], "completed");
+  }
+  Finish(ranks, "part_of_nan_fail");
+}
+
 // Check off (even under policy FAIL): NaN goes through, nothing is counted.
 TEST_F(CollectiveTest, NanCheckOffIgnoresNan) {
   auto ranks = Start(2, "nan_off_fail", /*hold=*/true);

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,17 @@ struct CollectiveOptions {
   // When set, receives how many ranks found NaN/Inf in their input in this collective (the
   // same on every rank; ranks that did not check count as clean).
   int* nonfinite_ranks = nullptr;
+  // A part of a larger collective recorded by hand (one flight-recorder entry for many
+  // calls, e.g. a tensor staged through a buffer in chunks): the id Recorder::Begin returned
+  // for it, begun and not yet completed or abandoned. The call then writes no entry of its
+  // own; it still checks its arguments and the ranks' calls, runs the NaN/Inf check (sampled
+  // by the part_of entry's sequence number, so every part of one collective alike; a finding
+  // flags that entry) under the group's policy, keeps the heartbeat fresh and explains a
+  // failed wait. The caller completes or abandons the entry (on any failure of a part, the
+  // entry's collective failed). An id that is not a pending entry of this group's recorder:
+  // INVALID_ARGUMENT naming it, nothing run. Host groups only: a CUDA group refuses it
+  // (UNIMPLEMENTED).
+  std::optional<RecordId> part_of;
 };
 
 // One tensor of a coalesced collective: `count` elements at byte `offset` of the buffers.
@@ -193,7 +205,8 @@ class COMMD_API Group {
   // every rank when the group's policy is kFail and a NaN/Inf check found one in some rank's
   // input; ABORTED once the group is aborted; DEADLINE_EXCEEDED after
   // CollectiveOptions::timeout (default twice the group's timeout). Waits sleep (futex) and
-  // keep this rank's heartbeat fresh. Each records one flight-recorder entry.
+  // keep this rank's heartbeat fresh. Each records one flight-recorder entry (none of its own
+  // as a part of one recorded by hand: CollectiveOptions::part_of).
   //
   // On CUDA buffers (a group on Device::Cuda; SDKs built with CUDA, else UNIMPLEMENTED) the
   // call enqueues kernels on CollectiveOptions::cuda_stream (null: the legacy default

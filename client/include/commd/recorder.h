@@ -10,6 +10,10 @@
 //   ...
 //   rec.Completed(id); // or Abandoned(id) when it failed
 //
+// One collective run as several of commd's own calls (a tensor staged through a buffer in
+// chunks) is one entry: begin it here with the whole collective's tensors and pass its id as
+// each call's CollectiveOptions::part_of (commd/group.h); complete or abandon it after.
+//
 // Each call is a few stores into shared memory: no lock, no allocation, no system call.
 // Not thread-safe: one thread at a time per group, as with the group's collectives.
 //
