@@ -76,6 +76,8 @@ class NanFinding:
     def __bool__(self) -> bool: ...
 
 class RecordId:
+    """One recorded collective (Recorder.begin, Group.record). A collective call given it as
+    `part_of` is a part of that collective: it records no entry of its own."""
     @property
     def record_id(self) -> int: ...
     @property
@@ -129,27 +131,33 @@ class Group:
     def all_reduce(self, buf: _HostOperand, count: int | None = None,
                    dtype: _DType | None = None, op: str = "sum", *, timeout: float | None = None,
                    nan_check: str | None = None, nan_sample_period: int = 100, cuda_stream: int = 0,
-                   staging: SymmetricBuffer | None = None) -> NanFinding: ...
+                   staging: SymmetricBuffer | None = None,
+                   part_of: RecordId | None = None) -> NanFinding: ...
     def all_gather(self, input: _HostOperand, output: _HostOperand, count: int | None = None,
                    dtype: _DType | None = None, *, timeout: float | None = None,
                    nan_check: str | None = None, nan_sample_period: int = 100, cuda_stream: int = 0,
-                   staging: SymmetricBuffer | None = None) -> NanFinding: ...
+                   staging: SymmetricBuffer | None = None,
+                   part_of: RecordId | None = None) -> NanFinding: ...
     def reduce_scatter(self, input: _HostOperand, output: _HostOperand,
                        count: int | None = None, dtype: _DType | None = None, op: str = "sum", *,
                        timeout: float | None = None, nan_check: str | None = None,
                        nan_sample_period: int = 100, cuda_stream: int = 0,
-                       staging: SymmetricBuffer | None = None) -> NanFinding: ...
+                       staging: SymmetricBuffer | None = None,
+                   part_of: RecordId | None = None) -> NanFinding: ...
     def all_reduce_coalesced(self, tensors: Sequence[TensorView], op: str = "sum", *,
                              timeout: float | None = None, nan_check: str | None = None,
-                             nan_sample_period: int = 100, cuda_stream: int = 0) -> NanFinding: ...
+                             nan_sample_period: int = 100, cuda_stream: int = 0,
+                             part_of: RecordId | None = None) -> NanFinding: ...
     def broadcast(self, buf: _HostOperand, root: int, count: int | None = None,
                   dtype: _DType | None = None, *, timeout: float | None = None,
                   nan_check: str | None = None, nan_sample_period: int = 100, cuda_stream: int = 0,
-                  staging: SymmetricBuffer | None = None) -> NanFinding: ...
+                  staging: SymmetricBuffer | None = None,
+                  part_of: RecordId | None = None) -> NanFinding: ...
     def all_to_all(self, input: _HostOperand, output: _HostOperand, count: int | None = None,
                    dtype: _DType | None = None, *, timeout: float | None = None,
                    nan_check: str | None = None, nan_sample_period: int = 100, cuda_stream: int = 0,
-                   staging: SymmetricBuffer | None = None) -> NanFinding: ...
+                   staging: SymmetricBuffer | None = None,
+                   part_of: RecordId | None = None) -> NanFinding: ...
     def all_gather_matmul(self, shard: SymmetricBuffer | TensorView, rows: int, k: int,
                           bs: Sequence[Any], outs: Sequence[Any], dtype: _DType | None = None, *,
                           row_scale: Any = None, col_scales: Sequence[Any | None] | None = None,

@@ -28,6 +28,7 @@ alone; ``COMMD_TORCH_CPP=1`` requires the C++ one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -366,6 +367,9 @@ class ProcessGroupCommd(_C10dBackend):
                 f"job {client.job_id!r}{spans}: {e}") from e
         self._group = group if device == "host" else _OnCurrentStream(group)
         self._staging = _Staging(self._group, opts.chunk_bytes)
+        # What the SDK records as each collective's timeout, so that an entry recorded here
+        # for a chunked collective reads as the SDK's own (_one_entry).
+        self._timeout_ms = int(timeout.total_seconds() * 1000)
         self._symmetric: list[tuple[int, int, SymmetricBuffer]] = []  # (start, end, buffer)
         # The C++ backend's registry of those buffers when it wraps this one (_create).
         self._registry: Any = None
@@ -510,12 +514,28 @@ class ProcessGroupCommd(_C10dBackend):
                self._staging.view(1, cdtype, out_slots * n), **kwargs)
         dst.reshape(-1).copy_(self._staging.tensor(1, dst.dtype, out_slots * n))
 
-    def _chunks(self, count: int, itemsize: int, slots: int):
+    def _chunks(self, count: int, itemsize: int, slots: int) -> list[tuple[int, int]]:
         """(start, n) pieces of `count` elements such that `slots` pieces fit one staging
         buffer; none for an empty tensor (every rank has the same count, so all skip)."""
         per = max(self._staging.nbytes // (slots * itemsize), 1)
-        for start in range(0, count, per):
-            yield start, min(per, count - start)
+        return [(start, min(per, count - start)) for start in range(0, count, per)]
+
+    @contextlib.contextmanager
+    def _one_entry(self, pieces: Sequence[Any], op: str, cdtype: str, in_count: int,
+                   out_count: int):
+        """One flight-recorder entry for a collective staged in several `pieces`: the entry
+        one commd call of the whole collective would record (`op` of `in_count` elements in,
+        `out_count` out, of `cdtype`, this group's timeout), begun here and completed when
+        the block ends (abandoned when it raises); yields its RecordId for each piece's
+        `part_of`. One piece (or none) yields None: that call records its own entry, as
+        before. On a CUDA group (whose calls record their own entries on the stream) it
+        yields None too, and each piece stays an entry."""
+        if len(pieces) <= 1 or self._device != "host":
+            yield None
+            return
+        with self._group.record(op, [((in_count,), cdtype)], [((out_count,), cdtype)],
+                                timeout_ms=self._timeout_ms) as rid:
+            yield rid
 
     # -- all-reduce ----------------------------------------------------------------------
 
@@ -536,9 +556,11 @@ class ProcessGroupCommd(_C10dBackend):
             self._group.all_reduce(view, op=op)
             return
         flat = _flat(t)
-        for start, n in self._chunks(flat.numel(), t.element_size(), 1):
-            piece = flat[start:start + n]
-            self._outside("all_reduce", piece, piece, n, cdtype, op=op)
+        pieces = self._chunks(flat.numel(), t.element_size(), 1)
+        with self._one_entry(pieces, "all_reduce", cdtype, flat.numel(), flat.numel()) as whole:
+            for start, n in pieces:
+                piece = flat[start:start + n]
+                self._outside("all_reduce", piece, piece, n, cdtype, op=op, part_of=whole)
         _write_back(t, flat)
 
     def _product(self, t: torch.Tensor, cdtype: str) -> None:
@@ -547,12 +569,15 @@ class ProcessGroupCommd(_C10dBackend):
         world = self.size()
         flat = _flat(t)
         itemsize = t.element_size()
-        for start, n in self._chunks(flat.numel(), itemsize, world):
-            self._staging.tensor(0, t.dtype, n).copy_(flat[start:start + n])
-            self._group.all_gather(self._staging.view(0, cdtype, n),
-                                   self._staging.view(1, cdtype, world * n))
-            gathered = self._staging.tensor(1, t.dtype, world * n).view(world, n)
-            flat[start:start + n].copy_(torch.prod(gathered, dim=0).to(t.dtype))
+        pieces = self._chunks(flat.numel(), itemsize, world)
+        count = flat.numel()
+        with self._one_entry(pieces, "all_gather", cdtype, count, world * count) as whole:
+            for start, n in pieces:
+                self._staging.tensor(0, t.dtype, n).copy_(flat[start:start + n])
+                self._group.all_gather(self._staging.view(0, cdtype, n),
+                                       self._staging.view(1, cdtype, world * n), part_of=whole)
+                gathered = self._staging.tensor(1, t.dtype, world * n).view(world, n)
+                flat[start:start + n].copy_(torch.prod(gathered, dim=0).to(t.dtype))
         _write_back(t, flat)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
@@ -606,9 +631,11 @@ class ProcessGroupCommd(_C10dBackend):
             self._group.broadcast(view, root=root)
             return
         flat = _flat(t)
-        for start, n in self._chunks(flat.numel(), t.element_size(), 1):
-            piece = flat[start:start + n]
-            self._outside("broadcast", piece, piece, n, cdtype, root=root)
+        pieces = self._chunks(flat.numel(), t.element_size(), 1)
+        with self._one_entry(pieces, "broadcast", cdtype, flat.numel(), flat.numel()) as whole:
+            for start, n in pieces:
+                piece = flat[start:start + n]
+                self._outside("broadcast", piece, piece, n, cdtype, root=root, part_of=whole)
         if self.rank() != root:
             _write_back(t, flat)
 
@@ -672,13 +699,16 @@ class ProcessGroupCommd(_C10dBackend):
         src = _flat(t)
         targets = [_flat(o) for o in out]
         itemsize = t.element_size()
-        for start, n in self._chunks(src.numel(), itemsize, world):
-            staged = self._staging.tensor(1, t.dtype, world * n)
-            self._outside("all_gather", src[start:start + n], staged, n, cdtype,
-                          out_slots=world)
-            staged = staged.view(world, n)
-            for r in range(world):
-                targets[r][start:start + n].copy_(staged[r])
+        pieces = self._chunks(src.numel(), itemsize, world)
+        count = src.numel()
+        with self._one_entry(pieces, "all_gather", cdtype, count, world * count) as whole:
+            for start, n in pieces:
+                staged = self._staging.tensor(1, t.dtype, world * n)
+                self._outside("all_gather", src[start:start + n], staged, n, cdtype,
+                              out_slots=world, part_of=whole)
+                staged = staged.view(world, n)
+                for r in range(world):
+                    targets[r][start:start + n].copy_(staged[r])
         for o, flat in zip(out, targets):
             _write_back(o, flat)
 
@@ -749,12 +779,15 @@ class ProcessGroupCommd(_C10dBackend):
             _write_back(output, dst)
             return
         # A chunk takes a piece of every rank's block: packed into the first staging buffer.
-        for start, n in self._chunks(count, itemsize, world):
-            self._staging.tensor(0, input.dtype, world * n).view(world, n).copy_(
-                src[:, start:start + n])
-            self._group.reduce_scatter(self._staging.view(0, cdtype, world * n),
-                                       self._staging.view(1, cdtype, n), op=op)
-            dst[start:start + n].copy_(self._staging.tensor(1, input.dtype, n))
+        pieces = self._chunks(count, itemsize, world)
+        with self._one_entry(pieces, "reduce_scatter", cdtype, world * count, count) as whole:
+            for start, n in pieces:
+                self._staging.tensor(0, input.dtype, world * n).view(world, n).copy_(
+                    src[:, start:start + n])
+                self._group.reduce_scatter(self._staging.view(0, cdtype, world * n),
+                                           self._staging.view(1, cdtype, n), op=op,
+                                           part_of=whole)
+                dst[start:start + n].copy_(self._staging.tensor(1, input.dtype, n))
         _write_back(output, dst)
 
     # -- all-to-all ---------------------------------------------------------------------
@@ -796,13 +829,16 @@ class ProcessGroupCommd(_C10dBackend):
             _write_back(output, dst)
             return
         # A chunk takes a piece of every block: packed into the first staging buffer.
-        for start, n in self._chunks(count, itemsize, world):
-            self._staging.tensor(0, input.dtype, world * n).view(world, n).copy_(
-                src[:, start:start + n])
-            self._group.all_to_all(self._staging.view(0, cdtype, world * n),
-                                   self._staging.view(1, cdtype, world * n))
-            dst[:, start:start + n].copy_(
-                self._staging.tensor(1, input.dtype, world * n).view(world, n))
+        pieces = self._chunks(count, itemsize, world)
+        with self._one_entry(pieces, "all_to_all", cdtype, world * count,
+                             world * count) as whole:
+            for start, n in pieces:
+                self._staging.tensor(0, input.dtype, world * n).view(world, n).copy_(
+                    src[:, start:start + n])
+                self._group.all_to_all(self._staging.view(0, cdtype, world * n),
+                                       self._staging.view(1, cdtype, world * n), part_of=whole)
+                dst[:, start:start + n].copy_(
+                    self._staging.tensor(1, input.dtype, world * n).view(world, n))
         _write_back(output, dst)
 
     # -- barrier ------------------------------------------------------------------------

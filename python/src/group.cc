@@ -128,7 +128,17 @@ struct CallOptions {
 };
 
 void ParseCallOptions(CallOptions& c, const py::object& timeout, const py::object& nan_check,
-                      uint32_t nan_sample_period, uintptr_t cuda_stream) {
+                      uint32_t nan_sample_period, uintptr_t cuda_stream,
+                      const py::object& part_of) {
+  if (!part_of.is_none()) {
+    if (!py::isinstance<RecordId>(part_of)) {
+      ThrowInvalid(
+          absl::StrCat("part_of must be a commd.RecordId (Recorder.begin, "
+                       "Group.record) or None, not ",
+                       py::str(py::type::of(part_of).attr("__name__")).cast<std::string>()));
+    }
+    c.options.part_of = part_of.cast<RecordId>();
+  }
   // A cudaStream_t as an integer (torch.cuda.current_stream().cuda_stream); 0 is CUDA's
   // default stream. The SDK ignores it for host buffers.
   c.options.cuda_stream = reinterpret_cast<void*>(cuda_stream);
@@ -215,10 +225,10 @@ py::object HostInPlaceCall(const GroupObject& g, const char* name, const py::obj
 py::object AllReduce(const GroupObject& g, const py::object& buf, const py::object& count,
                      const py::object& dtype, const py::object& op, const py::object& timeout,
                      const py::object& nan_check, uint32_t period, uintptr_t cuda_stream,
-                     const py::object& staging) {
+                     const py::object& staging, const py::object& part_of) {
   const ReduceOp reduce = ParseReduceOp(op);
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream, part_of);
   if (!staging.is_none()) {
     return HostInPlaceCall(g, "all_reduce", buf, count, dtype, staging, c,
                            [&](Group& group, char* p, size_t n, DataType t, SymmetricBuffer& s) {
@@ -286,9 +296,9 @@ py::object HostPairCall(const GroupObject& g, const char* name, const py::object
 py::object AllGather(const GroupObject& g, const py::object& in, const py::object& out,
                      const py::object& count, const py::object& dtype, const py::object& timeout,
                      const py::object& nan_check, uint32_t period, uintptr_t cuda_stream,
-                     const py::object& staging) {
+                     const py::object& staging, const py::object& part_of) {
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream, part_of);
   if (!staging.is_none()) {
     return HostPairCall(
         g, "all_gather", in, out, count, dtype, staging, 1, Parts(g), c,
@@ -304,10 +314,11 @@ py::object AllGather(const GroupObject& g, const py::object& in, const py::objec
 py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::object& out,
                          const py::object& count, const py::object& dtype, const py::object& op,
                          const py::object& timeout, const py::object& nan_check, uint32_t period,
-                         uintptr_t cuda_stream, const py::object& staging) {
+                         uintptr_t cuda_stream, const py::object& staging,
+                         const py::object& part_of) {
   const ReduceOp reduce = ParseReduceOp(op);
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream, part_of);
   if (!staging.is_none()) {
     return HostPairCall(
         g, "reduce_scatter", in, out, count, dtype, staging, Parts(g), 1, c,
@@ -326,9 +337,9 @@ py::object ReduceScatter(const GroupObject& g, const py::object& in, const py::o
 py::object Broadcast(const GroupObject& g, const py::object& buf, int root, const py::object& count,
                      const py::object& dtype, const py::object& timeout,
                      const py::object& nan_check, uint32_t period, uintptr_t cuda_stream,
-                     const py::object& staging) {
+                     const py::object& staging, const py::object& part_of) {
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream, part_of);
   if (!staging.is_none()) {
     return HostInPlaceCall(g, "broadcast", buf, count, dtype, staging, c,
                            [&](Group& group, char* p, size_t n, DataType t, SymmetricBuffer& s) {
@@ -350,10 +361,10 @@ py::object Broadcast(const GroupObject& g, const py::object& buf, int root, cons
 py::object AllToAll(const GroupObject& g, const py::object& in, const py::object& out,
                     const py::object& count, const py::object& dtype, const py::object& timeout,
                     const py::object& nan_check, uint32_t period, uintptr_t cuda_stream,
-                    const py::object& staging) {
+                    const py::object& staging, const py::object& part_of) {
   if (!staging.is_none()) {
     CallOptions c;
-    ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
+    ParseCallOptions(c, timeout, nan_check, period, cuda_stream, part_of);
     const size_t world = Parts(g);
     return HostPairCall(g, "all_to_all", in, out, count, dtype, staging, world, world, c,
                         [&](Group& group, auto&&... a) { return group.AllToAll(a..., c.options); });
@@ -368,7 +379,7 @@ py::object AllToAll(const GroupObject& g, const py::object& in, const py::object
   CheckFits(i, n, world, "input");
   CheckFits(o, n, world, "output");
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream, part_of);
   Check(Blocking(g, "all_to_all", [&](Group& group) {
     return group.AllToAll(*i.buffer, *o.buffer, n, *type.commd, c.options);
   }));
@@ -377,7 +388,8 @@ py::object AllToAll(const GroupObject& g, const py::object& in, const py::object
 
 py::object AllReduceCoalesced(const GroupObject& g, const py::sequence& tensors,
                               const py::object& op, const py::object& timeout,
-                              const py::object& nan_check, uint32_t period, uintptr_t cuda_stream) {
+                              const py::object& nan_check, uint32_t period, uintptr_t cuda_stream,
+                              const py::object& part_of) {
   std::vector<CoalescedTensor> parts;
   SymmetricBuffer* buffer = nullptr;
   for (size_t k = 0; k < tensors.size(); ++k) {
@@ -398,7 +410,7 @@ py::object AllReduceCoalesced(const GroupObject& g, const py::sequence& tensors,
   if (buffer == nullptr) ThrowInvalid("all_reduce_coalesced needs at least one tensor");
   const ReduceOp reduce = ParseReduceOp(op);
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period, cuda_stream);
+  ParseCallOptions(c, timeout, nan_check, period, cuda_stream, part_of);
   Check(Blocking(g, "all_reduce_coalesced", [&](Group& group) {
     return group.AllReduceCoalesced(*buffer, parts, reduce, c.options);
   }));
@@ -470,7 +482,7 @@ py::object AllGatherMatmul(const GroupObject& g, const py::object& shard, size_t
   void* all =
       const_cast<void*>(Held(held, gathered, "gathered", type.name, world * rows * k, true));
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period, 0);
+  ParseCallOptions(c, timeout, nan_check, period, 0, py::none());
   Check(Blocking(g, "all_gather_matmul", [&](Group& group) {
     return group.AllGatherMatmul(*a.buffer, rows, k, *type.commd, mbs, rs, all, c.options);
   }));
@@ -497,7 +509,7 @@ py::object MatmulReduceScatter(const GroupObject& g, const py::object& a, size_t
   const auto* rs =
       static_cast<const float*>(Held(held, row_scale, "row_scale", "float32", rows, false));
   CallOptions c;
-  ParseCallOptions(c, timeout, nan_check, period, 0);
+  ParseCallOptions(c, timeout, nan_check, period, 0, py::none());
   Check(Blocking(g, "matmul_reduce_scatter", [&](Group& group) {
     return group.MatmulReduceScatter(a_data, rows, k, *type.commd, mbs[0], reduce, ws, rs,
                                      c.options);
@@ -689,7 +701,13 @@ void BindGroup(py::module_& m) {
       "through `staging` and writes results to directly (Group::AllReduce(input, output, "
       "..., staging) and friends). A group spanning nodes (global_world_size > world_size) "
       "runs with the whole group's meaning: world_size below is global_world_size, ranks and "
-      "`root` are global ranks, and `staging` must hold the call's output too.";
+      "`root` are global ranks, and `staging` must hold the call's output too. part_of (not the "
+      "fused matmuls): a "
+      "RecordId of this group's recorder (Recorder.begin, Group.record) whose collective this "
+      "call is a part of: the call writes no flight-recorder entry of its own (its NaN check is "
+      "sampled by, and a finding flags, that entry; the caller completes or abandons it), "
+      "InvalidArgumentError when the id is not a pending entry of this group; host groups "
+      "only (UnimplementedError on CUDA).";
   auto doc = [&](const char* head) { return absl::StrCat(head, kCallDoc); };
   static const std::string all_reduce_doc =
       doc("all_reduce(buf, count=None, dtype=None, op='sum', *, timeout=None, nan_check=None, "
@@ -809,24 +827,27 @@ void BindGroup(py::module_& m) {
            py::arg("dtype") = py::none(), py::arg("op") = "sum", py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
            py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0,
-           py::arg("staging") = py::none(), all_reduce_doc.c_str())
+           py::arg("staging") = py::none(), py::arg("part_of") = py::none(), all_reduce_doc.c_str())
       .def("all_gather", &AllGather, py::arg("input"), py::arg("output"),
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
            py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0,
-           py::arg("staging") = py::none(), all_gather_doc.c_str())
+           py::arg("staging") = py::none(), py::arg("part_of") = py::none(), all_gather_doc.c_str())
       .def("reduce_scatter", &ReduceScatter, py::arg("input"), py::arg("output"),
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::arg("op") = "sum",
            py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
            py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0,
-           py::arg("staging") = py::none(), reduce_scatter_doc.c_str())
+           py::arg("staging") = py::none(), py::arg("part_of") = py::none(),
+           reduce_scatter_doc.c_str())
       .def("all_reduce_coalesced", &AllReduceCoalesced, py::arg("tensors"), py::arg("op") = "sum",
            py::kw_only(), py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
-           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0, coalesced_doc.c_str())
+           py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0,
+           py::arg("part_of") = py::none(), coalesced_doc.c_str())
       .def("broadcast", &Broadcast, py::arg("buf"), py::arg("root"), py::arg("count") = py::none(),
            py::arg("dtype") = py::none(), py::kw_only(), py::arg("timeout") = py::none(),
            py::arg("nan_check") = py::none(), py::arg("nan_sample_period") = 100,
-           py::arg("cuda_stream") = 0, py::arg("staging") = py::none(), broadcast_doc.c_str())
+           py::arg("cuda_stream") = 0, py::arg("staging") = py::none(),
+           py::arg("part_of") = py::none(), broadcast_doc.c_str())
       .def("all_gather_matmul", &AllGatherMatmul, py::arg("shard"), py::arg("rows"), py::arg("k"),
            py::arg("bs"), py::arg("outs"), py::arg("dtype") = py::none(), py::kw_only(),
            py::arg("row_scale") = py::none(), py::arg("col_scales") = py::none(),
@@ -843,7 +864,7 @@ void BindGroup(py::module_& m) {
            py::arg("count") = py::none(), py::arg("dtype") = py::none(), py::kw_only(),
            py::arg("timeout") = py::none(), py::arg("nan_check") = py::none(),
            py::arg("nan_sample_period") = 100, py::arg("cuda_stream") = 0,
-           py::arg("staging") = py::none(), all_to_all_doc.c_str())
+           py::arg("staging") = py::none(), py::arg("part_of") = py::none(), all_to_all_doc.c_str())
       .def(
           "close",
           [](GroupObject& g) {

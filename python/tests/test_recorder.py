@@ -125,3 +125,25 @@ def test_recorder_refuses_what_it_cannot_record(client):
         (path,) = dump["files"]
         with open(path) as f:
             assert json.load(f)["entries"] == []
+
+
+def test_parts_of_a_recorded_collective_are_its_one_entry(client):
+    """Calls given part_of a recorded entry write none of their own: one entry of the whole
+    collective's size; an id no longer pending, or not a RecordId, raises naming it."""
+    with client.join_group("parts", 0, 1, timeout=30.0) as group:
+        staging = group.allocate_symmetric(64)  # 16 float32: the 40 go in 3 parts
+        a = np.arange(40, dtype=np.float32)
+        with group.record("all_reduce", [((40,), "float32")], [((40,), "float32")]) as whole:
+            for start in range(0, 40, 16):
+                group.all_reduce(a[start:start + 16], staging=staging, part_of=whole)
+        assert (a == np.arange(40)).all()  # a world of one: the sum is the input
+        with pytest.raises(commd.InvalidArgumentError,
+                           match=f"part_of record {whole.record_id} .collective seq 1. is not a "
+                                 "pending collective entry of group parts"):
+            group.all_reduce(a[:16], staging=staging, part_of=whole)
+        with pytest.raises(commd.InvalidArgumentError, match="part_of must be a commd.RecordId"):
+            group.all_reduce(a[:16], staging=staging, part_of=3)
+        group.all_reduce(a[:16], staging=staging)
+        (dump,) = rank_files(client.dump(group="parts"), 1)
+        got = [(e["input_sizes"], e["state"], e["collective_seq_id"]) for e in dump["entries"]]
+        assert got == [([[40]], "completed", 1), ([[16]], "completed", 2)], dump["entries"]

@@ -58,6 +58,28 @@ def test_coalescing_manager_is_one_flight_recorder_entry(daemon, tmp_path):
 
 
 @pytest.mark.parametrize("world", [2, 3])
+def test_chunked_entries_one_flight_recorder_entry_per_torch_call(daemon, tmp_path, world):
+    """Tensors larger than the staging buffer go through it in several commd calls, recorded
+    as parts of one entry with the whole collective's sizes, as one call would record it."""
+    code, results = torchrun(daemon, tmp_path, "chunked_entries", world)
+    assert code == 0
+    for r in results:
+        n = r["n"]
+        seqs = [e[5] for e in r["entries"]]
+        assert seqs == list(range(seqs[0], seqs[0] + 7)), r["entries"]
+        assert [e[:5] for e in r["entries"]] == [
+            ["nccl:all_reduce", [[n]], [[n]], ["Float"], "completed"],
+            ["nccl:all_gather", [[n]], [[world * n]], ["Float"], "completed"],
+            ["nccl:reduce_scatter", [[world * n]], [[n]], ["Float"], "completed"],
+            ["nccl:broadcast", [[n]], [[n]], ["BFloat16"], "completed"],
+            ["nccl:all_to_all", [[world * n]], [[world * n]], ["Float"], "completed"],
+            # PRODUCT: an all-gather of the whole tensor, reduced here.
+            ["nccl:all_gather", [[n]], [[world * n]], ["Float"], "completed"],
+            ["nccl:all_reduce", [[1001]], [[1001]], ["Float"], "completed"],
+        ], r["entries"]
+
+
+@pytest.mark.parametrize("world", [2, 3])
 def test_ddp_with_commd_reaches_the_same_parameters_as_gloo(daemon, tmp_path, world):
     code, results = torchrun(daemon, tmp_path, "ddp", world, "20")
     assert code == 0

@@ -664,8 +664,46 @@ def fused_matmul(out_dir: str) -> None:
     write(out_dir, {"checked": checked + 1, "refused": refused})
 
 
+def chunked_entries(out_dir: str) -> None:
+    """Collectives of tensors larger than the 1 MiB staging buffer, staged in several chunks,
+    and one that fits: their results, and this rank's flight-recorder entries of them (one per
+    torch call, the whole collective's sizes)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    n = LARGE
+    everyone = torch.stack([inputs(r, n) for r in range(world)])
+    before = len(_entries(rank))
+    t = inputs(rank, n).float()
+    dist.all_reduce(t)
+    check(t, everyone.sum(0), torch.float32, "chunked all_reduce")
+    out = torch.empty(world * n)
+    dist.all_gather_into_tensor(out, inputs(rank, n).float())
+    check(out, everyone.reshape(-1), torch.float32, "chunked all_gather_into_tensor")
+    big = torch.stack([inputs(rank * world + c, n) for c in range(world)])
+    small = torch.empty(n)
+    dist.reduce_scatter_tensor(small, big.reshape(-1).float())
+    want = torch.stack([inputs(r * world + rank, n) for r in range(world)]).sum(0)
+    check(small, want, torch.float32, "chunked reduce_scatter_tensor")
+    t = inputs(rank, n).to(torch.bfloat16)
+    dist.broadcast(t, src=world - 1)
+    check(t, inputs(world - 1, n), torch.bfloat16, "chunked broadcast")
+    recv = torch.empty(world * n)
+    dist.all_to_all_single(recv, big.reshape(-1).float())
+    want = torch.stack([inputs(p * world + rank, n) for p in range(world)])
+    check(recv, want.reshape(-1), torch.float32, "chunked all_to_all_single")
+    t = FACTORS(inputs(rank, n)).float()
+    dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+    check(t, FACTORS(everyone).prod(0), torch.float32, "chunked PRODUCT all_reduce")
+    t = torch.ones(1001)
+    dist.all_reduce(t)  # one chunk: the call's own entry, as before
+    check(t, torch.full((1001,), float(world), dtype=torch.float64), torch.float32, "one chunk")
+    entries = [[e["profiling_name"], e["input_sizes"], e["output_sizes"], e["input_dtypes"],
+                e["state"], e["collective_seq_id"]] for e in _entries(rank)[before:]]
+    write(out_dir, {"entries": entries, "n": n})
+
+
 SCENARIOS = {f.__name__: f for f in (ops_matrix, coalesced, ddp, fsdp, hang, nan, death,
-                                     bad_arguments, fused_matmul, zero_copy, work, interrupt)}
+                                     bad_arguments, fused_matmul, zero_copy, work, interrupt,
+                                     chunked_entries)}
 
 
 def main() -> None:
