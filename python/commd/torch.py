@@ -82,8 +82,9 @@ class Options:
     ``COMMD_TORCH_NAN_POLICY``), then from the daemon's config."""
 
     # Bytes of each rank's staging buffer: a collective on a tensor that does not live in a
-    # symmetric buffer is copied through it in pieces of at most this size (one flight-recorder
-    # entry per piece). 1 MiB to 1 GiB.
+    # symmetric buffer is copied through it in pieces of at most this size (on CPU tensors one
+    # flight-recorder entry for all the pieces of a collective; on CUDA ones, one per piece).
+    # 1 MiB to 1 GiB.
     chunk_bytes: int | None = None
     watchdog_policy: str | None = None  # "report" | "notify" | "terminate"
     nan_check: str | None = None  # "off" | "on" | "sampled"
