@@ -268,6 +268,33 @@ TEST(RingWriter, WrapsAndCountsDropped) {
   EXPECT_EQ(w2->Begin({}).record_id, 11u);
 }
 
+// What a part of a collective may name (CollectiveOptions::part_of): a begun entry of this
+// writer, not retired, still in the ring, whose seq and op are the handle's.
+TEST(RingWriter, PendingIsABegunUnretiredEntryStillInTheRing) {
+  Block b(4);
+  uint64_t now = 1;
+  auto w = Attach(b, &now);
+  const RecordHandle scheduled = w->Begin({.op = CollectiveOp::kAllGather});
+  const RecordHandle started = w->BeginStarted({});
+  EXPECT_TRUE(w->Pending(scheduled));
+  EXPECT_TRUE(w->Pending(started));
+  RecordHandle other_seq = started;
+  ++other_seq.collective_seq_id;
+  EXPECT_FALSE(w->Pending(other_seq));
+  RecordHandle other_op = scheduled;
+  other_op.op = CollectiveOp::kAllReduce;
+  EXPECT_FALSE(w->Pending(other_op));
+  EXPECT_FALSE(w->Pending(RecordHandle{}));                            // never begun
+  EXPECT_FALSE(w->Pending({.record_id = 2, .collective_seq_id = 3}));  // not yet begun
+  w->Completed(scheduled);
+  w->Abandon(started);
+  EXPECT_FALSE(w->Pending(scheduled));
+  EXPECT_FALSE(w->Pending(started));
+  const RecordHandle wrapped = w->Begin({});
+  for (int i = 0; i < 4; ++i) w->Begin({});
+  EXPECT_FALSE(w->Pending(wrapped));  // its slot holds a newer entry
+}
+
 // A slot keeps the group names it holds from this writer's previous lap only when the new
 // entry is of the same group: entries of two groups mixed over five laps of a 4-slot ring
 // each carry their own group's id, name and description.
