@@ -218,6 +218,7 @@ class CollectiveEntry {
   }
   absl::Status Explain(absl::Status status) const;
   void Began(const RecordHandle& h);
+  bool BeganAsPart();  // a part: marks the rank alive instead of recording; false otherwise
   const GroupParts& g_;
   const CollectiveCall& call_;
   RecordHandle handle_;  // the ring writer's, kept for the transitions; a part's: part_of's

@@ -464,23 +464,20 @@ void CollectiveEntry::Began(const RecordHandle& h) {
 
 // Straight to the group's ring writer: what Recorder::Begin does, without converting the
 // public tensor descriptors.
-// A part's outer entry was begun by hand: the part only marks the rank alive, which the
-// watchdog reads as progress while the one entry stays pending over many parts.
 void CollectiveEntry::Begin() {
-  if (part_) {
-    g_.recorder.writer->Heartbeat();
-    begun_ = true;
-    return;
-  }
-  Began(g_.recorder.writer->BeginPrepared(*shape_));
+  if (!BeganAsPart()) Began(g_.recorder.writer->BeginPrepared(*shape_));
 }
 void CollectiveEntry::BeginStarted() {
-  if (part_) {
-    g_.recorder.writer->Heartbeat();
-    begun_ = true;
-    return;
-  }
-  Began(g_.recorder.writer->BeginStartedPrepared(*shape_));
+  if (!BeganAsPart()) Began(g_.recorder.writer->BeginStartedPrepared(*shape_));
+}
+
+// A part's outer entry was begun by hand: the part only marks the rank alive, which the
+// watchdog reads as progress while the one entry stays pending over many parts.
+bool CollectiveEntry::BeganAsPart() {
+  if (!part_) return false;
+  g_.recorder.writer->Heartbeat();
+  begun_ = true;
+  return true;
 }
 
 // Says why a wait failed: the daemon's abort reason, or a peer that exited.

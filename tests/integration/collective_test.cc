@@ -66,6 +66,29 @@ class CollectiveTest : public ::testing::TestWithParam<int> {
                                                                << ranks[r]->Log();
   }
 
+  // Each rank's dump entries of group c, by rank, once every rank of `ranks` (started with
+  // `hold`) holds.
+  std::vector<std::vector<nlohmann::json>> HeldEntries(
+      const std::vector<std::unique_ptr<ChildProcess>>& ranks) {
+    std::vector<std::vector<nlohmann::json>> by_rank(ranks.size());
+    for (size_t r = 0; r < ranks.size(); ++r) WaitForLog(ranks, static_cast<int>(r), "HOLDING");
+    auto client = Connect();
+    EXPECT_NE(client, nullptr);
+    if (client == nullptr) return by_rank;
+    auto dump = client->Dump("c");
+    EXPECT_TRUE(dump.ok()) << dump.status();
+    if (!dump.ok()) return by_rank;
+    for (const std::string& file : dump->files()) {
+      std::ifstream in(file);
+      const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+      EXPECT_FALSE(j.is_discarded()) << file;
+      if (j.is_discarded()) continue;
+      const int rank = j["commd"]["rank"].get<int>();
+      for (const nlohmann::json& e : j["entries"]) by_rank.at(rank).push_back(e);
+    }
+    return by_rank;
+  }
+
   // Releases held ranks; every rank must print "OK <mode>" and exit 0.
   void Finish(std::vector<std::unique_ptr<ChildProcess>>& ranks, const std::string& mode) {
     std::ofstream(tmp_.Join("release")) << "go";
@@ -239,32 +262,12 @@ TEST_F(CollectiveTest, NanGroupSampledChecksEveryThirdCollective) {
 // all-reduce, a broadcast (NaN in the root's buffer; none from a clean root) and an all-to-all.
 TEST_F(CollectiveTest, NanPolicyFailGivesDataLossOnEveryRank) { Run(2, "nan_fail"); }
 
-// Each rank's dump entries of group c, by rank (the ranks held).
-std::vector<std::vector<nlohmann::json>> DumpedEntries(Client& client) {
-  std::vector<std::vector<nlohmann::json>> by_rank(2);
-  auto dump = client.Dump("c");
-  EXPECT_TRUE(dump.ok()) << dump.status();
-  if (!dump.ok()) return by_rank;
-  for (const std::string& file : dump->files()) {
-    std::ifstream in(file);
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << file;
-    if (j.is_discarded()) continue;
-    const int rank = j["commd"]["rank"].get<int>();
-    for (const nlohmann::json& e : j["entries"]) by_rank.at(rank).push_back(e);
-  }
-  return by_rank;
-}
-
 // Three all-reduces given part_of an entry recorded by hand: that one entry, of the whole
 // collective's shape, completed; ids a part may not name get INVALID_ARGUMENT naming them
 // and record nothing; the next all-reduce records its own entry at the next seq.
 TEST_F(CollectiveTest, PartsOfACollectiveWriteItsOneEntry) {
   auto ranks = Start(2, "part_of", /*hold=*/true);
-  for (int r = 0; r < 2; ++r) WaitForLog(ranks, r, "HOLDING");
-  auto client = Connect();
-  ASSERT_NE(client, nullptr);
-  const auto entries = DumpedEntries(*client);
+  const auto entries = HeldEntries(ranks);
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(r);
     ASSERT_EQ(entries[r].size(), 2u);
@@ -287,10 +290,7 @@ TEST_F(CollectiveTest, PartsOfACollectiveWriteItsOneEntry) {
 // not left pending); the group's next collective completes at seq 2.
 TEST_F(CollectiveTest, NanInAPartUnderPolicyFailFailsTheWholeCollective) {
   auto ranks = Start(2, "part_of_nan_fail", /*hold=*/true);
-  for (int r = 0; r < 2; ++r) WaitForLog(ranks, r, "HOLDING");
-  auto client = Connect();
-  ASSERT_NE(client, nullptr);
-  const auto entries = DumpedEntries(*client);
+  const auto entries = HeldEntries(ranks);
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(r);
     ASSERT_EQ(entries[r].size(), 2u);
