@@ -1,11 +1,12 @@
-"""dist.all_reduce through backend commd (staged and zero-copy) against backend gloo, in one
-torchrun job, interleaved size by size (float32, sum), and the binding's own cost per call.
+"""dist.all_reduce through backend commd (staged and zero-copy) against backend gloo and the
+C++ SDK's Group::AllReduce, in one torchrun job, interleaved size by size (float32, sum), and
+the binding's own cost per call.
 
     COMMD_RUNTIME_DIR=... torchrun --standalone --nproc-per-node 2 bench/torch_allreduce.py \\
         [--min-bytes 8] [--max-bytes 64M] [--iters 50] [--rounds 3]
 
-bench/torch_vs_gloo.sh starts a private daemon, runs this for 2 and 4 ranks and runs
-commd-bench (the C++ Group::AllReduce) in the same run. Rank 0 prints one row per size:
+bench/torch_vs_gloo.sh starts a private daemon and runs this for 2 and 4 ranks. Rank 0
+prints one row per size:
 each path's time per call (calls back to back, the slowest rank) over the best of the
 rounds, bus bandwidth
 (2 (n-1)/n x bytes / time, nccl-tests' definition) and the ratios the targets name.
@@ -14,7 +15,9 @@ The zero-copy path runs twice: through the process group's backend (the C++ one,
 when built: "zcopy") and through a second commd process group made with COMMD_TORCH_CPP=0
 (the Python backend alone: "zcopy_py"); "binding" is the same all-reduce called on the commd
 group directly through the Python binding (the SDK's Group::AllReduce plus the binding's
-~1 us), the interleaved reference for the zero-copy paths. The binding works on the very
+~1 us), and "sdk" the C++ SDK's own loop of Group::AllReduce on that buffer, clocked in C++
+(Group._time_all_reduce: no Python per call), the reference the zero-copy target names
+(zcopy/sdk). The binding and the SDK work on the very
 buffer the zero-copy tensor lives in (`--binding-buffer own`: a buffer of its own, as before),
 and the order of the paths is shuffled from round to round (`--order fixed`: staged, zcopy,
 zcopy_py, binding, gloo in every round, as before), so that no path always comes after the
@@ -50,6 +53,15 @@ def timed(fn, iters: int, group, warmup: int = 1) -> float:
     for _ in range(iters):
         fn()
     t = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.item()
+
+
+def timed_sdk(commd_group, view, iters: int, group, warmup: int) -> float:
+    """timed() for the C++ SDK: the calls and their clock in C++ (Group._time_all_reduce)."""
+    commd_group._time_all_reduce(view, warmup)
+    dist.barrier(group=group)
+    t = torch.tensor([commd_group._time_all_reduce(view, iters)], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return t.item()
 
@@ -120,10 +132,10 @@ def main() -> None:
         print(f"# zcopy: the process group's backend ({'C++, commd._c10d' if cpp else 'Python'});"
               " zcopy_py: the Python backend")
         print(f"{'bytes':>10} {'staged_us':>10} {'zcopy_us':>10} {'zcopy_py_us':>11} "
-              f"{'binding_us':>10} {'gloo_us':>10} "
+              f"{'binding_us':>10} {'sdk_us':>10} {'gloo_us':>10} "
               f"{'staged_GBs':>10} {'zcopy_GBs':>10} {'zc_py_GBs':>10} {'bind_GBs':>10} "
-              f"{'gloo_GBs':>10} {'gloo/staged':>11} {'gloo/zcopy':>10} {'zcopy/bind':>10} "
-              f"{'zc_py/bind':>10}")
+              f"{'sdk_GBs':>10} {'gloo_GBs':>10} {'gloo/staged':>11} {'gloo/zcopy':>10} "
+              f"{'zcopy/bind':>10} {'zc_py/bind':>10} {'zcopy/sdk':>10}")
     sizes = [args.min_bytes]
     while sizes[-1] * 4 < args.max_bytes:
         sizes.append(sizes[-1] * 4)
@@ -139,6 +151,7 @@ def main() -> None:
             "zcopy": lambda: dist.all_reduce(zero_copy[:n]),  # starts its symmetric buffer
             "zcopy_py": lambda: dist.all_reduce(zero_copy_py[:n], group=py_group),
             "binding": lambda: backend.commd_group.all_reduce(view),
+            "sdk": None,  # timed_sdk
             "gloo": lambda: dist.all_reduce(plain[:n], group=gloo),
         }
         iters = max(3, min(args.iters, int(args.iters * (1 << 20) / max(size, 1))))
@@ -149,17 +162,21 @@ def main() -> None:
             if args.order == "shuffle":  # the same order on every rank: seeded by the round
                 random.Random(r).shuffle(order)
             for name in order:
-                best[name] = min(best[name], timed(paths[name], iters, gloo, args.warmup))
+                took = (timed_sdk(backend.commd_group, view, iters, gloo, args.warmup)
+                        if name == "sdk" else timed(paths[name], iters, gloo, args.warmup))
+                best[name] = min(best[name], took)
         if rank == 0:
             bus = {k: 2 * (world - 1) / world * size / v / 1e9 for k, v in best.items()}
             print(f"{size:>10} {best['staged'] * 1e6:>10.2f} {best['zcopy'] * 1e6:>10.2f} "
                   f"{best['zcopy_py'] * 1e6:>11.2f} {best['binding'] * 1e6:>10.2f} "
+                  f"{best['sdk'] * 1e6:>10.2f} "
                   f"{best['gloo'] * 1e6:>10.2f} {bus['staged']:>10.3f} {bus['zcopy']:>10.3f} "
-                  f"{bus['zcopy_py']:>10.3f} {bus['binding']:>10.3f} "
+                  f"{bus['zcopy_py']:>10.3f} {bus['binding']:>10.3f} {bus['sdk']:>10.3f} "
                   f"{bus['gloo']:>10.3f} {best['gloo'] / best['staged']:>11.2f} "
                   f"{best['gloo'] / best['zcopy']:>10.2f} "
                   f"{bus['zcopy'] / bus['binding']:>10.2f} "
-                  f"{bus['zcopy_py'] / bus['binding']:>10.2f}", flush=True)
+                  f"{bus['zcopy_py'] / bus['binding']:>10.2f} "
+                  f"{bus['zcopy'] / bus['sdk']:>10.2f}", flush=True)
     dist.destroy_process_group()
 
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# dist.all_reduce through backend commd (staged and zero-copy) against gloo, and the C++
-# Group::AllReduce (commd-bench, SDK path), in one run on a private daemon: 2 and 4 ranks,
-# float32 sum, 8 B to 64 MiB; then a DDP step (bench/torch_ddp_step.py, 2 ranks). Figures go
-# to docs/PERFORMANCE.md ("PyTorch backend").
+# dist.all_reduce through backend commd (staged and zero-copy) against gloo, the binding and
+# the C++ Group::AllReduce, interleaved in one torchrun job (bench/torch_allreduce.py) on a
+# private daemon: 2 and 4 ranks, float32 sum, 8 B to 64 MiB; then a DDP step
+# (bench/torch_ddp_step.py, 2 ranks). Figures go to docs/PERFORMANCE.md ("PyTorch backend").
 #
 #   bench/torch_vs_gloo.sh [BUILD_DIR]      (default build; torch from scripts/torch-venv)
 #   RANKS="2 4" MAX=64M ITERS=50 ROUNDS=3 DDP_HIDDEN="256 4096" bench/torch_vs_gloo.sh build
-#   SIZES=8,1M,2M,8M,32M (torch sizes instead of x4 steps; commd-bench then runs those too)
+#   SIZES=8,1M,2M,8M,32M (sizes instead of x4 steps)
 #   TORCH_ARGS="--order fixed --binding-buffer own --warmup 1" (more arguments of
 #   torch_allreduce.py; those give the bench as it was before 2026-11-25)
 #   DDP_HIDDEN="" (no DDP step)
@@ -32,13 +32,6 @@ for n in ${RANKS:-2 4}; do
     bench/torch_allreduce.py --max-bytes "$max" --iters "${ITERS:-50}" --rounds "${ROUNDS:-3}" \
     ${SIZES:+--sizes "$SIZES"} ${TORCH_ARGS:-} \
     2> >(grep -v "^W1\|Warning\|\*\*\*\*" >&2)
-  for size in $(if [ -n "${SIZES:-}" ]; then tr , ' ' <<<"$SIZES"; else echo x; fi); do
-    range=(-b 8 -e "$max" -f 4)
-    [ "$size" = x ] || range=(-b "$size" -e "$size")
-    echo "## commd-bench -n $n ${range[*]} (Group::AllReduce, the C++ SDK)"
-    "$build/tools/commd-bench/commd-bench" --runtime-dir "$tmp/run" -n "$n" "${range[@]}" \
-      -w 5 -i "${ITERS:-50}" -d float -o sum
-  done
 done
 # A DDP step of examples/torch_train.py's model (and a wider one), commd against gloo.
 for hidden in ${DDP_HIDDEN-256 4096}; do

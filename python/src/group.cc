@@ -248,6 +248,30 @@ py::object AllReduce(const GroupObject& g, const py::object& buf, const py::obje
   return py::cast(c.finding);
 }
 
+// Group._time_all_reduce: the C++ SDK's own loop, what commd-bench --path sdk times. `buf`:
+// a symmetric buffer or a view of one from its start (its bytes: the all-reduce's size).
+double TimeAllReduce(const GroupObject& g, const py::object& buf, int64_t iters) {
+  const Operand b = ToOperand(buf, "buf");
+  if (b.offset != 0 || iters < 1) {
+    ThrowInvalid(
+        absl::StrCat("_time_all_reduce: needs a whole symmetric buffer and iters >= 1 "
+                     "(got offset ",
+                     b.offset, ", iters ", iters, ")"));
+  }
+  const size_t n = b.nbytes / sizeof(float);
+  absl::Duration took;
+  Check(Blocking(g, "all_reduce", [&](Group& group) {
+    const absl::Time start = absl::Now();
+    for (int64_t i = 0; i < iters; ++i) {
+      const absl::Status st = group.AllReduce(*b.buffer, n, DataType::kFloat32, ReduceOp::kSum);
+      if (!st.ok()) return st;
+    }
+    took = absl::Now() - start;
+    return absl::OkStatus();
+  }));
+  return absl::ToDoubleSeconds(took) / static_cast<double>(iters);
+}
+
 // The ranks a call's wide operands hold a part for: the group's size over every node (a group
 // spanning nodes takes counts per global rank, its wide buffers one part per global rank).
 size_t Parts(const GroupObject& g) { return static_cast<size_t>(g.get().global_world_size()); }
@@ -875,6 +899,11 @@ void BindGroup(py::module_& m) {
           "Buffers stay mapped until they are gone.")
       .def("_internal_handle", &InternalGroupHandle,
            "Internal (commd.torch's C++ backend): a capsule holding the SDK group.")
+      .def("_time_all_reduce", &TimeAllReduce, py::arg("buf"), py::arg("iters"),
+           "Internal (bench/torch_allreduce.py): seconds per call of `iters` float32 sum "
+           "all-reduces of the whole `buf` (a symmetric buffer of this group) run back to back "
+           "from C++ (Group::AllReduce, without the GIL): the C++ SDK's figure beside torch's "
+           "in one interleaved run.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](GroupObject& g, py::args) {
         py::gil_scoped_release release;
