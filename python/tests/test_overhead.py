@@ -56,3 +56,28 @@ def test_allreduce_8_bytes_python_vs_cxx(daemon, job, world):
     cxx_us = cxx_allreduce(daemon.runtime_dir, world)
     print(f"\n8 B float32 all_reduce, {world} rank(s), {ITERS} iterations: Python {py_us:.2f} us/call, "
           f"C++ SDK {cxx_us:.2f} us/call, binding adds {py_us - cxx_us:.2f} us/call")
+
+
+def sdk_loop(client, rank, world):
+    import commd
+
+    group = client.join_group("sdk_loop", rank, world, timeout=60.0)
+    x = group.allocate_symmetric(8).view("float32", 2)
+    np.asarray(x)[:] = rank + 1
+    per_call = group._time_all_reduce(x, 3)
+    errors = []
+    for bad in (0, -1):
+        try:
+            group._time_all_reduce(x, bad)
+        except commd.InvalidArgumentError as e:
+            errors.append(str(e))
+    return per_call, np.asarray(x).tolist(), errors
+
+
+def test_the_benchs_sdk_loop_runs_the_all_reduces_it_times(daemon, job):
+    """Group._time_all_reduce (bench/torch_allreduce.py's C++ SDK column): `iters` real
+    all-reduces of the buffer, a positive time per call; iters below 1 refused naming it."""
+    for per_call, values, errors in ranks.run(sdk_loop, 2, daemon.runtime_dir, job):
+        assert per_call > 0
+        assert values == [12.0, 12.0]  # (1 + 2) x 2 x 2: three sums of two ranks
+        assert len(errors) == 2 and "iters 0" in errors[0] and "iters -1" in errors[1], errors
