@@ -630,14 +630,16 @@ class HostSpanBackend : public SpanBackend {
   }
 
   // Writes `st` to this rank's words for its node's ranks to read; a failure between the
-  // nodes (anything but a refused call) asks the daemon to abort the group, since the
-  // exchanges are out of step from there on (the daemon aborts it on every node).
+  // nodes (anything but a refused call, or the group's abort itself, which the daemon already
+  // has) asks the daemon to abort the group, since the exchanges are out of step from there on
+  // (the daemon aborts it on every node).
   void Publish(SpanWords& mine, const absl::Status& st) {
     mine.code = static_cast<int32_t>(st.code());
     const std::string text(st.message().substr(0, sizeof(mine.text)));
     std::memcpy(mine.text, text.data(), text.size());
     mine.text_bytes = static_cast<uint32_t>(text.size());
-    if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument && s_.request_abort) {
+    if (!st.ok() && st.code() != absl::StatusCode::kInvalidArgument &&
+        st.code() != absl::StatusCode::kAborted && s_.request_abort) {
       s_.request_abort(absl::StrCat("the exchange between nodes failed on node ",
                                     s_.layout[s_.node_index].node, ": ", st.message()));
     }

@@ -29,10 +29,19 @@ int RankSignals::Notify(const groups::GroupSnapshot& g, AbortReason reason, cons
   const uint64_t now = clock_->NowNs();
   int notified = 0;
   bool first = false;
+  {
+    // Every rank's word before any rank hears of the abort, one abort's words at a time: a
+    // rank that answers this abort with one of its own (a failed exchange between nodes) or
+    // an abort from another source at the same moment finds every word written, so that
+    // every rank reads the same first reason.
+    absl::MutexLock lock(&words_mu_);
+    for (const groups::MemberSnapshot& m : g.members) {
+      if (m.block == nullptr) continue;
+      first = RequestAbort(m.block->data(), m.block->size(), reason, text, now) || first;
+    }
+  }
   for (const groups::MemberSnapshot& m : g.members) {
-    if (m.block == nullptr) continue;
-    first = RequestAbort(m.block->data(), m.block->size(), reason, text, now) || first;
-    if (m.gone) continue;
+    if (m.block == nullptr || m.gone) continue;
     v1::SessionEvent event;
     event.mutable_abort_requested()->set_group(g.name);
     event.mutable_abort_requested()->set_reason(text);

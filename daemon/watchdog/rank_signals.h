@@ -34,7 +34,8 @@ class RankSignals {
               absl::Duration terminate_grace);
 
   // Sets the abort word of every rank's control block (the first abort of the group is counted
-  // in commd_group_aborts_total) and sends each live rank an abort event; returns how many.
+  // in commd_group_aborts_total), then sends each live rank an abort event; returns how many.
+  // Concurrent calls write their words one after the other: the first reason is every rank's.
   // `*first` (optional) says whether this call set some rank's abort word, i.e. whether the
   // group had not been aborted before.
   int Notify(const groups::GroupSnapshot& g, AbortReason reason, const std::string& text,
@@ -54,6 +55,7 @@ class RankSignals {
   RecorderClock* const clock_;
   GroupMetrics* const metrics_;
   const absl::Duration terminate_grace_;
+  absl::Mutex words_mu_;  // held while one Notify writes its abort words
   absl::Mutex mu_;
   std::vector<Kill> kills_ ABSL_GUARDED_BY(mu_);
 };
