@@ -693,8 +693,10 @@ class HostSpanBackend : public SpanBackend {
     {
       absl::MutexLock lock(&mu_);
       if (context_ != nullptr) return absl::OkStatus();
-      if (closed_) return absl::AbortedError(absl::StrCat("group ", s_.group, " was aborted"));
     }
+    // Never a connect on an aborted group: gloo's connecting does not heed the abort, and
+    // the abort's event may not have reached this process yet while its word is set.
+    if (Aborted()) return absl::AbortedError(absl::StrCat("group ", s_.group, " was aborted"));
     auto device = gloo::transport::tcp::CreateDevice(DeviceAttr());
     const int nodes = static_cast<int>(s_.layout.size());
     auto context = std::make_shared<gloo::rendezvous::Context>(s_.node_index, nodes);
