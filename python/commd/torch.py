@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
 
-from . import MAX_GROUP_DESCRIPTION_BYTES, Client, Error, Group, SymmetricBuffer
+from . import MAX_GROUP_DESCRIPTION_BYTES, Client, Error, Group, RecordId, SymmetricBuffer
 
 try:  # the C++ half of the backend, built only against a torch (python/CMakeLists.txt)
     from . import _c10d
@@ -372,6 +372,9 @@ class ProcessGroupCommd(_C10dBackend):
         # for a chunked collective reads as the SDK's own (_one_entry).
         self._timeout_ms = int(timeout.total_seconds() * 1000)
         self._symmetric: list[tuple[int, int, SymmetricBuffer]] = []  # (start, end, buffer)
+        # The entry being recorded for the torch call that runs now, when it takes several
+        # commd calls (_entry): each of them is a part of it.
+        self._outer: RecordId | None = None
         # The C++ backend's registry of those buffers when it wraps this one (_create).
         self._registry: Any = None
         self._fused: dict[int, SymmetricBuffer] = {}  # the fused matmuls' buffers, by role
@@ -483,12 +486,17 @@ class ProcessGroupCommd(_C10dBackend):
                     f"{t.dtype}); one collective takes one dtype")
         return cdtype
 
-    @staticmethod
-    def _pairwise(single: Callable[..., dist.Work], outputs: list[torch.Tensor],
+    def _pairwise(self, single: Callable[..., dist.Work], op: str, outputs: list[torch.Tensor],
                   inputs: list[torch.Tensor], opts: Any) -> dist.Work:
-        """A coalesced call of tensor pairs as one call per pair (one entry each)."""
-        for o, i in zip(outputs, inputs, strict=True):
-            single(o, i, opts)
+        """A coalesced call of tensor pairs as one call per pair, each a part of the call's
+        one flight-recorder entry (`op` of every pair's input and output)."""
+        if len(outputs) != len(inputs):
+            raise ValueError(f"commd {op} coalesced: {len(outputs)} output tensors for "
+                             f"{len(inputs)} inputs; one output per input")
+        sizes = [[(t.numel(), _commd_dtype(t, op)) for t in ts] for ts in (inputs, outputs)]
+        with self._entry(op, *sizes):
+            for o, i in zip(outputs, inputs):
+                single(o, i, opts)
         return _completed(outputs)
 
     def _outside(self, call: str, src: torch.Tensor, dst: torch.Tensor, n: int, cdtype: str,
@@ -501,6 +509,7 @@ class ProcessGroupCommd(_C10dBackend):
         staging buffer and the result out of it (in place) or of the second, all queued on
         torch's current stream."""
         method = getattr(self._group, call)
+        kwargs.setdefault("part_of", self._outer)
         if self._device == "host":
             data = (_host(dst),) if src is dst else (_host(src), _host(dst))
             method(*data, count=n, dtype=cdtype, staging=self._staging.buffers[0], **kwargs)
@@ -522,20 +531,40 @@ class ProcessGroupCommd(_C10dBackend):
         return [(start, min(per, count - start)) for start in range(0, count, per)]
 
     @contextlib.contextmanager
+    def _entry(self, op: str, inputs: Sequence[tuple[int, str]],
+               outputs: Sequence[tuple[int, str]]):
+        """One flight-recorder entry for a torch call that takes several commd calls: the
+        entry one commd call of the whole would record (`op`, the (element count, dtype) of
+        each input and output, this group's timeout), begun here and completed when the block
+        ends (abandoned when it raises). Yields its RecordId, which every commd call of the
+        block passes as `part_of` (`self._outer`). Inside another such block it begins
+        nothing and yields the enclosing entry: a coalesced call's tensors that are staged in
+        chunks are parts of the coalesced call's one entry. On a CUDA group (whose calls
+        record their own entries on the stream) it yields None, and each call stays an
+        entry."""
+        if self._outer is not None or self._device != "host":
+            yield self._outer
+            return
+        with self._group.record(op, [((n,), d) for n, d in inputs],
+                                [((n,), d) for n, d in outputs],
+                                timeout_ms=self._timeout_ms) as rid:
+            self._outer = rid
+            try:
+                yield rid
+            finally:
+                self._outer = None
+
+    @contextlib.contextmanager
     def _one_entry(self, pieces: Sequence[Any], op: str, cdtype: str, in_count: int,
                    out_count: int):
-        """One flight-recorder entry for a collective staged in several `pieces`: the entry
-        one commd call of the whole collective would record (`op` of `in_count` elements in,
-        `out_count` out, of `cdtype`, this group's timeout), begun here and completed when
-        the block ends (abandoned when it raises); yields its RecordId for each piece's
-        `part_of`. One piece (or none) yields None: that call records its own entry, as
-        before. On a CUDA group (whose calls record their own entries on the stream) it
-        yields None too, and each piece stays an entry."""
-        if len(pieces) <= 1 or self._device != "host":
-            yield None
+        """The entry of a collective staged in several `pieces` (`op` of `in_count` elements
+        in, `out_count` out, of `cdtype`; see _entry); yields its RecordId for each piece's
+        `part_of`. One piece (or none) yields the enclosing entry, if any: that call records
+        its own entry otherwise, as a single call does."""
+        if len(pieces) <= 1:
+            yield self._outer
             return
-        with self._group.record(op, [((in_count,), cdtype)], [((out_count,), cdtype)],
-                                timeout_ms=self._timeout_ms) as rid:
+        with self._entry(op, [(in_count, cdtype)], [(out_count, cdtype)]) as rid:
             yield rid
 
     # -- all-reduce ----------------------------------------------------------------------
@@ -554,7 +583,7 @@ class ProcessGroupCommd(_C10dBackend):
             return
         view = self._in_place_view(t, cdtype)
         if view is not None:
-            self._group.all_reduce(view, op=op)
+            self._group.all_reduce(view, op=op, part_of=self._outer)
             return
         flat = _flat(t)
         pieces = self._chunks(flat.numel(), t.element_size(), 1)
@@ -582,8 +611,9 @@ class ProcessGroupCommd(_C10dBackend):
         _write_back(t, flat)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
-        """One commd coalesced all-reduce (one flight-recorder entry) for the tensors, when
-        they fit the staging buffer together; else one all-reduce per tensor."""
+        """One commd coalesced all-reduce for the tensors, when they fit the staging buffer
+        together; else one all-reduce per tensor, each a part of the call's one
+        flight-recorder entry."""
         cdtype = self._check("allreduce_coalesced", tensors)
         op = _reduce_op_name(opts.reduceOp, "allreduce_coalesced")
         return self._run("allreduce_coalesced",
@@ -593,8 +623,12 @@ class ProcessGroupCommd(_C10dBackend):
         itemsize = tensors[0].element_size()
         total = sum(t.numel() for t in tensors)
         if op == "product" or total * itemsize > self._staging.nbytes:
-            for t in tensors:
-                self._all_reduce(t, cdtype, op)
+            counts = [(t.numel(), cdtype) for t in tensors]
+            with self._entry("all_gather" if op == "product" else "all_reduce", counts,
+                             [(n * self.size(), d) for n, d in counts]
+                             if op == "product" else counts):
+                for t in tensors:
+                    self._all_reduce(t, cdtype, op)
             return
         views, offset = [], 0
         for t in tensors:
@@ -629,7 +663,7 @@ class ProcessGroupCommd(_C10dBackend):
     def _broadcast(self, t: torch.Tensor, cdtype: str, root: int) -> None:
         view = self._in_place_view(t, cdtype)
         if view is not None:
-            self._group.broadcast(view, root=root)
+            self._group.broadcast(view, root=root, part_of=self._outer)
             return
         flat = _flat(t)
         pieces = self._chunks(flat.numel(), t.element_size(), 1)
@@ -672,7 +706,7 @@ class ProcessGroupCommd(_C10dBackend):
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor],
                                     inputs: list[torch.Tensor], opts: Any) -> dist.Work:
-        return self._pairwise(self.all_gather_single, outputs, inputs, opts)
+        return self._pairwise(self.all_gather_single, "all_gather", outputs, inputs, opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -680,7 +714,7 @@ class ProcessGroupCommd(_C10dBackend):
         in_view = self._in_place_view(t, cdtype)
         out_view = self._in_place_view(output, cdtype)
         if in_view is not None and out_view is not None:
-            self._group.all_gather(in_view, out_view)
+            self._group.all_gather(in_view, out_view, part_of=self._outer)
             return
         flat = _flat(output)
         n = t.numel()
@@ -751,7 +785,7 @@ class ProcessGroupCommd(_C10dBackend):
 
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor],
                                         inputs: list[torch.Tensor], opts: Any) -> dist.Work:
-        return self._pairwise(self.reduce_scatter_single, outputs, inputs, opts)
+        return self._pairwise(self.reduce_scatter_single, "reduce_scatter", outputs, inputs, opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -767,7 +801,7 @@ class ProcessGroupCommd(_C10dBackend):
         in_view = self._in_place_view(input, cdtype)
         out_view = self._in_place_view(output, cdtype)
         if in_view is not None and out_view is not None:
-            self._group.reduce_scatter(in_view, out_view, op=op)
+            self._group.reduce_scatter(in_view, out_view, op=op, part_of=self._outer)
             return
         world = self.size()
         src = input.contiguous().view(world, -1)
@@ -817,7 +851,7 @@ class ProcessGroupCommd(_C10dBackend):
         in_view = self._in_place_view(input, cdtype)
         out_view = self._in_place_view(output, cdtype)
         if in_view is not None and out_view is not None:
-            self._group.all_to_all(in_view, out_view)
+            self._group.all_to_all(in_view, out_view, part_of=self._outer)
             return
         world = self.size()
         src = input.contiguous().view(world, -1)

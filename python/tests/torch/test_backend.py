@@ -52,8 +52,17 @@ def test_coalescing_manager_is_one_flight_recorder_entry(daemon, tmp_path):
     code, results = torchrun(daemon, tmp_path, "coalesced", 2)
     assert code == 0
     for r in results:
-        # Both tensors of the block in one entry, named after torch's default group "0".
-        assert r["all_reduces"] == [[[3], [1000]]], r
+        large = r["large"]
+        # Each block one entry with every tensor's size, named after torch's default group
+        # "0", between the barriers; the last block's tensors do not fit the 1 MiB staging
+        # buffer together and run as chunked all-reduces, parts of the block's entry.
+        assert r["entries"][1:-1] == [
+            ["nccl:all_reduce", [[3], [1000]], [[3], [1000]], "completed"],
+            ["nccl:all_gather", [[2], [3]], [[4], [6]], "completed"],
+            ["nccl:reduce_scatter", [[4], [6]], [[2], [3]], "completed"],
+            ["nccl:all_reduce", [[large], [7]], [[large], [7]], "completed"],
+        ], r["entries"]
+        assert [e[0] for e in (r["entries"][0], r["entries"][-1])] == ["nccl:barrier"] * 2, r
         assert [pg[0] for pg in r["process_groups"]] == ["0"], r
 
 

@@ -208,14 +208,22 @@ def coalesced(out_dir: str) -> None:
     for g, n in zip(gathered, (2, 3)):
         assert g.view(world, n).eq(torch.arange(world).view(world, 1)).all(), g
     assert all(s.eq(world).all() for s in scattered), scattered
+    # Tensors that do not fit the staging buffer together: one all-reduce each, in chunks,
+    # all of them parts of the block's one entry.
+    large = [inputs(rank, LARGE).float(), torch.full((7,), float(rank))]
+    with dist._coalescing_manager():
+        for t in large:
+            dist.all_reduce(t)
+    everyone = torch.stack([inputs(r, LARGE) for r in range(world)])
+    check(large[0], everyone.sum(0), torch.float32, "coalesced beyond the staging buffer")
+    check(large[1], torch.full((7,), float(sum(range(world))), dtype=torch.float64),
+          torch.float32, "coalesced beyond the staging buffer, second tensor")
     dist.barrier()
-    # This rank's flight recorder, as the daemon dumps it: the all-reduces it holds.
-    dump = ct.backend_of().client.dump(group=ct.backend_of().commd_group.name)
-    path = [f for f in dump["files"] if f.endswith(f"/rank{rank}.json")][0]
-    with open(path) as f:
-        entries = json.load(f)["entries"]
-    write(out_dir, {"all_reduces": [e["input_sizes"] for e in entries
-                                    if e["profiling_name"].endswith("all_reduce")],
+    # This rank's flight recorder, as the daemon dumps it.
+    entries = _entries(rank)
+    write(out_dir, {"entries": [[e["profiling_name"], e["input_sizes"], e["output_sizes"],
+                                 e["state"]] for e in entries],
+                    "large": LARGE,
                     "process_groups": sorted({tuple(e["process_group"]) for e in entries})})
 
 
