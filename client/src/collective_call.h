@@ -187,6 +187,15 @@ class CollectiveEntry {
   RecordId id() const { return Recorder::Impl::Id(handle_); }
   // Whether the call is a part of an entry recorded by hand (CollectiveOptions::part_of).
   bool part() const { return part_; }
+  // The transitions of a call enqueued on a CUDA stream, written in stream order
+  // (Recorder::Started / Completed with the stream). A part writes none: its part_of entry's
+  // are the caller's, enqueued on the same stream around the parts; the part marks the rank
+  // alive instead, as on the host.
+  absl::Status StartedOnStream(void* cuda_stream);
+  absl::Status CompletedOnStream(void* cuda_stream);
+  // Retires the entry of a call that failed without running (or whose enqueue failed) as
+  // abandoned; a part leaves its part_of entry to the caller and only marks the rank alive.
+  void Abandon();
   // Whether this call checks its input for NaN/Inf: known from construction (by the seq the
   // entry will get), so that a backend may stage the input before recording.
   kernels::NanCheck nan() const { return nan_; }

@@ -480,6 +480,27 @@ bool CollectiveEntry::BeganAsPart() {
   return true;
 }
 
+absl::Status CollectiveEntry::StartedOnStream(void* cuda_stream) {
+  if (part_) return absl::OkStatus();  // marked alive when it began
+  return recorder().Started(id(), cuda_stream);
+}
+
+absl::Status CollectiveEntry::CompletedOnStream(void* cuda_stream) {
+  if (part_) {
+    g_.recorder.writer->Heartbeat();
+    return absl::OkStatus();
+  }
+  return recorder().Completed(id(), cuda_stream);
+}
+
+void CollectiveEntry::Abandon() {
+  if (part_) {
+    g_.recorder.writer->Heartbeat();
+  } else {
+    g_.recorder.writer->Abandon(handle_);
+  }
+}
+
 // Says why a wait failed: the daemon's abort reason, or a peer that exited.
 absl::Status CollectiveEntry::Explain(absl::Status status) const {
   Group& group = g_.group;

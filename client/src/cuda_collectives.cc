@@ -91,6 +91,8 @@ class ContextScope {
 };
 
 // A finished call: its NaN/Inf count reaches the control block (the entry is flagged on a hit).
+// A part's is its part_of entry's: each part counts one check, and a hit flags that entry
+// (the flag is a bit: several parts, or one after the entry completed, flag it alike).
 void Retire(CudaGroupState& s, const Pending& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
   if (p.checked) {
     const auto count = std::atomic_ref(s.words->nonfinite[p.slot]).load(std::memory_order_acquire);
@@ -305,16 +307,11 @@ int KernelsOf(const kernels::CudaCommView& v, const CollectiveCall& call) {
   return n;
 }
 
-// What the device path refuses up front.
+// What the device path refuses up front. A part (CollectiveOptions::part_of) is taken: its
+// NaN/Inf count, known only once its kernels ran, is reported against the part_of entry when
+// the call retires (Retire), which flags that entry however late; a failure is this call's
+// status, the entry the caller's to abandon. NaN policy FAIL stays refused for parts too.
 absl::Status CheckSupported(CollectiveEntry& e, const CollectiveOptions& o) {
-  if (o.part_of.has_value()) {
-    // A part's NaN finding and failure belong to an entry the caller retires when the call
-    // returns, which on the device is before either exists.
-    return absl::UnimplementedError(absl::StrCat(
-        "part_of record ", o.part_of->record_id,
-        " needs a host group: a collective on CUDA buffers records its own entry (group ",
-        e.group().name(), " is on ", e.group().device().ToString(), ")"));
-  }
   if (o.nonfinite_count != nullptr || o.nonfinite_ranks != nullptr) {
     return absl::InvalidArgumentError(
         "nonfinite_count and nonfinite_ranks need host buffers: a collective on CUDA buffers "
@@ -363,9 +360,6 @@ absl::Status FailedEarlier(const std::string& group, const absl::Status& first) 
       absl::StrCat("group ", group, " failed for good earlier: ", first.message()));
 }
 
-// Records the entry around the launch, stream-ordered, and keeps an event for its end. An
-// argument check failing before any kernel is enqueued fails this call alone; any other
-// failure fails the group (kernels::LaunchFailureDesyncs).
 // A spanning group's call: its plan and the part that launches it (null for node-local calls).
 struct SpanLaunch {
   const kernels::SpanPlan* plan = nullptr;
@@ -376,6 +370,10 @@ struct SpanLaunch {
   std::optional<kernels::CudaCommView> out;
 };
 
+// Records the entry around the launch, stream-ordered, and keeps an event for its end (a
+// part records nothing: its part_of entry's transitions are the caller's, on the same stream).
+// An argument check failing before any kernel is enqueued fails this call alone; any other
+// failure fails the group (kernels::LaunchFailureDesyncs).
 absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e,
                      kernels::CudaCommView v, void* scratch, const SpanLaunch& span = {})
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
@@ -388,11 +386,12 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
   v.nonfinite_count = reinterpret_cast<unsigned long long*>(
       s.words_device + offsetof(DeviceWords, nonfinite) + slot * sizeof(unsigned long long));
   e.Begin();
-  Recorder& rec = e.recorder();
-  const RecordId& id = e.id();
+  // A part's id is its part_of entry's: the part's NaN/Inf count and a failure of its kernels
+  // on the device are that entry's.
+  const RecordId id = e.id();
   auto* stream = static_cast<cudaStream_t>(o.cuda_stream);
   int enqueued = 0;
-  absl::Status st = rec.Started(id, o.cuda_stream);
+  absl::Status st = e.StartedOnStream(o.cuda_stream);
   if (st.ok() && span.plan != nullptr) {
     std::optional<kernels::CudaCommView> out = span.out;
     if (out.has_value()) {  // the same device words as the input's view
@@ -404,7 +403,7 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
   } else if (st.ok()) {
     st = Launch(v, c, e.nan(), scratch, blas, stream, &enqueued);
   }
-  if (st.ok()) st = rec.Completed(id, o.cuda_stream);
+  if (st.ok()) st = e.CompletedOnStream(o.cuda_stream);
   // Recorded even after a failure once kernels are queued: the slot (and the scratch) stay
   // taken until they have run.
   const CUresult recorded = s.api->event_record(done, static_cast<CUstream>(o.cuda_stream));
@@ -417,7 +416,7 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
     s.pending.push_back(pending);
     return absl::OkStatus();
   }
-  rec.Abandoned(id);
+  e.Abandon();  // a part leaves its part_of entry to the caller
   if (!kernels::LaunchFailureDesyncs(enqueued, st)) {
     s.slots.Release(slot);
     s.api->event_destroy(done);
@@ -507,9 +506,10 @@ class CudaBackend : public SpanBackend {
   // leaves them out of step: the daemon is asked to abort the group on every node.
   absl::Status RunSpanning(const CheckedCall& c, CollectiveEntry& entry) {
     if (absl::Status agreed = span_->Agree(c); !agreed.ok()) {
-      // Recorded and left incomplete, as on host memory: the watchdog sees the mismatch there.
+      // Recorded and left incomplete, as on host memory: the watchdog sees the mismatch there
+      // (a part's part_of entry is the caller's to retire).
       entry.Begin();
-      entry.recorder().Abandoned(entry.id());
+      entry.Abandon();
       return agreed;
     }
     ASSIGN_OR_RETURN(const kernels::SpanPlan plan, span_->Plan(c));  // the same on every rank

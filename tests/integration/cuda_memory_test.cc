@@ -13,6 +13,7 @@
 #include "commd/commd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/daemon_process.h"
 #include "tests/integration/fake_device_memory.h"
 
@@ -305,6 +306,62 @@ TEST_F(CudaMemoryTest, CollectivesOnTheFakeDriverKeepScratchPerStreamAndFailPart
   }
   EXPECT_EQ(frees, 3) << ::testing::PrintToString(calls);
   EXPECT_GE(unmaps, 1) << ::testing::PrintToString(calls);  // the symmetric buffer
+#endif
+}
+
+// A collective on CUDA buffers recorded by hand and run as two all-reduce parts
+// (CollectiveOptions::part_of; cuda_launch_rank parts, launches replaced), between two
+// all-reduces of the rank's own: the rank's ring holds that one entry between theirs, with
+// the sizes it was begun with, completed, flagged by the NaN/Inf the second part's kernel
+// counted, and no entry of the parts. The progress words the stream wrote say all completed.
+TEST_F(CudaMemoryTest, PartsOfACollectiveOnCudaBuffersWriteItsOneEntry) {
+#ifndef CUDA_LAUNCH_RANK
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (!StartDaemon({})) GTEST_SKIP() << "built without CUDA";
+  const std::string release = tmp_.Join("release");
+  auto child =
+      ChildProcess::Start({CUDA_LAUNCH_RANK, "parts", "parts", release},
+                          {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job",
+                           std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA,
+                           "COMMD_FAKE_CUDA_DEVICES=4", "CUDA_VISIBLE_DEVICES=1"});
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_TRUE((*child)->WaitForLog("HOLDING", absl::Seconds(60))) << (*child)->Log();
+  auto dump = client_->Dump("parts");
+  ASSERT_TRUE(dump.ok()) << dump.status();
+  ASSERT_EQ(dump->files_size(), 1);
+  std::ifstream in(dump->files(0));
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << dump->files(0);
+  const nlohmann::json& entries = j["entries"];
+  ASSERT_EQ(entries.size(), 3u) << entries.dump(1);
+  for (int i : {0, 2}) {
+    const nlohmann::json& own = entries[i];
+    EXPECT_EQ(own["collective_seq_id"], i + 1);
+    EXPECT_EQ(own["input_sizes"], nlohmann::json::parse("[[16]]"));
+    EXPECT_EQ(own["state"], "completed");
+    EXPECT_EQ(own["commd"]["nan_found"], false);
+  }
+  const nlohmann::json& whole = entries[1];
+  EXPECT_EQ(whole["collective_seq_id"], 2);
+  EXPECT_EQ(whole["profiling_name"], "nccl:all_reduce");
+  EXPECT_EQ(whole["input_sizes"], nlohmann::json::parse("[[2048]]"));
+  EXPECT_EQ(whole["output_sizes"], nlohmann::json::parse("[[2048]]"));
+  EXPECT_EQ(whole["state"], "completed");
+  EXPECT_EQ(whole["commd"]["nan_found"], true);
+  // Each part counted one check; only the second found any.
+  EXPECT_EQ(j["commd"]["counters"]["nan_checks"], 2);
+  EXPECT_EQ(j["commd"]["counters"]["nans_found"], 1);
+  ASSERT_EQ(j["pg_status"].size(), 1u) << j["pg_status"].dump();
+  for (const auto& [pg, status] : j["pg_status"].items()) {
+    EXPECT_EQ(status["last_started_collective"], 3) << pg;
+    EXPECT_EQ(status["last_completed_collective"], 3) << pg;
+  }
+  std::ofstream(release) << "go";
+  auto result = (*child)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code, 0) << result->output;
+  EXPECT_THAT(result->output, HasSubstr("OK"));
 #endif
 }
 

@@ -110,8 +110,10 @@ struct CollectiveOptions {
   // flags that entry) under the group's policy, keeps the heartbeat fresh and explains a
   // failed wait. The caller completes or abandons the entry (on any failure of a part, the
   // entry's collective failed). An id that is not a pending entry of this group's recorder:
-  // INVALID_ARGUMENT naming it, nothing run. Host groups only: a CUDA group refuses it
-  // (UNIMPLEMENTED).
+  // INVALID_ARGUMENT naming it, nothing run. On CUDA buffers the parts are enqueued like any
+  // call: record the entry stream-ordered around them on the parts' stream
+  // (Recorder::Started / Completed with that cuda_stream), so its progress words follow the
+  // device; a part's NaN/Inf count flags the entry when a later call finds the part done.
   std::optional<RecordId> part_of;
 };
 
@@ -223,6 +225,9 @@ class COMMD_API Group {
   //    (nan counters, the entry's NaN flag, hence the daemon's metrics) when a later call on
   //    the group finds that work complete. nonfinite_count / nonfinite_ranks, and a check
   //    under the group's NaN policy kFail, are INVALID_ARGUMENT (they need host buffers).
+  //  - A part (CollectiveOptions::part_of) writes no stream-ordered progress of its own; its
+  //    kernels belong to the entry recorded by hand, whose Started / Completed the caller
+  //    enqueues on the same stream before and after the parts.
   //  - The check that ranks call with the same arguments is host-only: mismatched calls on
   //    CUDA buffers are not detected by the SDK (the watchdog still sees the entries).
   //  - World sizes up to 16. The kernels run in the group device's primary context (the

@@ -12,7 +12,8 @@
 //
 // One collective run as several of commd's own calls (a tensor staged through a buffer in
 // chunks) is one entry: begin it here with the whole collective's tensors and pass its id as
-// each call's CollectiveOptions::part_of (commd/group.h); complete or abandon it after.
+// each call's CollectiveOptions::part_of (commd/group.h); complete or abandon it after. On
+// CUDA buffers, mark it started and completed stream-ordered (below) on the parts' stream.
 //
 // Each call is a few stores into shared memory: no lock, no allocation, no system call.
 // Not thread-safe: one thread at a time per group, as with the group's collectives.
