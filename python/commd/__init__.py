@@ -48,23 +48,28 @@ def _record(
     *,
     peer: int = -1,
     timeout_ms: int = 0,
+    cuda_stream: int | None = None,
 ) -> Iterator[RecordId]:
     """Records a collective that runs elsewhere (NCCL, gloo, torch) in this rank's flight
     recorder: begun and started on entry, completed on a normal exit, abandoned when the
-    block raises (the exception propagates).
+    block raises (the exception propagates) or when marking it started or completed does.
 
         with group.record("all_reduce", [t], [t]):
             other_library.all_reduce(t)
+
+    `cuda_stream` (a cudaStream_t as an int; 0 the legacy default stream) marks it started and
+    completed in that stream's order (Recorder.started / completed), for work queued on it;
+    None marks them now.
     """
     recorder = self.recorder
     rid = recorder.begin(op, inputs, outputs, peer, timeout_ms)
-    recorder.started(rid)
     try:
+        recorder.started(rid, cuda_stream)
         yield rid
+        recorder.completed(rid, cuda_stream)
     except BaseException:
         recorder.abandoned(rid)
         raise
-    recorder.completed(rid)
 
 
 Group.record = _record  # type: ignore[attr-defined]

@@ -614,6 +614,15 @@ Descs ToDescs(const py::iterable& tensors) {
   return d;
 }
 
+// A Recorder call's cuda_stream: a cudaStream_t as a non-negative int.
+void* StreamOf(const py::object& cuda_stream) {
+  if (!py::isinstance<py::int_>(cuda_stream) || cuda_stream.cast<py::int_>() < py::int_(0)) {
+    ThrowInvalid(absl::StrCat("cuda_stream must be None or a cudaStream_t as an int >= 0, not ",
+                              py::str(py::repr(cuda_stream)).cast<std::string>()));
+  }
+  return reinterpret_cast<void*>(cuda_stream.cast<uintptr_t>());
+}
+
 void BindRecorder(py::module_& m) {
   py::class_<RecordId>(m, "RecordId", "One recorded collective (Recorder.begin).")
       .def_readonly("record_id", &RecordId::record_id)
@@ -638,12 +647,28 @@ void BindRecorder(py::module_& m) {
           "'send', ...), its input and output tensors (TensorView, (shape, dtype), or objects "
           "with .shape and .dtype). Returns its RecordId.")
       .def(
-          "started", [](RecorderObject& r, const RecordId& id) { r.group->recorder().Started(id); },
-          "Marks the entry started.")
+          "started",
+          [](RecorderObject& r, const RecordId& id, const py::object& cuda_stream) {
+            if (cuda_stream.is_none()) return r.group->recorder().Started(id);
+            Check(r.group->recorder().Started(id, StreamOf(cuda_stream)));
+          },
+          py::arg("id"), py::arg("cuda_stream") = py::none(),
+          "Marks the entry started. cuda_stream None: now, by this thread. Else a cudaStream_t "
+          "(an int, e.g. torch.cuda.current_stream().cuda_stream; 0 is the legacy default "
+          "stream, as for the collective calls): in stream order, before the work queued on it "
+          "next, so the progress the watchdog reads follows the device; the collective calls "
+          "given the entry as part_of go on the same stream. Use one kind per group. Raises "
+          "FailedPreconditionError for a stream without a usable CUDA driver, InternalError for "
+          "a CUDA error (nothing recorded then).")
       .def(
           "completed",
-          [](RecorderObject& r, const RecordId& id) { r.group->recorder().Completed(id); },
-          "Marks the entry completed.")
+          [](RecorderObject& r, const RecordId& id, const py::object& cuda_stream) {
+            if (cuda_stream.is_none()) return r.group->recorder().Completed(id);
+            Check(r.group->recorder().Completed(id, StreamOf(cuda_stream)));
+          },
+          py::arg("id"), py::arg("cuda_stream") = py::none(),
+          "Marks the entry completed. cuda_stream as for started: None now, else in stream "
+          "order after the work queued on that stream before it.")
       .def(
           "abandoned",
           [](RecorderObject& r, const RecordId& id) { r.group->recorder().Abandoned(id); },
@@ -730,8 +755,9 @@ void BindGroup(py::module_& m) {
       "RecordId of this group's recorder (Recorder.begin, Group.record) whose collective this "
       "call is a part of: the call writes no flight-recorder entry of its own (its NaN check is "
       "sampled by, and a finding flags, that entry; the caller completes or abandons it), "
-      "InvalidArgumentError when the id is not a pending entry of this group; host groups "
-      "only (UnimplementedError on CUDA).";
+      "InvalidArgumentError when the id is not a pending entry of this group; on a CUDA group, "
+      "mark the entry started and completed on the parts' cuda_stream (Recorder.started / "
+      "completed, Group.record(cuda_stream=...)).";
   auto doc = [&](const char* head) { return absl::StrCat(head, kCallDoc); };
   static const std::string all_reduce_doc =
       doc("all_reduce(buf, count=None, dtype=None, op='sum', *, timeout=None, nan_check=None, "

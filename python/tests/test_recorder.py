@@ -147,3 +147,43 @@ def test_parts_of_a_recorded_collective_are_its_one_entry(client):
         (dump,) = rank_files(client.dump(group="parts"), 1)
         got = [(e["input_sizes"], e["state"], e["collective_seq_id"]) for e in dump["entries"]]
         assert got == [([[40]], "completed", 1), ([[16]], "completed", 2)], dump["entries"]
+
+
+def test_started_and_completed_take_a_cuda_stream(client):
+    """`started` / `completed` without a stream (cuda_stream None, the default) mark the entry
+    now, as before; a stream marks it in that stream's order, which needs a usable CUDA driver:
+    without one the stream is named in FailedPreconditionError and nothing is recorded, and
+    group.record(cuda_stream=...) abandons its entry. A cuda_stream that is no handle is refused
+    by name."""
+    with client.join_group("streams", 0, 1, timeout=30.0) as group:
+        rec = group.recorder
+        rid = rec.begin("all_reduce", [((8,), "float32")], [((8,), "float32")])
+        rec.started(rid, cuda_stream=None)
+        with pytest.raises(commd.InvalidArgumentError,
+                           match="cuda_stream must be None or a cudaStream_t as an int >= 0, "
+                                 "not -1"):
+            rec.completed(rid, cuda_stream=-1)
+        with pytest.raises(commd.InvalidArgumentError, match="not 'stream'"):
+            rec.completed(rid, cuda_stream="stream")
+        rec.completed(rid)
+        entries = [rid]
+        if " device(s), " not in client.status().get("cuda_status", ""):
+            # No usable driver here (the daemon runs in this environment): a stream cannot be
+            # written to.
+            rid = rec.begin("all_reduce", [((8,), "float32")], [((8,), "float32")])
+            with pytest.raises(commd.FailedPreconditionError,
+                               match="stream-ordered recording on stream 1234 needs a CUDA"):
+                rec.started(rid, cuda_stream=0x1234)
+            rec.abandoned(rid)
+            entries.append(rid)
+            with pytest.raises(commd.FailedPreconditionError, match="on stream 1234"):
+                with group.record("all_gather", [((8,), "float32")], [((8,), "float32")],
+                                  cuda_stream=0x1234):
+                    pytest.fail("the block ran although the entry could not be started")
+        (dump,) = rank_files(client.dump(group="streams"), 1)
+        got = [(e["profiling_name"], e["state"], e["retired"]) for e in dump["entries"]]
+        want = [("nccl:all_reduce", "completed", True)]
+        if len(entries) > 1:  # the stream-ordered attempts: abandoned, never started
+            want += [("nccl:all_reduce", "scheduled", True), ("nccl:all_gather", "scheduled", True)]
+        assert got == want, dump["entries"]
+
