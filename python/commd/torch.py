@@ -82,9 +82,8 @@ class Options:
     ``COMMD_TORCH_NAN_POLICY``), then from the daemon's config."""
 
     # Bytes of each rank's staging buffer: a collective on a tensor that does not live in a
-    # symmetric buffer is copied through it in pieces of at most this size (on CPU tensors one
-    # flight-recorder entry for all the pieces of a collective; on CUDA ones, one per piece).
-    # 1 MiB to 1 GiB.
+    # symmetric buffer is copied through it in pieces of at most this size (one
+    # flight-recorder entry for all the pieces of a collective). 1 MiB to 1 GiB.
     chunk_bytes: int | None = None
     watchdog_policy: str | None = None  # "report" | "notify" | "terminate"
     nan_check: str | None = None  # "off" | "on" | "sampled"
@@ -539,15 +538,16 @@ class ProcessGroupCommd(_C10dBackend):
         ends (abandoned when it raises). Yields its RecordId, which every commd call of the
         block passes as `part_of` (`self._outer`). Inside another such block it begins
         nothing and yields the enclosing entry: a coalesced call's tensors that are staged in
-        chunks are parts of the coalesced call's one entry. On a CUDA group (whose calls
-        record their own entries on the stream) it yields None, and each call stays an
-        entry."""
-        if self._outer is not None or self._device != "host":
+        chunks are parts of the coalesced call's one entry. On a CUDA group the entry is
+        marked started and completed on torch's current stream, the one the calls are queued
+        on (_OnCurrentStream), so its progress follows the device as a single call's would."""
+        if self._outer is not None:
             yield self._outer
             return
+        stream = None if self._device == "host" else torch.cuda.current_stream().cuda_stream
         with self._group.record(op, [((n,), d) for n, d in inputs],
                                 [((n,), d) for n, d in outputs],
-                                timeout_ms=self._timeout_ms) as rid:
+                                timeout_ms=self._timeout_ms, cuda_stream=stream) as rid:
             self._outer = rid
             try:
                 yield rid

@@ -6,6 +6,7 @@ OUT_DIR/rank<N>.json."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import subprocess
 import sys
@@ -84,8 +85,9 @@ def hold(out_dir: str) -> None:
 
 def cuda(out_dir: str) -> None:
     """CUDA tensors on backend "commd" (needs a GPU per rank): staged and zero-copy
-    collectives on torch's current stream against a float64 reference, and a call mixing
-    CPU and CUDA tensors refused."""
+    collectives on torch's current stream against a float64 reference, a tensor of several
+    staging chunks as one flight-recorder entry, and a call mixing CPU and CUDA tensors
+    refused."""
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(rank % torch.cuda.device_count())
     stream = torch.cuda.Stream()
@@ -103,6 +105,19 @@ def cuda(out_dir: str) -> None:
         dist.all_gather_into_tensor(out, torch.full((3,), float(rank), device="cuda"))
         want = torch.arange(world, dtype=torch.float32).repeat_interleave(3)
         torch.testing.assert_close(out.cpu(), want)
+        # Several staging chunks (Options.chunk_bytes, 16 MiB by default): one entry of the
+        # whole tensor, marked started and completed on this stream.
+        n = 3 * ct.Options.DEFAULT_CHUNK_BYTES // 4 + 5
+        big = torch.ones(n, device="cuda")
+        dist.all_reduce(big)
+        assert big.eq(world).all().item()
+        stream.synchronize()
+    dump = ct.backend_of().client.dump(group=ct.backend_of()._cuda.commd_group.name)
+    path = [f for f in dump["files"] if f.endswith(f"/rank{rank}.json")][0]
+    with open(path) as f:
+        entries = json.load(f)["entries"]
+    whole = [e["state"] for e in entries if e["input_sizes"] == [[n]]]
+    chunks = [e for e in entries if e["input_sizes"] == [[ct.Options.DEFAULT_CHUNK_BYTES // 4]]]
     try:
         dist.all_gather([torch.empty(3), torch.empty(3, device="cuda")],
                         torch.ones(3, device="cuda"))
@@ -110,7 +125,7 @@ def cuda(out_dir: str) -> None:
         mixed = str(e)
     else:
         raise AssertionError("mixed devices: no ValueError")
-    write(out_dir, {"mixed": mixed})
+    write(out_dir, {"mixed": mixed, "whole": whole, "chunks": len(chunks)})
     dist.destroy_process_group()
 
 

@@ -5,6 +5,7 @@ one (this project's CI has none: the CUDA path is compiled, not run), as is
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,3 +47,25 @@ def test_cuda_tensors_staged_and_zero_copy_and_mixed_devices_refused(daemon, tmp
     for r in results:
         assert "tensors on cpu and cuda:" in r["mixed"], results
         assert "one collective takes tensors of one device" in r["mixed"], results
+        assert r["whole"] == ["completed"], results  # the chunked all-reduce: one entry
+        assert r["chunks"] == 0, results
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_an_entry_recorded_on_a_cuda_stream_follows_the_stream(client):
+    """Group.record(cuda_stream=s) marks its entry started and completed in s's order (the
+    Recorder's stream-ordered calls): once s is done, the group's progress words (pg_status)
+    say the entry completed."""
+    with client.join_group("on_stream", 0, 1, timeout=30.0, device="cuda:0") as group:
+        stream = torch.cuda.Stream()
+        with group.record("all_reduce", [((8,), "float32")], [((8,), "float32")],
+                          cuda_stream=stream.cuda_stream):
+            pass
+        stream.synchronize()
+        dump = client.dump(group="on_stream")
+        (path,) = [f for f in dump["files"] if f.endswith(".json")]
+        with open(path) as f:
+            j = json.load(f)
+        assert [e["state"] for e in j["entries"]] == ["completed"], j["entries"]
+        (status,) = j["pg_status"].values()
+        assert status["last_completed_collective"] == 1, j["pg_status"]
