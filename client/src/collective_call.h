@@ -193,8 +193,8 @@ class CollectiveEntry {
   // alive instead, as on the host.
   absl::Status StartedOnStream(void* cuda_stream);
   absl::Status CompletedOnStream(void* cuda_stream);
-  // Retires the entry of a call that failed without running (or whose enqueue failed) as
-  // abandoned; a part leaves its part_of entry to the caller and only marks the rank alive.
+  // Retires the entry of a call that failed as abandoned. A part, failed or not, leaves its
+  // part_of entry to the caller and only marks the rank alive.
   void Abandon();
   // Whether this call checks its input for NaN/Inf: known from construction (by the seq the
   // entry will get), so that a backend may stage the input before recording.

@@ -535,13 +535,10 @@ absl::Status CollectiveEntry::FinishAny(absl::Status status,
     status = NanFailure(ShapeOf(call_.kind).recorded, id(), result);
   }
   if (!status.ok()) status = Explain(std::move(status));
-  if (part_) {
-    // The outer entry is the caller's to complete or abandon; the part only counts as life.
-    ring.Heartbeat();
-  } else if (status.ok()) {
+  if (status.ok() && !part_) {
     ring.Completed(handle_);
   } else {
-    ring.Abandon(handle_);
+    Abandon();  // a part leaves the outer entry to the caller: it only counts as life
   }
   SetOutputs(result);
   return status;
