@@ -623,6 +623,17 @@ void* StreamOf(const py::object& cuda_stream) {
   return reinterpret_cast<void*>(cuda_stream.cast<uintptr_t>());
 }
 
+// Recorder.started / completed: now (cuda_stream None) or in the stream's order.
+void Mark(RecorderObject& r, const RecordId& id, const py::object& cuda_stream, bool completed) {
+  Recorder& rec = r.group->recorder();
+  if (cuda_stream.is_none()) {
+    completed ? rec.Completed(id) : rec.Started(id);
+    return;
+  }
+  void* stream = StreamOf(cuda_stream);
+  Check(completed ? rec.Completed(id, stream) : rec.Started(id, stream));
+}
+
 void BindRecorder(py::module_& m) {
   py::class_<RecordId>(m, "RecordId", "One recorded collective (Recorder.begin).")
       .def_readonly("record_id", &RecordId::record_id)
@@ -649,8 +660,7 @@ void BindRecorder(py::module_& m) {
       .def(
           "started",
           [](RecorderObject& r, const RecordId& id, const py::object& cuda_stream) {
-            if (cuda_stream.is_none()) return r.group->recorder().Started(id);
-            Check(r.group->recorder().Started(id, StreamOf(cuda_stream)));
+            Mark(r, id, cuda_stream, /*completed=*/false);
           },
           py::arg("id"), py::arg("cuda_stream") = py::none(),
           "Marks the entry started. cuda_stream None: now, by this thread. Else a cudaStream_t "
@@ -663,8 +673,7 @@ void BindRecorder(py::module_& m) {
       .def(
           "completed",
           [](RecorderObject& r, const RecordId& id, const py::object& cuda_stream) {
-            if (cuda_stream.is_none()) return r.group->recorder().Completed(id);
-            Check(r.group->recorder().Completed(id, StreamOf(cuda_stream)));
+            Mark(r, id, cuda_stream, /*completed=*/true);
           },
           py::arg("id"), py::arg("cuda_stream") = py::none(),
           "Marks the entry completed. cuda_stream as for started: None now, else in stream "
