@@ -61,19 +61,26 @@ class CudaMemoryTest : public ::testing::Test {
     return Client::Connect(options);
   }
 
+  // The environment of a rank process of job "job" on this daemon and the fake driver's 4
+  // GPUs, seeing `visible` (CUDA_VISIBLE_DEVICES), with `extra` added.
+  std::vector<std::string> RankEnv(const std::string& visible,
+                                   std::vector<std::string> extra = {}) {
+    extra.push_back("COMMD_RUNTIME_DIR=" + daemon_->runtime_dir());
+    extra.push_back("COMMD_JOB_ID=job");
+    extra.push_back(std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA);
+    extra.push_back("COMMD_FAKE_CUDA_DEVICES=4");
+    extra.push_back("CUDA_VISIBLE_DEVICES=" + visible);
+    return extra;
+  }
+
   // A cuda_rank whose CUDA_VISIBLE_DEVICES is `visible`, with `env` added; it exits once
   // Go(rank) exists.
   std::unique_ptr<ChildProcess> Rank(const std::string& group, int rank, int world,
                                      const std::string& visible,
                                      std::vector<std::string> env = {}) {
-    env.push_back("COMMD_RUNTIME_DIR=" + daemon_->runtime_dir());
-    env.push_back("COMMD_JOB_ID=job");
-    env.push_back(std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA);
-    env.push_back("COMMD_FAKE_CUDA_DEVICES=4");
-    env.push_back("CUDA_VISIBLE_DEVICES=" + visible);
     auto child = ChildProcess::Start({CUDA_RANK, group, std::to_string(rank), std::to_string(world),
                                       std::to_string(kBytes), Go(rank)},
-                                     env);
+                                     RankEnv(visible, std::move(env)));
     EXPECT_TRUE(child.ok()) << child.status();
     return child.ok() ? std::move(*child) : nullptr;
   }
@@ -242,11 +249,7 @@ TEST_F(CudaMemoryTest, OutOfDeviceMemoryIsResourceExhaustedAndLeaksNothing) {
 TEST_F(CudaMemoryTest, AttachPersistentMapsOnTheGpuWithTheBuffersUuid) {
   if (!StartDaemon({})) GTEST_SKIP() << "built without CUDA";
   auto run = [&](const std::string& mode, const std::string& visible) {
-    auto child =
-        ChildProcess::Start({CUDA_RANK, mode, "named"},
-                            {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job",
-                             std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA,
-                             "COMMD_FAKE_CUDA_DEVICES=4", "CUDA_VISIBLE_DEVICES=" + visible});
+    auto child = ChildProcess::Start({CUDA_RANK, mode, "named"}, RankEnv(visible));
     EXPECT_TRUE(child.ok()) << child.status();
     if (!child.ok()) return ProcessResult{};
     auto result = (*child)->Wait(absl::Seconds(30));
@@ -276,11 +279,8 @@ TEST_F(CudaMemoryTest, CollectivesOnTheFakeDriverKeepScratchPerStreamAndFailPart
 #else
   if (!StartDaemon({})) GTEST_SKIP() << "built without CUDA";
   const std::string log = tmp_.Join("calls.log");
-  auto child = ChildProcess::Start(
-      {CUDA_LAUNCH_RANK, "g"},
-      {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job",
-       std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA, "COMMD_FAKE_CUDA_DEVICES=4",
-       "CUDA_VISIBLE_DEVICES=3", "COMMD_FAKE_CUDA_CALL_LOG=" + log});
+  auto child = ChildProcess::Start({CUDA_LAUNCH_RANK, "g"},
+                                   RankEnv("3", {"COMMD_FAKE_CUDA_CALL_LOG=" + log}));
   ASSERT_TRUE(child.ok()) << child.status();
   const std::string rank_pid = std::to_string((*child)->pid());  // Wait forgets it
   auto result = (*child)->Wait(absl::Seconds(60));
@@ -320,11 +320,7 @@ TEST_F(CudaMemoryTest, PartsOfACollectiveOnCudaBuffersWriteItsOneEntry) {
 #else
   if (!StartDaemon({})) GTEST_SKIP() << "built without CUDA";
   const std::string release = tmp_.Join("release");
-  auto child =
-      ChildProcess::Start({CUDA_LAUNCH_RANK, "parts", "parts", release},
-                          {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job",
-                           std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA,
-                           "COMMD_FAKE_CUDA_DEVICES=4", "CUDA_VISIBLE_DEVICES=1"});
+  auto child = ChildProcess::Start({CUDA_LAUNCH_RANK, "parts", "parts", release}, RankEnv("1"));
   ASSERT_TRUE(child.ok()) << child.status();
   ASSERT_TRUE((*child)->WaitForLog("HOLDING", absl::Seconds(60))) << (*child)->Log();
   auto dump = client_->Dump("parts");
@@ -381,10 +377,7 @@ TEST_F(CudaMemoryTest, FusedMatmulsOnTheFakeDriverFollowTheHostProtocol) {
   for (int r = 0; r < kWorld; ++r) {
     auto child = ChildProcess::Start(
         {CUDA_MATMUL_RANK, "fused", std::to_string(r), std::to_string(kWorld)},
-        {"COMMD_RUNTIME_DIR=" + daemon_->runtime_dir(), "COMMD_JOB_ID=job",
-         std::string("COMMD_CUDA_DRIVER_LIBRARY=") + COMMD_FAKE_LIBCUDA,
-         "COMMD_FAKE_CUDA_DEVICES=4", "CUDA_VISIBLE_DEVICES=" + std::to_string(r),
-         "COMMD_CUBLAS_LIBRARY=/nonexistent/libcublas.so.13"});
+        RankEnv(std::to_string(r), {"COMMD_CUBLAS_LIBRARY=/nonexistent/libcublas.so.13"}));
     ASSERT_TRUE(child.ok()) << child.status();
     ranks.push_back(std::move(*child));
   }
