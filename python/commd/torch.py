@@ -624,9 +624,11 @@ class ProcessGroupCommd(_C10dBackend):
         total = sum(t.numel() for t in tensors)
         if op == "product" or total * itemsize > self._staging.nbytes:
             counts = [(t.numel(), cdtype) for t in tensors]
-            with self._entry("all_gather" if op == "product" else "all_reduce", counts,
-                             [(n * self.size(), d) for n, d in counts]
-                             if op == "product" else counts):
+            if op == "product":  # recorded as the all-gathers it runs (_product)
+                entry = ("all_gather", counts, [(n * self.size(), d) for n, d in counts])
+            else:
+                entry = ("all_reduce", counts, counts)
+            with self._entry(*entry):
                 for t in tensors:
                     self._all_reduce(t, cdtype, op)
             return
