@@ -56,6 +56,9 @@ __device__ inline bool WaitForSlot(const CudaCommView& v, const uint32_t* slot, 
     }
     if (now - start > v.timeout_ns) code = kErrorTimedOut;
     if (code != 0) {
+      // A peer that arrived just before the abort (or the timeout) has done its part, as on
+      // the host (kernels/host/barrier.cc): look once more before failing.
+      if (static_cast<int32_t>(LoadAcquire(slot) - seq) >= 0) return true;
       if (v.error_word != nullptr) atomicCAS(v.error_word, 0u, code << 16 | peer);
       return false;
     }

@@ -102,10 +102,17 @@ HostWait::Result HostWait::Until(uint32_t* word, uint32_t target) {
     }
   }
   const absl::Time yield_until = start + kYieldTime;
+  // A word that reached its target counts even when the abort or the deadline is seen first:
+  // a peer that arrived and then aborted the group (or finished and went on to abort it) has
+  // done its part for this wait. The abort word's acquire load makes every store its writer
+  // made before it visible, so the load after it sees such an arrival.
+  auto ended = [&](Result why) {
+    return Reached(slot.load(std::memory_order_acquire), target) ? Result::kReached : why;
+  };
   for (;;) {
-    if (AbortValue(view_) != 0) return Result::kAborted;
+    if (AbortValue(view_) != 0) return ended(Result::kAborted);
     const absl::Time now = absl::Now();
-    if (now >= deadline_) return Result::kDeadline;
+    if (now >= deadline_) return ended(Result::kDeadline);
     if (now < yield_until) {
       sched_yield();
       if (Reached(slot.load(std::memory_order_acquire), target)) return Result::kReached;

@@ -41,6 +41,8 @@ class HostWait {
   HostWait& operator=(const HostWait&) = delete;
 
   // `word` lies in this rank's own pad; its writer wakes it after storing (Wake below).
+  // kReached whenever the word reached its target, even if the abort or the deadline came
+  // first: a wait its peer has met never fails.
   Result Until(uint32_t* word, uint32_t target);
   // The writer's side: after storing `word` (seq_cst) in `owner`'s pad or area, wakes `owner`
   // when it may sleep.
