@@ -1,6 +1,8 @@
 #include "daemon/cluster/cluster_store.h"
 
 #include <algorithm>
+#include <optional>
+#include <random>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -12,14 +14,6 @@
 #include "common/status_macros.h"
 
 namespace commd::cluster {
-
-// What a write does to its key; `reply` is what the caller hears.
-struct ClusterStore::Change {
-  enum Kind { kKeep, kPut, kDelete } kind = kKeep;
-  std::string value;
-  std::string reply;
-  bool existed = false;
-};
 
 struct ClusterStore::Waiter {
   store::Namespace ns;
@@ -35,16 +29,10 @@ struct ClusterStore::Waiter {
 
 namespace {
 
-// Concurrent writers of one uid's keys make a transaction fail and read again; a write that
-// loses this many times in a row reports the contention instead of looping on.
-constexpr int kMaxAttempts = 64;
 // etcd accepts at most 128 operations per transaction (--max-txn-ops).
 constexpr size_t kKeysPerRead = 100;
 
-struct Usage {
-  int64_t keys = 0;
-  int64_t bytes = 0;
-};
+using Usage = ClusterStore::Usage;
 
 Usage ParseUsage(const std::string& value) {
   Usage u;
@@ -58,6 +46,15 @@ Usage ParseUsage(const std::string& value) {
 
 bool IsLeaseGone(const absl::Status& s) {
   return absl::IsNotFound(s) && absl::StrContains(s.message(), "lease not found");
+}
+
+// The pause before the `attempt`th retry of a commit another node beat: doubling from 2 ms up to
+// 500 ms, each drawn from half to one and a half of that.
+absl::Duration Backoff(int attempt) {
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  const absl::Duration base = std::min(absl::Milliseconds(2) * (int64_t{1} << std::min(attempt, 8)),
+                                       absl::Milliseconds(500));
+  return base * std::uniform_real_distribution<double>(0.5, 1.5)(random);
 }
 
 }  // namespace
@@ -95,7 +92,14 @@ std::string ClusterStore::StoreKey(const store::Namespace& ns, const std::string
   return absl::StrCat(JobPrefix(ns), "store/", key);
 }
 std::string ClusterStore::UsageKey(const store::Namespace& ns) const {
-  return absl::StrCat(UidUsagePrefix(ns.first), ns.second);
+  return absl::StrCat(UidUsagePrefix(ns.first), ns.second, "/", cluster_->options().node_name);
+}
+std::string ClusterStore::JobOfUsageKey(uid_t uid, const std::string& key) const {
+  const std::string prefix = UidUsagePrefix(uid);
+  if (!absl::StartsWith(key, prefix)) return "";
+  // <job>/<node>; a daemon before per-node usage wrote <job> alone. Job ids hold no '/'.
+  const std::string rest = key.substr(prefix.size());
+  return rest.substr(0, rest.find('/'));
 }
 std::string ClusterStore::UidUsagePrefix(uid_t uid) const {
   return absl::StrCat(cluster_->options().prefix, "/usage/", uid, "/");
@@ -117,11 +121,13 @@ void ClusterStore::Begin(const server::Session& s, const std::string& key,
 
 void ClusterStore::EnsureLease(const store::Namespace& ns,
                                std::function<void(absl::StatusOr<int64_t>)> then) {
+  int64_t lease = 0;
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(ns);
-    if (it != jobs_.end() && it->second.lease != 0) return then(it->second.lease);
+    if (it != jobs_.end()) lease = it->second.lease;
   }
+  if (lease != 0) return then(lease);  // unlocked: `then` may take mu_
   // Grant a lease and publish it unless another node did first; then use the published one.
   cluster_->etcd().LeaseGrant(
       LeaseSeconds(job_lease_ttl_),
@@ -167,70 +173,178 @@ void ClusterStore::LeaseLost(const store::Namespace& ns, int64_t lease) {
   if (it != jobs_.end() && it->second.lease == lease) it->second.lease = 0;
 }
 
-void ClusterStore::Mutate(const store::Namespace& ns, const std::string& key, Compute compute,
-                          Done<Change> done, int attempt) {
-  pb::TxnRequest read;
-  read.add_success()->mutable_request_range()->set_key(StoreKey(ns, key));
-  pb::RangeRequest* usage = read.add_success()->mutable_request_range();
-  usage->set_key(UidUsagePrefix(ns.first));
-  usage->set_range_end(PrefixEnd(UidUsagePrefix(ns.first)));
-  cluster_->etcd().Txn(read, [this, ns, key, compute = std::move(compute), done = std::move(done),
-                              attempt](absl::StatusOr<pb::TxnResponse> r) mutable {
-    if (!r.ok()) return done(r.status());
-    Commit(ns, key, *r, std::move(compute), std::move(done), attempt);
-  });
-}
-
-absl::Status ClusterStore::CheckLimits(const store::Namespace& ns, const pb::RangeResponse& usage,
-                                       int64_t add_keys, int64_t add_bytes) const {
-  Usage job, uid;
-  for (const auto& kv : usage.kvs()) {
-    const Usage u = ParseUsage(kv.value());
-    if (kv.key() == UsageKey(ns)) job = u;
-    uid.keys += u.keys;
-    uid.bytes += u.bytes;
-  }
-  if (add_keys > 0 && static_cast<uint64_t>(job.keys) >= limits_.max_keys_per_job) {
+absl::Status ClusterStore::CheckLimits(const store::Namespace& ns, const Usage& job,
+                                       const Usage& uid, const Usage& delta) const {
+  if (delta.keys > 0 && static_cast<uint64_t>(job.keys) >= limits_.max_keys_per_job) {
     return store::JobStoreKeysExhausted(ns, job.keys, limits_.max_keys_per_job);
   }
-  if (add_keys > 0 && static_cast<uint64_t>(uid.keys) >= limits_.max_keys_per_uid) {
+  if (delta.keys > 0 && static_cast<uint64_t>(uid.keys) >= limits_.max_keys_per_uid) {
     return UidShareExhausted(ns.first, uid.keys, limits_.max_keys_per_uid, "store keys",
                              "store_keys");
   }
-  if (add_bytes > 0 && static_cast<uint64_t>(job.bytes + add_bytes) > limits_.max_bytes_per_job) {
-    return store::JobStoreBytesExhausted(ns, job.bytes + add_bytes, limits_.max_bytes_per_job);
+  if (delta.bytes > 0 &&
+      static_cast<uint64_t>(job.bytes + delta.bytes) > limits_.max_bytes_per_job) {
+    return store::JobStoreBytesExhausted(ns, job.bytes + delta.bytes, limits_.max_bytes_per_job);
   }
-  if (add_bytes > 0 && static_cast<uint64_t>(uid.bytes + add_bytes) > limits_.max_bytes_per_uid) {
+  if (delta.bytes > 0 &&
+      static_cast<uint64_t>(uid.bytes + delta.bytes) > limits_.max_bytes_per_uid) {
     return UidShareExhausted(ns.first, absl::StrCat(uid.bytes),
                              absl::StrCat(limits_.max_bytes_per_uid), "bytes of store",
-                             "store_bytes", absl::StrCat(add_bytes));
+                             "store_bytes", absl::StrCat(delta.bytes));
   }
   return absl::OkStatus();
 }
 
-void ClusterStore::Commit(const store::Namespace& ns, const std::string& key,
-                          const pb::TxnResponse& read, Compute compute, Done<Change> done,
-                          int attempt) {
-  const auto& kvs = read.responses(0).response_range().kvs();
-  const std::string* current = kvs.empty() ? nullptr : &kvs[0].value();
-  absl::StatusOr<Change> change = compute(current);
-  if (!change.ok() || change->kind == Change::kKeep) return done(std::move(change));
-  change->existed = current != nullptr;
-  int64_t add_keys = 0, add_bytes = 0;
-  const int64_t old_bytes = current == nullptr ? 0 : key.size() + current->size();
-  if (change->kind == Change::kPut) {
-    if (absl::Status s = store::CheckStoreValue(limits_, change->value); !s.ok()) return done(s);
-    add_keys = current == nullptr ? 1 : 0;
-    add_bytes = static_cast<int64_t>(key.size() + change->value.size()) - old_bytes;
-  } else {
-    add_keys = current == nullptr ? 0 : -1;
-    add_bytes = -old_bytes;
+void ClusterStore::Mutate(const store::Namespace& ns, const std::string& key, size_t bytes,
+                          Compute compute, Done<Change> done) {
+  std::vector<Write> batch;
+  {
+    absl::MutexLock lock(&mu_);
+    Writes& w = writes_[ns];
+    w.queued.push_back({.key = key,
+                        .bytes = key.size() + bytes,
+                        .compute = std::move(compute),
+                        .done = std::move(done)});
+    if (w.committing) return;  // the batch in flight takes it next
+    w.committing = true;
+    batch = TakeBatch(w);
   }
-  const pb::RangeResponse& usage = read.responses(1).response_range();
-  if (absl::Status s = CheckLimits(ns, usage, add_keys, add_bytes); !s.ok()) return done(s);
-  Usage job;
+  CommitBatch(ns, std::move(batch), 0, absl::Now() + kContentionLimit);
+}
+
+std::vector<ClusterStore::Write> ClusterStore::TakeBatch(Writes& w) {
+  std::vector<Write> batch;
+  std::set<std::string> keys;
+  size_t bytes = 0;
+  while (!w.queued.empty()) {
+    const std::string& key = w.queued.front().key;
+    if (!keys.contains(key) && keys.size() == kKeysPerBatch) break;
+    if (!batch.empty() && bytes + w.queued.front().bytes > kBytesPerBatch) break;
+    bytes += w.queued.front().bytes;
+    keys.insert(key);
+    batch.push_back(std::move(w.queued.front()));
+    w.queued.pop_front();
+  }
+  return batch;
+}
+
+void ClusterStore::NextBatch(const store::Namespace& ns) {
+  std::vector<Write> batch;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = writes_.find(ns);
+    if (it->second.queued.empty()) {
+      writes_.erase(it);
+      return;
+    }
+    batch = TakeBatch(it->second);
+  }
+  CommitBatch(ns, std::move(batch), 0, absl::Now() + kContentionLimit);
+}
+
+void ClusterStore::FinishBatch(const store::Namespace& ns, std::vector<Write> batch,
+                               const absl::Status& failed) {
+  for (Write& w : batch) {
+    w.done(failed.ok() ? std::move(w.result) : absl::StatusOr<Change>(failed));
+  }
+  NextBatch(ns);
+}
+
+void ClusterStore::CommitBatch(const store::Namespace& ns, std::vector<Write> batch, int attempt,
+                               absl::Time deadline) {
+  // One read: every key of the batch, and the uid's usage keys (every job, every node).
+  pb::TxnRequest read;
+  std::vector<std::string> keys;
+  for (const Write& w : batch) {
+    if (std::find(keys.begin(), keys.end(), w.key) != keys.end()) continue;
+    keys.push_back(w.key);
+    read.add_success()->mutable_request_range()->set_key(StoreKey(ns, w.key));
+  }
+  pb::RangeRequest* usage = read.add_success()->mutable_request_range();
+  usage->set_key(UidUsagePrefix(ns.first));
+  usage->set_range_end(PrefixEnd(UidUsagePrefix(ns.first)));
+  cluster_->etcd().Txn(read, [this, ns, keys = std::move(keys), batch = std::move(batch), attempt,
+                              deadline](absl::StatusOr<pb::TxnResponse> r) mutable {
+    if (absl::IsResourceExhausted(r.status()) && keys.size() > 1) {
+      // The keys' current values together are more than one answer may bring
+      // (EtcdOptions::max_receive_bytes): the second half goes first in the queue.
+      const auto half = batch.begin() + static_cast<std::ptrdiff_t>(batch.size() / 2);
+      {
+        absl::MutexLock lock(&mu_);
+        std::deque<Write>& queued = writes_[ns].queued;
+        queued.insert(queued.begin(), std::make_move_iterator(half),
+                      std::make_move_iterator(batch.end()));
+      }
+      batch.erase(half, batch.end());
+      return CommitBatch(ns, std::move(batch), attempt, deadline);
+    }
+    if (!r.ok()) return FinishBatch(ns, std::move(batch), r.status());
+    Apply(ns, keys, *r, std::move(batch), attempt, deadline);
+  });
+}
+
+void ClusterStore::Apply(const store::Namespace& ns, const std::vector<std::string>& keys,
+                         const pb::TxnResponse& read, std::vector<Write> batch, int attempt,
+                         absl::Time deadline) {
+  // Each key as the read found it, then as the batch's writes leave it, in their order.
+  struct Key {
+    std::optional<std::string> value;
+    int64_t mod_revision = 0;  // 0: absent when read
+    bool changed = false;
+  };
+  std::map<std::string, Key> state;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto& kvs = read.responses(static_cast<int>(i)).response_range().kvs();
+    Key& k = state[keys[i]];
+    if (!kvs.empty()) {
+      k.value = kvs[0].value();
+      k.mod_revision = kvs[0].mod_revision();
+    }
+  }
+  const pb::RangeResponse& usage = read.responses(static_cast<int>(keys.size())).response_range();
+  Usage job, uid, node;
+  int64_t node_usage_revision = 0;
   for (const auto& kv : usage.kvs()) {
-    if (kv.key() == UsageKey(ns)) job = ParseUsage(kv.value());
+    const Usage u = ParseUsage(kv.value());
+    uid += u;
+    if (JobOfUsageKey(ns.first, kv.key()) == ns.second) job += u;
+    if (kv.key() == UsageKey(ns)) {
+      node = u;
+      node_usage_revision = kv.mod_revision();
+    }
+  }
+  Usage added;
+  for (Write& w : batch) {
+    Key& k = state[w.key];
+    const std::string* current = k.value.has_value() ? &*k.value : nullptr;
+    w.result = w.compute(current);
+    if (!w.result.ok() || w.result->kind == Change::kKeep) continue;
+    Change& change = *w.result;
+    change.existed = current != nullptr;
+    Usage delta;
+    const int64_t old_bytes = current == nullptr ? 0 : w.key.size() + current->size();
+    if (change.kind == Change::kPut) {
+      if (absl::Status s = store::CheckStoreValue(limits_, change.value); !s.ok()) {
+        w.result = s;
+        continue;
+      }
+      delta.keys = current == nullptr ? 1 : 0;
+      delta.bytes = static_cast<int64_t>(w.key.size() + change.value.size()) - old_bytes;
+    } else {
+      delta.keys = current == nullptr ? 0 : -1;
+      delta.bytes = -old_bytes;
+    }
+    if (absl::Status s = CheckLimits(ns, job + added, uid + added, delta); !s.ok()) {
+      w.result = s;
+      continue;
+    }
+    added += delta;
+    k.changed = true;
+    if (change.kind == Change::kPut) {
+      k.value = change.value;
+    } else {
+      k.value.reset();
+    }
   }
   int64_t lease;
   {
@@ -238,45 +352,62 @@ void ClusterStore::Commit(const store::Namespace& ns, const std::string& key,
     auto it = jobs_.find(ns);
     lease = it == jobs_.end() ? 0 : it->second.lease;
   }
-  // Nothing of the uid's usage moved since the read: every write of the uid changes it.
+  // Written only if no key it changes moved since the read (their other writers: the job's
+  // ranks on other nodes) and this node's usage key did not either. Other nodes' usage is not
+  // compared: the limits may be overshot by what other nodes commit at the same time
+  // (docs/cluster.md, "Limits"), and no writer of the uid waits for another's.
   pb::TxnRequest txn;
-  pb::Compare* unmoved = txn.add_compare();
-  unmoved->set_key(UidUsagePrefix(ns.first));
-  unmoved->set_range_end(PrefixEnd(UidUsagePrefix(ns.first)));
-  unmoved->set_target(pb::Compare::MOD);
-  unmoved->set_result(pb::Compare::LESS);
-  unmoved->set_mod_revision(read.header().revision() + 1);
-  if (change->kind == Change::kPut) {
-    pb::PutRequest* put = txn.add_success()->mutable_request_put();
-    put->set_key(StoreKey(ns, key));
-    put->set_value(change->value);
-    put->set_lease(lease);
-  } else {
-    txn.add_success()->mutable_request_delete_range()->set_key(StoreKey(ns, key));
+  for (const auto& [key, k] : state) {
+    if (!k.changed) continue;
+    pb::Compare* unmoved = txn.add_compare();
+    unmoved->set_key(StoreKey(ns, key));
+    unmoved->set_target(pb::Compare::MOD);
+    unmoved->set_result(pb::Compare::EQUAL);
+    unmoved->set_mod_revision(k.mod_revision);  // 0 matches an absent key
+    if (k.value.has_value()) {
+      pb::PutRequest* put = txn.add_success()->mutable_request_put();
+      put->set_key(StoreKey(ns, key));
+      put->set_value(*k.value);
+      put->set_lease(lease);
+    } else {
+      txn.add_success()->mutable_request_delete_range()->set_key(StoreKey(ns, key));
+    }
   }
+  if (txn.success_size() == 0) return FinishBatch(ns, std::move(batch), absl::OkStatus());
+  pb::Compare* own = txn.add_compare();
+  own->set_key(UsageKey(ns));
+  own->set_target(pb::Compare::MOD);
+  own->set_result(pb::Compare::EQUAL);
+  own->set_mod_revision(node_usage_revision);
   pb::PutRequest* put_usage = txn.add_success()->mutable_request_put();
   put_usage->set_key(UsageKey(ns));
-  put_usage->set_value(absl::StrCat(job.keys + add_keys, " ", job.bytes + add_bytes));
+  put_usage->set_value(absl::StrCat(node.keys + added.keys, " ", node.bytes + added.bytes));
   put_usage->set_lease(lease);
-  cluster_->etcd().Txn(
-      txn, [this, ns, key, lease, change = *std::move(change), compute = std::move(compute),
-            done = std::move(done), attempt](absl::StatusOr<pb::TxnResponse> r) mutable {
-        if (r.ok() && r->succeeded()) return done(std::move(change));
-        if (!r.ok() && !IsLeaseGone(r.status())) return done(r.status());
-        if (attempt + 1 >= kMaxAttempts) {
-          return done(absl::AbortedError(absl::StrCat("store key ", QuoteForError(key), " of job '",
-                                                      ns.second, "': ", kMaxAttempts,
-                                                      " concurrent writers won in a row; retry")));
-        }
-        if (r.ok()) return Mutate(ns, key, std::move(compute), std::move(done), attempt + 1);
-        // The job's lease expired under us: take a new one and write again.
-        LeaseLost(ns, lease);
-        EnsureLease(ns, [this, ns, key, compute = std::move(compute), done = std::move(done),
-                         attempt](absl::StatusOr<int64_t> l) mutable {
-          if (!l.ok()) return done(l.status());
-          Mutate(ns, key, std::move(compute), std::move(done), attempt + 1);
-        });
-      });
+  cluster_->etcd().Txn(txn, [this, ns, lease, batch = std::move(batch), attempt,
+                             deadline](absl::StatusOr<pb::TxnResponse> r) mutable {
+    if (r.ok() && r->succeeded()) return FinishBatch(ns, std::move(batch), absl::OkStatus());
+    if (!r.ok() && !IsLeaseGone(r.status())) return FinishBatch(ns, std::move(batch), r.status());
+    if (absl::Now() >= deadline) {
+      const std::string key = batch.front().key;
+      return FinishBatch(
+          ns, std::move(batch),
+          absl::AbortedError(absl::StrCat("store key ", QuoteForError(key), " of job '", ns.second,
+                                          "': other nodes wrote the same key(s) first for ",
+                                          absl::FormatDuration(kContentionLimit), " (", attempt + 1,
+                                          " tries); retry")));
+    }
+    if (!r.ok()) LeaseLost(ns, lease);  // the job's lease expired under us: a new one first
+    // Another node wrote one of the keys first: read again after a jittered pause, so that the
+    // nodes contending for a key do not meet again in the same instant.
+    timers_->Schedule(absl::Now() + Backoff(attempt),
+                      [this, ns, batch = std::move(batch), attempt, deadline]() mutable {
+                        EnsureLease(ns, [this, ns, batch = std::move(batch), attempt,
+                                         deadline](absl::StatusOr<int64_t> l) mutable {
+                          if (!l.ok()) return FinishBatch(ns, std::move(batch), l.status());
+                          CommitBatch(ns, std::move(batch), attempt + 1, deadline);
+                        });
+                      });
+  });
 }
 
 void ClusterStore::Set(const server::Session& s, const std::string& key, std::string value,
@@ -287,16 +418,16 @@ void ClusterStore::Set(const server::Session& s, const std::string& key, std::st
         [this, ns, key, value = std::move(value),
          done = std::move(done)](absl::StatusOr<int64_t> lease) mutable {
           if (!lease.ok()) return done(lease.status());
+          const size_t bytes = value.size();
           Mutate(
-              ns, key,
+              ns, key, bytes,
               [value = std::move(value)](const std::string*) -> absl::StatusOr<Change> {
                 return Change{.kind = Change::kPut, .value = value};
               },
               [done = std::move(done)](absl::StatusOr<Change> c) {
                 if (!c.ok()) return done(c.status());
                 done(true);
-              },
-              0);
+              });
         });
 }
 
@@ -321,7 +452,7 @@ void ClusterStore::Add(const server::Session& s, const std::string& key, int64_t
   Begin(s, key, [this, ns, key, delta, done = std::move(done)](absl::StatusOr<int64_t> l) mutable {
     if (!l.ok()) return done(l.status());
     Mutate(
-        ns, key,
+        ns, key, /*bytes=*/20,  // the sum in decimal
         [key, delta](const std::string* current) -> absl::StatusOr<Change> {
           ASSIGN_OR_RETURN(int64_t sum, store::AddToStoreValue(key, current, delta));
           return Change{.kind = Change::kPut, .value = absl::StrCat(sum)};
@@ -331,8 +462,7 @@ void ClusterStore::Add(const server::Session& s, const std::string& key, int64_t
           int64_t sum = 0;
           (void)absl::SimpleAtoi(c->value, &sum);
           done(sum);
-        },
-        0);
+        });
   });
 }
 
@@ -344,7 +474,7 @@ void ClusterStore::CompareSet(const server::Session& s, const std::string& key,
          done = std::move(done)](absl::StatusOr<int64_t> l) mutable {
           if (!l.ok()) return done(l.status());
           Mutate(
-              ns, key,
+              ns, key, desired.size(),
               [expected, desired](const std::string* current) -> absl::StatusOr<Change> {
                 const bool matches = current == nullptr ? expected.empty() : *current == expected;
                 if (!matches) return Change{.reply = current == nullptr ? "" : *current};
@@ -353,8 +483,7 @@ void ClusterStore::CompareSet(const server::Session& s, const std::string& key,
               [done = std::move(done)](absl::StatusOr<Change> c) {
                 if (!c.ok()) return done(c.status());
                 done(c->reply);
-              },
-              0);
+              });
         });
 }
 
@@ -363,7 +492,7 @@ void ClusterStore::Delete(const server::Session& s, const std::string& key, Done
   Begin(s, key, [this, ns, key, done = std::move(done)](absl::StatusOr<int64_t> l) mutable {
     if (!l.ok()) return done(l.status());
     Mutate(
-        ns, key,
+        ns, key, /*bytes=*/0,
         [](const std::string* current) -> absl::StatusOr<Change> {
           if (current == nullptr) return Change{};
           return Change{.kind = Change::kDelete};
@@ -371,8 +500,7 @@ void ClusterStore::Delete(const server::Session& s, const std::string& key, Done
         [done = std::move(done)](absl::StatusOr<Change> c) {
           if (!c.ok()) return done(c.status());
           done(c->existed);
-        },
-        0);
+        });
   });
 }
 

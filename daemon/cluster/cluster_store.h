@@ -4,20 +4,28 @@
 // Keys (docs/cluster.md, "etcd keys"):
 //   <prefix>/jobs/<uid>/<job>/store/<key>   the job's values
 //   <prefix>/jobs/<uid>/<job>/lease         the job's lease id (decimal)
-//   <prefix>/usage/<uid>/<job>              "<keys> <bytes>" the job's store holds
+//   <prefix>/usage/<uid>/<job>/<node>       "<keys> <bytes>" the job's store grew by through
+//                                           this node (negative when it shrank it)
 // All three hang on one lease per job, shared by the nodes: each node keeps it alive while it
 // has a session of the job that has used the store, so the job's keys go job_lease_ttl after
 // its last rank on every node left (or its last node died), with no node having to be the one
 // that deletes them.
 //
-// Writes are compare-and-swap transactions over the uid's usage keys, so the per-job and
-// per-uid limits hold across nodes exactly; a Wait is one etcd watch over the job's keys. The
+// Writes are a group commit per job on each node: the writes of a job's ranks that arrive
+// while one commit is in flight go together in the next, as one read and one transaction
+// conditioned only on the keys they change (and this node's usage key), so the ranks of a node
+// never contend with each other, and a node contends with another only over the same key
+// (retried after a jittered pause, for up to kContentionLimit). The limits are checked against
+// the sum of every node's usage keys as read: nodes committing at the same moment may overshoot
+// them by one commit each (docs/cluster.md, "Limits"). A Wait is one etcd watch over the job's
+// keys. The
 // daemon holds no thread for any call: each answer comes on a gRPC thread through `done`.
 // Every call fails UNAVAILABLE naming the endpoint while the cluster is disconnected; the
 // node's own store is never used instead. Thread-safe.
 #ifndef COMMD_DAEMON_CLUSTER_CLUSTER_STORE_H_
 #define COMMD_DAEMON_CLUSTER_CLUSTER_STORE_H_
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -67,23 +75,76 @@ class ClusterStore {
 
   size_t waiter_count() const;
 
-  struct Change;
+  // What a write does to its key; `reply` is what the caller hears.
+  struct Change {
+    enum Kind { kKeep, kPut, kDelete } kind = kKeep;
+    std::string value;
+    std::string reply;
+    bool existed = false;
+  };
   struct Waiter;
+  // Keys and bytes of store: a usage key's value, or a sum of them.
+  struct Usage {
+    int64_t keys = 0;
+    int64_t bytes = 0;
+    Usage& operator+=(const Usage& o) {
+      keys += o.keys;
+      bytes += o.bytes;
+      return *this;
+    }
+    Usage operator+(const Usage& o) const { return Usage(*this) += o; }
+  };
+
+  // How long a write goes on retrying while other nodes win the same keys.
+  static constexpr absl::Duration kContentionLimit = absl::Seconds(30);
+  // Distinct keys one commit carries (etcd allows 128 operations per transaction), and the
+  // bytes its writes may carry together (etcd refuses requests over --max-request-bytes,
+  // 1.5 MiB by default); a write larger than that goes alone.
+  static constexpr size_t kKeysPerBatch = 100;
+  static constexpr size_t kBytesPerBatch = 1 << 20;
 
  private:
   using Compute = std::function<absl::StatusOr<Change>(const std::string* current)>;
+  // One write waiting for its commit, and then what it did.
+  struct Write {
+    std::string key;
+    size_t bytes = 0;  // what it may write: the key and the value it brings
+    Compute compute;
+    Done<Change> done;
+    absl::StatusOr<Change> result = absl::UnknownError("not computed");
+  };
+  // A job's writes on this node: one commit in flight at a time, the rest queued for the next.
+  struct Writes {
+    std::deque<Write> queued;
+    bool committing = false;
+  };
   // Validates, notes the session, and hands `then` the job's lease.
   void Begin(const server::Session& s, const std::string& key,
              std::function<void(absl::StatusOr<int64_t>)> then);
   void EnsureLease(const store::Namespace& ns, std::function<void(absl::StatusOr<int64_t>)> then);
-  // Compare-and-swap loop: reads the key and the uid's usage, applies `compute`, checks the
-  // limits, writes if nothing moved meanwhile; else reads again.
-  void Mutate(const store::Namespace& ns, const std::string& key, Compute compute,
-              Done<Change> done, int attempt);
-  void Commit(const store::Namespace& ns, const std::string& key, const pb::TxnResponse& read,
-              Compute compute, Done<Change> done, int attempt);
-  absl::Status CheckLimits(const store::Namespace& ns, const pb::RangeResponse& usage,
-                           int64_t add_keys, int64_t add_bytes) const;
+  // Queues a write of `key` (`compute` makes the change from the current value) for the job's
+  // next commit, and starts one unless one is in flight.
+  void Mutate(const store::Namespace& ns, const std::string& key, size_t bytes, Compute compute,
+              Done<Change> done);
+  // The next commit's writes: the queue's first ones, up to kKeysPerBatch distinct keys and
+  // kBytesPerBatch bytes.
+  std::vector<Write> TakeBatch(Writes& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the batch's keys and the uid's usage, then Apply.
+  void CommitBatch(const store::Namespace& ns, std::vector<Write> batch, int attempt,
+                   absl::Time deadline);
+  // Computes each write in order against the read, checks the limits, and writes the changes
+  // unless another node changed one of the keys since the read (then reads again).
+  void Apply(const store::Namespace& ns, const std::vector<std::string>& keys,
+             const pb::TxnResponse& read, std::vector<Write> batch, int attempt,
+             absl::Time deadline);
+  // Answers the batch (`failed` instead of each result when not OK) and starts the next one.
+  void FinishBatch(const store::Namespace& ns, std::vector<Write> batch,
+                   const absl::Status& failed);
+  void NextBatch(const store::Namespace& ns);
+  absl::Status CheckLimits(const store::Namespace& ns, const Usage& job, const Usage& uid,
+                           const Usage& delta) const;
+  // The job a usage key under UidUsagePrefix(uid) counts for ("" when it is no usage key).
+  std::string JobOfUsageKey(uid_t uid, const std::string& key) const;
   void LeaseLost(const store::Namespace& ns, int64_t lease);
   void CheckWaitedKeys(std::shared_ptr<Waiter> w, std::vector<std::string> keys, size_t from);
   void FinishWait(const std::shared_ptr<Waiter>& w, absl::Status status);
@@ -105,6 +166,7 @@ class ClusterStore {
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<store::Namespace, Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<store::Namespace, Writes> writes_ ABSL_GUARDED_BY(mu_);
   // Waits cost the daemon their keys until they end: charged to the uid's and the node's
   // store budgets (limits.per_uid.store_bytes, limits.max_store_bytes).
   UidTally wait_bytes_ ABSL_GUARDED_BY(mu_);
