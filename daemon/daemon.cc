@@ -291,8 +291,8 @@ absl::Status Daemon::StartServers() {
     // lease ends (killed, cut off from etcd past the TTL, or stopped): the groups spanning it
     // are lost on this node too.
     nodes_ = std::make_unique<cluster::NodeDirectory>(
-        cluster_.get(), [this](const std::string& node, int64_t revision) {
-          cluster_events_->OnNodeGone(node, revision);
+        cluster_.get(), [this](const std::string& node, int64_t revision, absl::string_view why) {
+          cluster_events_->OnNodeGone(node, revision, why);
         });
     span_aborts_->Watch(
         [this](const watchdog::SpanAbortNotice& a) { return cluster_events_->OnRemoteAbort(a); });

@@ -119,6 +119,7 @@ absl::StatusOr<ClusterOptions> ClusterOptionsFromConfig(const v1::ClusterConfig&
   o.call_timeout = absl::Milliseconds(config.call_timeout_ms());
   o.retry_initial = absl::Milliseconds(config.retry_initial_ms());
   o.retry_max = std::max(o.retry_initial, absl::Milliseconds(config.retry_max_ms()));
+  if (config.has_keepalive_ms()) o.keepalive = absl::Milliseconds(config.keepalive_ms());
   return o;
 }
 
@@ -128,7 +129,8 @@ Cluster::Cluster(ClusterOptions options, prometheus::Registry* registry)
                         .tls = options_.tls,
                         .call_timeout = options_.call_timeout,
                         .reconnect_initial = options_.retry_initial,
-                        .reconnect_max = options_.retry_max}) {
+                        .reconnect_max = options_.retry_max,
+                        .keepalive = options_.keepalive}) {
   connected_gauge_ = &prometheus::BuildGauge()
                           .Name("commd_cluster_connected")
                           .Help("1 while the daemon holds its lease in the cluster's etcd")
@@ -160,8 +162,23 @@ Cluster::Cluster(ClusterOptions options, prometheus::Registry* registry)
   since_ = absl::Now();
 }
 
+absl::Duration Cluster::KeepAliveTimeout() const {
+  // Refreshed every third of the TTL: a keep-alive that takes at most another third leaves the
+  // last third for a retry before the lease ends, however slow call_timeout_ms allows a call to be.
+  return std::min(options_.call_timeout, options_.lease_ttl / 3);
+}
+
 std::unique_ptr<Cluster> Cluster::Start(ClusterOptions options, prometheus::Registry* registry) {
   std::unique_ptr<Cluster> c(new Cluster(std::move(options), registry));
+  if (const absl::Duration t = c->KeepAliveTimeout(); t < c->options_.call_timeout) {
+    COMMD_LOG(INFO, "cluster") << "lease keep-alives time out after " << absl::FormatDuration(t)
+                               << ", a third of cluster.lease_ttl_ms "
+                               << absl::ToInt64Milliseconds(c->options_.lease_ttl)
+                               << ", less than cluster.call_timeout_ms "
+                               << absl::ToInt64Milliseconds(c->options_.call_timeout)
+                               << ": one slow keep-alive leaves time for a retry before the "
+                                  "lease ends";
+  }
   c->thread_ = std::thread([c = c.get()] { c->Run(); });
   return c;
 }
@@ -371,7 +388,7 @@ absl::Status Cluster::Refresh() {
   for (const LeaseSource& source : sources) {
     for (int64_t id : source.ids()) ids.push_back(id);
   }
-  absl::StatusOr<std::vector<int64_t>> answered = etcd_.KeepAliveSync(ids);
+  absl::StatusOr<std::vector<int64_t>> answered = etcd_.KeepAliveSync(ids, KeepAliveTimeout());
   if (!answered.ok()) {
     keepalives_failed_->Increment();  // what is left of the lease keeps running out
     return answered.status();

@@ -51,6 +51,7 @@ struct ClusterOptions {
   absl::Duration call_timeout = absl::Seconds(5);
   absl::Duration retry_initial = absl::Milliseconds(200);
   absl::Duration retry_max = absl::Seconds(10);
+  absl::Duration keepalive = absl::Seconds(10);
   std::string node_info;  // the value of the node's key (JSON: host, pid, version, metrics)
 };
 
@@ -134,6 +135,8 @@ class Cluster {
   absl::Status Register();
   // One keep-alive round over the node's lease and the sources' leases.
   absl::Status Refresh();
+  // The deadline of a lease keep-alive: call_timeout, at most a third of the lease TTL.
+  absl::Duration KeepAliveTimeout() const;
   // Records and logs the state; true when it changed to connected.
   bool SetState(bool connected, const absl::Status& why);
   // Counts the live nodes' keys into commd_cluster_nodes (asynchronously).

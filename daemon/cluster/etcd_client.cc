@@ -36,6 +36,16 @@ bool IsTransportFailure(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
+// Why etcd cancelled a watch, in words.
+std::string EtcdCancelReason(const pb::WatchResponse& r) {
+  std::string why = r.cancel_reason().empty() ? "no reason given" : r.cancel_reason();
+  if (r.compact_revision() > 0) {
+    absl::StrAppend(&why, "; its start revision was compacted (oldest kept: ", r.compact_revision(),
+                    ")");
+  }
+  return absl::StrCat("etcd cancelled the watch: ", why);
+}
+
 // One watch stream: self-owned until gRPC calls OnDone, so a Cancel racing the end is safe.
 class WatchReactor final : public EtcdWatch,
                            public grpc::ClientBidiReactor<pb::WatchRequest, pb::WatchResponse> {
@@ -47,6 +57,9 @@ class WatchReactor final : public EtcdWatch,
   void Start(pb::Watch::Stub* stub, const pb::WatchCreateRequest& create,
              std::shared_ptr<WatchReactor> self) {
     self_ = std::move(self);
+    // etcd's WithRequireLeader: a member that lost its leader cancels the watch (after a few
+    // election timeouts) instead of keeping it open on a store that no longer moves.
+    ctx_.AddMetadata("hasleader", "true");
     *request_.mutable_create_request() = create;
     stub->async()->Watch(&ctx_, this);
     StartWrite(&request_);
@@ -59,10 +72,20 @@ class WatchReactor final : public EtcdWatch,
   void OnReadDone(bool ok) override {
     if (!ok) return;  // the stream ended: OnDone follows
     on_response_(response_);
+    if (response_.canceled()) {
+      // etcd removed the watch but keeps the stream open: nothing more would come on it.
+      canceled_by_etcd_ = EtcdCancelReason(response_);
+      ctx_.TryCancel();
+      return;
+    }
     StartRead(&response_);
   }
   void OnDone(const grpc::Status& status) override {
-    on_end_(status);
+    if (!canceled_by_etcd_.empty()) {
+      on_end_(grpc::Status(grpc::StatusCode::ABORTED, canceled_by_etcd_));
+    } else {
+      on_end_(status);
+    }
     on_response_ = nullptr;
     on_end_ = nullptr;
     self_.reset();  // may destroy this
@@ -75,6 +98,7 @@ class WatchReactor final : public EtcdWatch,
   std::function<void(const pb::WatchResponse&)> on_response_;
   std::function<void(grpc::Status)> on_end_;
   std::shared_ptr<WatchReactor> self_;
+  std::string canceled_by_etcd_;  // set by the reading thread before it cancels
 };
 
 // Blocks until the asynchronous call `start(done)` makes calls back, and returns its answer.
@@ -115,6 +139,16 @@ EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {
               static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_initial)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_max)));
+  // Pings find a connection that went silent (EtcdOptions::keepalive). A watch with no events
+  // sends no data, so pings must go on without data (gRPC stops after 2 by default).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options_.call_timeout)));
+  // Only under calls: etcd counts a ping with no stream open as a strike (and answers GOAWAY),
+  // and a connection without calls has nothing to lose to silence.
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (options_.tls.has_value()) {
     credentials = grpc::SslCredentials({.pem_root_certs = options_.tls->ca_pem,
@@ -276,10 +310,11 @@ absl::Status EtcdClient::LeaseRevokeSync(int64_t id) {
       .status();
 }
 
-absl::StatusOr<std::vector<int64_t>> EtcdClient::KeepAliveSync(const std::vector<int64_t>& ids) {
+absl::StatusOr<std::vector<int64_t>> EtcdClient::KeepAliveSync(const std::vector<int64_t>& ids,
+                                                               absl::Duration timeout) {
   size_t index;
   std::shared_ptr<Endpoint> e = Current(&index);
-  auto ctx = Context(options_.call_timeout);
+  auto ctx = Context(timeout);
   auto stream = e->lease->LeaseKeepAlive(ctx.get());
   std::vector<int64_t> ttls;
   for (int64_t id : ids) {

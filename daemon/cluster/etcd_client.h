@@ -45,6 +45,12 @@ struct EtcdOptions {
   absl::Duration call_timeout = absl::Seconds(5);
   absl::Duration reconnect_initial = absl::Milliseconds(200);  // the channels' own back-off
   absl::Duration reconnect_max = absl::Seconds(10);
+  // HTTP/2 pings on every connection to etcd with calls (watches) in flight: a connection
+  // whose ping is not answered within call_timeout is closed, so a half-open TCP connection
+  // (a peer that vanished without a FIN, a member frozen) ends its watches and the next calls
+  // go to the next endpoint instead of leaving the watches silent. At least etcd's
+  // --grpc-keepalive-min-time (5 s by default), or etcd answers GOAWAY.
+  absl::Duration keepalive = absl::Seconds(10);
   int max_receive_bytes = 8 << 20;  // bounds what one etcd answer may cost the daemon
 };
 
@@ -53,7 +59,11 @@ struct EtcdOptions {
 std::string PrefixEnd(absl::string_view prefix);
 
 // A watch on one key range, on its own gRPC stream. Cancel ends it; `on_end` runs once
-// either way (after the last `on_response`).
+// either way (after the last `on_response`). A response with `canceled` (etcd ended the watch:
+// its start revision was compacted, or its member lost the leader) is the last one: the stream
+// is closed after it and `on_end` gets ABORTED with etcd's reason. Watches carry etcd's
+// `hasleader` requirement, so a member cut off from the raft leader cancels them instead of
+// serving a stale, silent watch.
 class EtcdWatch {
  public:
   virtual ~EtcdWatch() = default;
@@ -83,12 +93,14 @@ class EtcdClient {
   absl::StatusOr<pb::TxnResponse> TxnSync(const pb::TxnRequest& request);
   absl::StatusOr<pb::LeaseGrantResponse> LeaseGrantSync(int64_t ttl_seconds);
   absl::Status LeaseRevokeSync(int64_t id);
-  // Refreshes every lease in `ids` over one stream; returns each one's TTL in seconds, 0 for
-  // a lease etcd no longer has (expired or revoked).
-  absl::StatusOr<std::vector<int64_t>> KeepAliveSync(const std::vector<int64_t>& ids);
+  // Refreshes every lease in `ids` over one stream within `timeout`; returns each one's TTL in
+  // seconds, 0 for a lease etcd no longer has (expired or revoked).
+  absl::StatusOr<std::vector<int64_t>> KeepAliveSync(const std::vector<int64_t>& ids,
+                                                     absl::Duration timeout);
 
   // Watches [create.key, create.range_end) from create.start_revision. `on_response` runs
-  // for every answer (on gRPC threads, one at a time); `on_end` once, with OK after Cancel.
+  // for every answer (on gRPC threads, one at a time); `on_end` once, with OK after Cancel
+  // and ABORTED naming etcd's reason after a `canceled` response.
   // After Shutdown it returns nullptr, having run `on_end` with UNAVAILABLE.
   std::shared_ptr<EtcdWatch> Watch(const pb::WatchCreateRequest& create,
                                    std::function<void(const pb::WatchResponse&)> on_response,

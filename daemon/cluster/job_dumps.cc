@@ -60,10 +60,9 @@ JobDumps::JobDumps(Cluster* cluster, JobDumpsOptions options,
                      .Help("1 while this node watches etcd for the job dumps other nodes announce")
                      .Register(*registry)
                      .Add({})),
-      watch_(
-          cluster, cluster->options().prefix + "/dumps/",
-          [this](const mvccpb::Event& e) { OnEvent(e); },
-          [this](bool open) { watching_->Set(open ? 1 : 0); }) {}
+      watch_(cluster, cluster->options().prefix + "/dumps/",
+             {.on_event = [this](const mvccpb::Event& e) { OnEvent(e); },
+              .on_state = [this](bool open) { watching_->Set(open ? 1 : 0); }}) {}
 
 JobDumps::~JobDumps() { Stop(); }
 

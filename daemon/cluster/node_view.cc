@@ -45,7 +45,8 @@ void NodeView::ParseValue(const std::string& value, v1::ClusterNode* node) {
 }
 
 bool NodeView::Put(const std::string& name, const std::string& value, int64_t lease,
-                   int64_t revision, absl::Time now) {
+                   int64_t revision, absl::Time now, bool* replaced) {
+  if (replaced != nullptr) *replaced = false;
   if (!ValidateJobId(name).ok()) {
     ++rejected_;
     return false;
@@ -65,6 +66,7 @@ bool NodeView::Put(const std::string& name, const std::string& value, int64_t le
   v1::ClusterNode& node = it->second.node;
   // A new lease is a new registration: a daemon (re)started or came back after losing it.
   if (!node.live() || node.lease_id() != lease) node.set_since_unix_ms(absl::ToUnixMillis(now));
+  if (replaced != nullptr) *replaced = node.live() && node.lease_id() != lease;
   node.set_name(name);
   node.set_live(true);
   node.set_lease_id(lease);
@@ -99,13 +101,16 @@ bool NodeView::Delete(const std::string& name, int64_t revision, absl::Time now)
   return was_live;
 }
 
-void NodeView::Reconcile(const std::vector<NodeKeyValue>& kvs, int64_t revision, bool complete,
-                         absl::Time now) {
+std::vector<std::string> NodeView::Reconcile(const std::vector<NodeKeyValue>& kvs, int64_t revision,
+                                             bool complete, absl::Time now) {
   std::set<std::string> present;
+  std::set<std::string> ended;
   incomplete_ = !complete;
   rejected_ = 0;  // counted anew from what etcd holds
   for (const NodeKeyValue& kv : kvs) {
-    if (Put(kv.name, kv.value, kv.lease, kv.mod_revision, now)) present.insert(kv.name);
+    bool replaced = false;
+    if (Put(kv.name, kv.value, kv.lease, kv.mod_revision, now, &replaced)) present.insert(kv.name);
+    if (replaced) ended.insert(kv.name);
   }
   // Past the read's limit nothing can be said of the keys it did not return.
   if (complete) {
@@ -115,10 +120,13 @@ void NodeView::Reconcile(const std::vector<NodeKeyValue>& kvs, int64_t revision,
         gone.push_back(name);
       }
     }
-    for (const std::string& name : gone) Delete(name, revision, now);
+    for (const std::string& name : gone) {
+      if (Delete(name, revision, now)) ended.insert(name);
+    }
   }
   revision_ = std::max(revision_, revision);
   changed_ = now;
+  return {ended.begin(), ended.end()};
 }
 
 void NodeView::SetWatching(bool watching, absl::Time now) {

@@ -51,16 +51,21 @@ class NodeView {
       : limits_(limits), this_node_(std::move(this_node)) {}
 
   // Key `name` written at `revision` (a watch's PUT event). False when it names no node.
+  // `replaced` (optional) is set when the write ended a live registration: the node's key was
+  // taken over on another lease (its daemon restarted within its lease's TTL, or came back
+  // after losing its lease while this view missed the deletion), so whatever the old
+  // registration held is gone as surely as if the key had been deleted.
   bool Put(const std::string& name, const std::string& value, int64_t lease, int64_t revision,
-           absl::Time now);
+           absl::Time now, bool* replaced = nullptr);
   // Key `name` deleted at `revision` (its lease ended, or an operator deleted it). True when
   // the view held it live until now.
   bool Delete(const std::string& name, int64_t revision, absl::Time now);
   // A read of every key at `revision`: keys it lacks that the view holds live from before
   // `revision` are gone (their deletion was not seen: etcd compacted it away). `complete` false:
-  // the read stopped at its limit (more keys exist).
-  void Reconcile(const std::vector<NodeKeyValue>& kvs, int64_t revision, bool complete,
-                 absl::Time now);
+  // the read stopped at its limit (more keys exist). Returns the nodes whose registration
+  // ended (gone, or replaced as Put says), in name order.
+  std::vector<std::string> Reconcile(const std::vector<NodeKeyValue>& kvs, int64_t revision,
+                                     bool complete, absl::Time now);
   // The watch opened or ended: the view follows etcd, or is the last one seen.
   void SetWatching(bool watching, absl::Time now);
 

@@ -99,18 +99,49 @@ TEST(NodeViewTest, AReadFindsTheDeletionsTheWatchMissedButNotPastItsLimit) {
   ASSERT_TRUE(view.Put("node-b", Value("h2:/r", 2), 2, 4, kT0));
   ASSERT_TRUE(view.Put("node-c", Value("h3:/r", 2), 3, 5, kT0));
   // A read stopped at its limit says nothing of the keys it did not return.
-  view.Reconcile({{"node-a", Value("h1:/r", 2), 1, 3}}, 20, /*complete=*/false, kT0);
+  EXPECT_THAT(view.Reconcile({{"node-a", Value("h1:/r", 2), 1, 3}}, 20, /*complete=*/false, kT0),
+              ::testing::IsEmpty());
   EXPECT_EQ(view.live(), 3u);
   EXPECT_TRUE(ListAll(view).incomplete());
   // A whole read: node-b went while the watch was down; node-d came; node-c's key written after
   // the read's revision stays.
   ASSERT_TRUE(view.Put("node-c", Value("h3:/r", 2), 3, 25, kT0));
-  view.Reconcile({{"node-a", Value("h1:/r", 2), 1, 3}, {"node-d", Value("h4:/r", 2), 4, 18}}, 21,
-                 /*complete=*/true, kT0 + absl::Seconds(1));
+  // The nodes whose registration ended are returned, for the groups spanning them.
+  EXPECT_THAT(
+      view.Reconcile({{"node-a", Value("h1:/r", 2), 1, 3}, {"node-d", Value("h4:/r", 2), 4, 18}},
+                     21, /*complete=*/true, kT0 + absl::Seconds(1)),
+      ::testing::ElementsAre("node-b"));
   const auto r = ListAll(view);
   EXPECT_THAT(Names(r), ::testing::ElementsAre("node-a", "node-b!", "node-c", "node-d"));
   EXPECT_FALSE(r.incomplete());
   EXPECT_EQ(r.revision(), 25);
+}
+
+// A daemon restarted within its lease's TTL takes its key over with a PUT on a new lease, with
+// no deletion between: the earlier registration ended all the same (nothing watches the ranks
+// it held), as a write on the same lease (a daemon rewriting its own key) does not.
+TEST(NodeViewTest, AKeyTakenOverOnANewLeaseEndsTheEarlierRegistration) {
+  NodeView view({}, "node-a");
+  bool replaced = true;
+  ASSERT_TRUE(view.Put("node-b", Value("h2:/r", 2), 0xb, 7, kT0, &replaced));
+  EXPECT_FALSE(replaced);  // first seen
+  ASSERT_TRUE(view.Put("node-b", Value("h2:/r", 3), 0xb, 8, kT0, &replaced));
+  EXPECT_FALSE(replaced);  // the same lease
+  ASSERT_TRUE(view.Put("node-b", Value("h2:/r", 2), 0xc, 9, kT0 + absl::Seconds(1), &replaced));
+  EXPECT_TRUE(replaced);
+  EXPECT_EQ(view.live(), 1u);
+  // A late event older than what the view holds changes nothing, and ends nothing.
+  ASSERT_TRUE(view.Put("node-b", Value("h2:/r", 2), 0xb, 8, kT0, &replaced));
+  EXPECT_FALSE(replaced);
+  // After a deletion, a new lease is a new registration, not a takeover.
+  EXPECT_TRUE(view.Delete("node-b", 10, kT0));
+  ASSERT_TRUE(view.Put("node-b", Value("h2:/r", 2), 0xd, 11, kT0, &replaced));
+  EXPECT_FALSE(replaced);
+  // A read that finds the key on another lease than the view holds: ended, and still live.
+  EXPECT_THAT(view.Reconcile({{"node-b", Value("h2:/r", 2), 0xe, 15}}, 15, /*complete=*/true, kT0),
+              ::testing::ElementsAre("node-b"));
+  EXPECT_EQ(ListAll(view).nodes(0).lease_id(), 0xe);
+  EXPECT_EQ(view.live(), 1u);
 }
 
 // What a writer of etcd other than commd may put under <prefix>/nodes/: keys that name no node,

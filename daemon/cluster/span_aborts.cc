@@ -160,8 +160,8 @@ void SpanAborts::Watch(std::function<int(const watchdog::SpanAbortNotice&)> on_r
   on_remote_ = std::move(on_remote);
   watch_ = std::make_unique<PrefixWatch>(
       cluster_, cluster_->options().prefix + "/aborts/",
-      [this](const mvccpb::Event& e) { OnEvent(e); },
-      [this](bool open) { watching_->Set(open ? 1 : 0); });
+      PrefixWatchCallbacks{.on_event = [this](const mvccpb::Event& e) { OnEvent(e); },
+                           .on_state = [this](bool open) { watching_->Set(open ? 1 : 0); }});
 }
 
 void SpanAborts::Stop() {

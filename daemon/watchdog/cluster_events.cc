@@ -24,7 +24,7 @@ v1::Diagnosis DeadDiagnosis(const groups::GroupSnapshot& g, std::string summary)
 }  // namespace
 
 std::optional<ClusterFact> NodeGoneFact(const groups::GroupSnapshot& g, const std::string& node,
-                                        int64_t revision) {
+                                        int64_t revision, absl::string_view why) {
   const v1::GroupLayout& layout = g.layout;
   int index = -1;
   for (int i = 0; i < layout.nodes_size(); ++i) {
@@ -35,7 +35,7 @@ std::optional<ClusterFact> NodeGoneFact(const groups::GroupSnapshot& g, const st
                      .diagnosis = DeadDiagnosis(
                          g, absl::StrCat("group ", g.name, ": node ", node, " (global rank(s) [",
                                          absl::StrJoin(layout.nodes(index).global_ranks(), ", "),
-                                         "]) is gone: its commd's lease in etcd ended")),
+                                         "]) is gone: ", why)),
                      .key = absl::StrCat("node:", node),
                      .trigger = "node_lost",
                      .dump = {.dump_id = absl::StrCat("node_lost-", node, "-r", revision)}};
@@ -66,8 +66,8 @@ std::string RemoteAbortText(const SpanAbortNotice& a) {
   return absl::StrCat("aborted on node ", a.node, ": ", a.text);
 }
 
-void ClusterEvents::OnNodeGone(const std::string& node, int64_t revision) {
-  ActOnFacts([&](const groups::GroupSnapshot& g) { return NodeGoneFact(g, node, revision); });
+void ClusterEvents::OnNodeGone(const std::string& node, int64_t revision, absl::string_view why) {
+  ActOnFacts([&](const groups::GroupSnapshot& g) { return NodeGoneFact(g, node, revision, why); });
 }
 
 void ClusterEvents::OnLeaseLost(const std::string& why) {

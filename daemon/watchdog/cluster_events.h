@@ -17,18 +17,19 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "daemon/groups/group_registry.h"
 #include "daemon/watchdog/abort_announcer.h"
 #include "daemon/watchdog/watchdog.h"
 
 namespace commd::watchdog {
 
-// The fact on `g` when node `node` is gone, as etcd's revision `revision` says: nullopt unless
-// `g` is a formed group with a part on that node. Its dump id is one every node derives alike
-// from the node and the revision, so that the nodes' dumps of it meet without announcing it
-// (which every node would). Pure.
+// The fact on `g` when node `node` is gone, as etcd's revision `revision` says (`why`: how,
+// in words): nullopt unless `g` is a formed group with a part on that node. Its dump id is one
+// every node derives alike from the node and the revision, so that the nodes' dumps of it meet
+// without announcing it (which every node would). Pure.
 std::optional<ClusterFact> NodeGoneFact(const groups::GroupSnapshot& g, const std::string& node,
-                                        int64_t revision);
+                                        int64_t revision, absl::string_view why);
 
 // The fact on `g` when this daemon's own lease in etcd is gone (`why` says how), so that the
 // other nodes count this node as gone: nullopt unless `g` is a formed group spanning nodes.
@@ -46,9 +47,9 @@ class ClusterEvents {
   ClusterEvents(Watchdog* watchdog, const groups::GroupRegistry* groups)
       : watchdog_(watchdog), groups_(groups) {}
 
-  // Node `node`'s daemon is gone, as etcd's revision `revision` says: every formed group
-  // spanning it is aborted on this node's ranks (NodeGoneFact).
-  void OnNodeGone(const std::string& node, int64_t revision);
+  // Node `node`'s daemon is gone, as etcd's revision `revision` says (`why`: how): every
+  // formed group spanning it is aborted on this node's ranks (NodeGoneFact).
+  void OnNodeGone(const std::string& node, int64_t revision, absl::string_view why);
 
   // This daemon's own lease in etcd is gone: this node's ranks of every formed spanning group
   // are aborted too, naming the cause (LeaseLostFact), with no announcement.

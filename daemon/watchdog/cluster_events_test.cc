@@ -38,7 +38,8 @@ groups::GroupSnapshot NodeLocal() {
 }
 
 TEST(ClusterEventsTest, ANodeGoneIsAFactOnTheFormedGroupsSpanningIt) {
-  const std::optional<ClusterFact> f = NodeGoneFact(Spanning(), "b", 41);
+  const std::optional<ClusterFact> f =
+      NodeGoneFact(Spanning(), "b", 41, "its commd's lease in etcd ended");
   ASSERT_TRUE(f.has_value());
   EXPECT_EQ(f->group.id, 9u);
   EXPECT_EQ(f->diagnosis.kind(), v1::DEAD);
@@ -54,12 +55,12 @@ TEST(ClusterEventsTest, ANodeGoneIsAFactOnTheFormedGroupsSpanningIt) {
   EXPECT_EQ(f->dump.dump_id, "node_lost-b-r41");
   EXPECT_FALSE(f->dump.local_only);
 
-  EXPECT_FALSE(NodeGoneFact(Spanning(), "a", 41).has_value());  // this node
-  EXPECT_FALSE(NodeGoneFact(Spanning(), "z", 41).has_value());  // not the group's
-  EXPECT_FALSE(NodeGoneFact(NodeLocal(), "b", 41).has_value());
+  EXPECT_FALSE(NodeGoneFact(Spanning(), "a", 41, "gone").has_value());  // this node
+  EXPECT_FALSE(NodeGoneFact(Spanning(), "z", 41, "gone").has_value());  // not the group's
+  EXPECT_FALSE(NodeGoneFact(NodeLocal(), "b", 41, "gone").has_value());
   groups::GroupSnapshot forming = Spanning();
   forming.active = false;
-  EXPECT_FALSE(NodeGoneFact(forming, "b", 41).has_value());
+  EXPECT_FALSE(NodeGoneFact(forming, "b", 41, "gone").has_value());
 }
 
 TEST(ClusterEventsTest, ALostLeaseIsAFactOnEveryFormedSpanningGroupDumpedHereOnly) {

@@ -131,6 +131,40 @@ absl::Status Etcd::Put(const std::string& key, const std::string& value) const {
   return absl::OkStatus();
 }
 
+int64_t Etcd::Version(const std::string& key) const {
+  // {"header":{...},"kvs":[{"key":"...",...,"version":1,...}],"count":1}
+  const ProcessResult r =
+      RunProcess(Etcdctl({"get", "-w", "json", key}), absl::Seconds(30), {"ETCDCTL_API=3"});
+  if (r.exit_code != 0) return -1;
+  const size_t kvs = r.output.find("\"kvs\"");
+  if (kvs == std::string::npos) return 0;
+  const size_t at = r.output.find("\"version\":", kvs);
+  int64_t version = -1;
+  if (at == std::string::npos ||
+      !absl::SimpleAtoi(r.output.substr(at + 10, r.output.find_first_of(",}", at) - at - 10),
+                        &version)) {
+    return -1;
+  }
+  return version;
+}
+
+absl::StatusOr<int64_t> Etcd::Compact() const {
+  // {"header":{"cluster_id":...,"revision":42,...},...}
+  ProcessResult r =
+      RunProcess(Etcdctl({"get", "-w", "json", "/"}), absl::Seconds(30), {"ETCDCTL_API=3"});
+  const size_t at = r.output.find("\"revision\":");
+  int64_t revision = 0;
+  if (r.exit_code != 0 || at == std::string::npos ||
+      !absl::SimpleAtoi(r.output.substr(at + 11, r.output.find_first_of(",}", at) - at - 11),
+                        &revision)) {
+    return absl::InternalError("etcdctl get -w json: " + r.output);
+  }
+  r = RunProcess(Etcdctl({"compact", absl::StrCat(revision)}), absl::Seconds(30),
+                 {"ETCDCTL_API=3"});
+  if (r.exit_code != 0) return absl::InternalError("etcdctl compact: " + r.output);
+  return revision;
+}
+
 int64_t Etcd::LeaseTtl(const std::string& key) const {
   // {"header":{...},"kvs":[{"key":"...",...,"lease":7587869191435616267}],"count":1}
   ProcessResult r = RunProcess({kEtcdctl, "--endpoints", endpoint(), "get", "-w", "json", key},

@@ -61,6 +61,13 @@ class Etcd {
   void Delete(const std::string& key) const;
   // Writes `value` (any bytes but NUL) at `key`, as another writer of etcd would.
   absl::Status Put(const std::string& key, const std::string& value) const;
+  // How many times `key` was written since it was created (etcd's version): 0 when absent,
+  // -1 when etcdctl's answer does not say.
+  int64_t Version(const std::string& key) const;
+  // Compacts etcd's history up to its current revision, as an operator or
+  // --auto-compaction-retention does: a watch that would resume from before it is cancelled.
+  // Returns the revision.
+  absl::StatusOr<int64_t> Compact() const;
   // The TTL the lease `key` hangs on was granted with, in seconds: 0 when the key has no lease,
   // -1 when it is absent or etcdctl's answer does not say.
   int64_t LeaseTtl(const std::string& key) const;
