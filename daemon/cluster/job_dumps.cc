@@ -96,12 +96,24 @@ void JobDumps::Publish(recorder::JobDumpNotice notice, std::function<void(absl::
                               [this, key, value = EncodeValue(notice), finish = std::move(finish)](
                                   absl::StatusOr<pb::LeaseGrantResponse> granted) mutable {
                                 if (!granted.ok()) return finish(granted.status());
+                                // Only if absent: the nodes that find one hang derive one id,
+                                // and the first announcement is the one every node acts on,
+                                // so the others add no write and no event per daemon.
                                 pb::TxnRequest txn;
+                                pb::Compare* absent = txn.add_compare();
+                                absent->set_key(key);
+                                absent->set_target(pb::Compare::VERSION);
+                                absent->set_result(pb::Compare::EQUAL);
+                                absent->set_version(0);
                                 pb::PutRequest* put = txn.add_success()->mutable_request_put();
                                 put->set_key(key);
                                 put->set_value(value);
                                 put->set_lease(granted->id());
-                                cluster_->etcd().Txn(txn, [finish = std::move(finish)](auto r) {
+                                cluster_->etcd().Txn(txn, [this, lease = granted->id(),
+                                                           finish = std::move(finish)](auto r) {
+                                  if (!r.ok() || !r->succeeded()) {
+                                    cluster_->etcd().LeaseRevoke(lease, [](auto) {});
+                                  }
                                   finish(r.ok() ? absl::OkStatus() : r.status());
                                 });
                               });

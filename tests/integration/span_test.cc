@@ -643,6 +643,8 @@ TEST_F(SpanTest, AHangBothNodesFindIsDumpedOnceUnderOneId) {
   std::vector<std::string> announced = etcd_->Keys(absl::StrCat(kPrefix, "/dumps/"));
   std::erase_if(announced, [](const std::string& k) { return !absl::StrContains(k, "/hang-"); });
   EXPECT_THAT(announced, ::testing::ElementsAre(absl::StrCat(kPrefix, "/dumps/0/job/", a[0])));
+  // Announced once: the second finder's announcement found the key there and wrote nothing.
+  EXPECT_EQ(etcd_->Version(announced[0]), 1);
   // Each node's dump holds its two ranks, each with the job-wide sentence in its diagnosis.
   for (DaemonProcess* node : n) {
     const std::vector<std::string> files = DumpFiles(*node, a[0]);
