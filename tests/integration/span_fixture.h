@@ -88,12 +88,11 @@ class SpanFixture : public ::testing::Test {
     ::chmod(dir->path().c_str(), 0755);  // another uid's client may reach the sockets
     std::string config = "socket_group: \"nogroup\"\n";
     if (clustered) {
-      absl::StrAppend(
-          &config, "cluster {\n  etcd_endpoints: \"",
-          endpoint.empty() ? etcd_->endpoint() : endpoint, "\"\n  node_name: \"", node,
-          "\"\n  prefix: \"", kPrefix,
-          "\"\n  lease_ttl_ms: 2000\n  job_lease_ttl_ms: 2000\n  call_timeout_ms: 2000\n"
-          "  retry_initial_ms: 50\n  retry_max_ms: 400\n}\n");
+      absl::StrAppend(&config, "cluster {\n  etcd_endpoints: \"",
+                      endpoint.empty() ? etcd_->endpoint() : endpoint, "\"\n  node_name: \"", node,
+                      "\"\n  prefix: \"", kPrefix, "\"\n  lease_ttl_ms: ", lease_ttl_ms_,
+                      "\n  job_lease_ttl_ms: 2000\n  call_timeout_ms: 2000\n"
+                      "  retry_initial_ms: 50\n  retry_max_ms: 400\n}\n");
     }
     absl::StrAppend(&config, extra_config);
     auto d = StartDaemonWithConfig(*dir, config);
@@ -104,6 +103,10 @@ class SpanFixture : public ::testing::Test {
     return daemons_.back().get();
   }
   // etcd and `names.size()` nodes connected to it (ASSERT inside: check HasFatalFailure after).
+  // The nodes' lease TTL (ms) for the nodes started after it is set: 2 s, so that a killed
+  // node is gone soon; a test that needs the cluster to outlast a slow etcd sets more (a lease
+  // keep-alive waits at most a third of it).
+  std::string lease_ttl_ms_ = "2000";
   void StartNodes(const std::vector<std::string>& names, std::vector<DaemonProcess*>* nodes,
                   const std::string& extra_config = "") {
     ASSERT_TRUE(etcd_->Start().ok());

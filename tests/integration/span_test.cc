@@ -727,6 +727,9 @@ TEST_F(SpanTest, WithEtcdGoneAHangIsDumpedWithThisNodesDiagnosisSayingSo) {
 // diagnosis, saying that etcd did not answer in time.
 TEST_F(SpanTest, WithEtcdSlowAHangIsDumpedAtTheEndOfItsWait) {
   std::vector<DaemonProcess*> n;
+  // A keep-alive waits for etcd at most a third of the lease's TTL: 9 s makes it
+  // call_timeout_ms (2 s), which the finding below comes well before.
+  lease_ttl_ms_ = "9000";
   StartNodes({"node-a", "node-b"}, &n, "watchdog { poll_interval_ms: 100 }\n");
   if (HasFatalFailure()) return;
   // A short timeout: the finding comes well before the paused etcd costs the cluster its
