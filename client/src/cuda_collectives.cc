@@ -585,6 +585,14 @@ absl::StatusOr<CudaGroupStatePtr> CreateCudaGroupState(int device, Recorder::Imp
                      " need a CUDA driver and that device (", cuda.summary, ")"));
   }
   ASSIGN_OR_RETURN(const CudaDriverApi* api, CudaDriver());
+  // The daemon (no runtime) accepts drivers from 12.0; the kernels' statically linked runtime
+  // needs its own major version. Said here, with both versions, rather than as the runtime's
+  // cudaErrorInsufficientDriver at the first kernel preload.
+  if (absl::Status st = CheckDriverServesRuntime(api->driver_version, api->library, CUDART_VERSION);
+      !st.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("collectives on CUDA buffers of device cuda:", device, ": ", st.message()));
+  }
   auto s = std::make_unique<CudaGroupState>();
   s->api = api;
   s->recorder = recorder;
