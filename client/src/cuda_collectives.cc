@@ -456,14 +456,22 @@ absl::Status RefuseCapture(CudaGroupState& s, const std::string& group, void* st
   return absl::OkStatus();
 }
 
-// The group's cuBLAS handle, made once in its context (current here) with the fused matmul
-// kernels loaded before any of them can spin on a peer (lazy loading; collectives.h).
-absl::Status MakeCublasHandle(CudaGroupState& s, const kernels::CublasApi* blas)
+// The group's cuBLAS handle, made once in its context (current here) before any of its fused
+// matmul steps is enqueued: the library chosen for this driver in this context
+// (kernels::Cublas: its round trip needs the context), and the fused matmul kernels loaded
+// before any of them can spin on a peer (lazy loading; collectives.h). FAILED_PRECONDITION
+// naming the group when no cuBLAS serves.
+absl::Status MakeCublasHandle(CudaGroupState& s, const std::string& group)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
   if (s.cublas != nullptr) return absl::OkStatus();
+  absl::StatusOr<const kernels::CublasApi*> blas = kernels::Cublas(s.api->driver_version);
+  if (!blas.ok()) {
+    return absl::Status(blas.status().code(),
+                        absl::StrCat("group ", group, ": ", blas.status().message()));
+  }
   RETURN_IF_ERROR(kernels::PreloadFusedMatmulKernels());
-  s.blas = blas;
-  CUBLAS_RETURN_IF_ERROR(*blas, blas->create(&s.cublas));
+  CUBLAS_RETURN_IF_ERROR(**blas, (*blas)->create(&s.cublas));
+  s.blas = *blas;
   return absl::OkStatus();
 }
 
@@ -488,16 +496,7 @@ class CudaBackend : public SpanBackend {
     const CollectiveOptions& options = *c.call.options;
     RETURN_IF_ERROR(CheckSupported(entry, options));
     if (span_ != nullptr) return RunSpanning(c, entry);
-    const kernels::CublasApi* blas = nullptr;
-    if (c.call.matmul != nullptr) {  // before anything is made or enqueued
-      absl::StatusOr<const kernels::CublasApi*> loaded = kernels::Cublas();
-      if (!loaded.ok()) {
-        return absl::Status(loaded.status().code(), absl::StrCat("group ", entry.group().name(),
-                                                                 ": ", loaded.status().message()));
-      }
-      blas = *loaded;
-    }
-    return Launch(c, entry, blas, nullptr);
+    return Launch(c, entry, nullptr);
   }
 
  private:
@@ -513,16 +512,16 @@ class CudaBackend : public SpanBackend {
       return agreed;
     }
     ASSIGN_OR_RETURN(const kernels::SpanPlan plan, span_->Plan(c));  // the same on every rank
-    absl::Status st = Launch(c, entry, nullptr, &plan);
+    absl::Status st = Launch(c, entry, &plan);
     if (!st.ok() && !absl::IsInvalidArgument(st) && !absl::IsAborted(st)) span_->Failed(st);
     return st;
   }
 
   // One call's bookkeeping on the device: the group's state and context, the deferred errors
-  // of earlier calls, the view and the scratch; then the kernels of `c`, or of a spanning
-  // group's `plan` with its NCCL steps. `blas`: the fused matmuls' cuBLAS, else null.
-  absl::Status Launch(const CheckedCall& c, CollectiveEntry& entry, const kernels::CublasApi* blas,
-                      const kernels::SpanPlan* plan) {
+  // of earlier calls, the view, the cuBLAS handle of a fused matmul (made before anything of
+  // the call is enqueued) and the scratch; then the kernels of `c`, or of a spanning group's
+  // `plan` with its NCCL steps.
+  absl::Status Launch(const CheckedCall& c, CollectiveEntry& entry, const kernels::SpanPlan* plan) {
     void* stream = c.call.options->cuda_stream;
     if (state_ == nullptr) {
       ASSIGN_OR_RETURN(state_, CreateCudaGroupState(device_, &entry.recorder_impl()));
@@ -534,7 +533,9 @@ class CudaBackend : public SpanBackend {
     RETURN_IF_ERROR(Poll(s, entry.group().name()));
     RETURN_IF_ERROR(RefuseCapture(s, entry.group().name(), stream));
     ASSIGN_OR_RETURN(kernels::CudaCommView view, MakeView(entry, c, stream));
-    if (blas != nullptr) RETURN_IF_ERROR(MakeCublasHandle(s, blas));
+    if (plan == nullptr && c.call.matmul != nullptr) {
+      RETURN_IF_ERROR(MakeCublasHandle(s, entry.group().name()));
+    }
     if (plan == nullptr) {
       ASSIGN_OR_RETURN(void* scratch,
                        Scratch(s, reinterpret_cast<uintptr_t>(stream), ScratchBytes(view, c)));
