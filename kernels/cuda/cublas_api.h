@@ -3,7 +3,7 @@
 // driver: the SDK links no cuBLAS, so it still loads (and its host groups run) on machines
 // without a GPU or without cuBLAS, and only a CUDA group's first fused matmul needs it.
 //
-//   ASSIGN_OR_RETURN(const CublasApi* blas, Cublas());
+//   ASSIGN_OR_RETURN(const CublasApi* blas, Cublas(cu->driver_version));  // context current
 //   CUBLAS_RETURN_IF_ERROR(*blas, blas->set_stream(handle, stream));
 //
 // The library is $COMMD_CUBLAS_LIBRARY when set (a path or a soname), else chosen among
