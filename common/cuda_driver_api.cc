@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -109,6 +110,23 @@ std::string CudaDriverVersionText(int version) {
     if (b.version == version) absl::StrAppend(&text, " (R", b.branch, ")");
   }
   return text;
+}
+
+absl::Status CheckDriverServesRuntime(int driver_version, const std::string& library,
+                                      int runtime_version) {
+  const int needed = runtime_version / 1000 * 1000;
+  if (driver_version >= needed) return absl::OkStatus();
+  // The driver loaded, so it is at or above the floor: a build with the toolkit of its own
+  // major version serves it (kCudaDriverFloor's major at the least).
+  const int serving_major = std::max(driver_version, kCudaDriverFloor) / 1000;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the SDK was built with CUDA runtime ", AbiText(runtime_version),
+      ", which needs CUDA driver ", CudaDriverVersionText(needed),
+      " or newer; this node's driver is ", CudaDriverVersionText(driver_version), " (", library,
+      "): install a commd build made with the CUDA ", serving_major,
+      ".x toolkit (it serves drivers from ", CudaDriverVersionText(serving_major * 1000),
+      " on), or upgrade the NVIDIA driver to ", CudaDriverVersionText(needed),
+      " or newer (docs/operations.md \"The CUDA driver\")"));
 }
 
 std::string CudaUuidText(const CUuuid& uuid) {

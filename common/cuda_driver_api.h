@@ -113,6 +113,16 @@ absl::StatusOr<CudaDriverApi> LoadCudaDriver(const std::string& library);
 // pointer lives as long as the process. Thread-safe.
 absl::StatusOr<const CudaDriverApi*> CudaDriver();
 
+// Whether a CUDA runtime of `runtime_version` (CUDART_VERSION of the SDK's build: 13000 for
+// 13.0) runs on the driver of `driver_version` loaded from `library`. A runtime needs a driver
+// of its major version or newer (CUDA's minor version compatibility: any 13.x runtime runs on
+// a 13.0 driver, R580; any 12.x on 12.0, R525); the runtime itself refuses an older one with
+// cudaErrorInsufficientDriver at its first call. FAILED_PRECONDITION naming both versions and
+// what to install otherwise. The daemon links no runtime and never needs this; the SDK's
+// kernels do (statically linked cudart). Pure: no driver call.
+absl::Status CheckDriverServesRuntime(int driver_version, const std::string& library,
+                                      int runtime_version);
+
 // "12.2 (R535)": a driver API version as operators know it (the branch where known).
 std::string CudaDriverVersionText(int version);
 

@@ -103,6 +103,26 @@ TEST_P(CudaDriverVersionTest, EveryEntryPointResolves) {
 INSTANTIATE_TEST_SUITE_P(AtOrAboveFloor, CudaDriverVersionTest,
                          ::testing::Values(kCudaDriverFloor, 12020, 12040, 12080, 13000));
 
+// The SDK's runtime against the node's driver: a runtime needs a driver of its major version
+// (minor version compatibility), so a CUDA 13 build refuses the R535-R570 drivers the loader
+// accepts, naming both versions and what serves them.
+TEST(CheckDriverServesRuntimeTest, ARuntimeNeedsADriverOfItsMajorVersion) {
+  EXPECT_TRUE(CheckDriverServesRuntime(13000, "libcuda.so.1", 13000).ok());
+  EXPECT_TRUE(CheckDriverServesRuntime(13000, "libcuda.so.1", 13020).ok());  // minor: compatible
+  EXPECT_TRUE(CheckDriverServesRuntime(13020, "libcuda.so.1", 12080).ok());
+  EXPECT_TRUE(CheckDriverServesRuntime(12000, "libcuda.so.1", 12080).ok());
+  const absl::Status old = CheckDriverServesRuntime(12080, "libcuda.so.1", 13000);
+  EXPECT_EQ(old.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(old.message(),
+            "the SDK was built with CUDA runtime 13.0, which needs CUDA driver 13.0 (R580) or "
+            "newer; this node's driver is 12.8 (R570) (libcuda.so.1): install a commd build made "
+            "with the CUDA 12.x toolkit (it serves drivers from 12.0 (R525) on), or upgrade the "
+            "NVIDIA driver to 13.0 (R580) or newer (docs/operations.md \"The CUDA driver\")");
+  EXPECT_THAT(std::string(CheckDriverServesRuntime(12020, "/x/libcuda.so.1", 13010).message()),
+              HasSubstr("runtime 13.1, which needs CUDA driver 13.0 (R580) or newer; this node's "
+                        "driver is 12.2 (R535) (/x/libcuda.so.1)"));
+}
+
 TEST(CudaDriverVersionTextTest, NamesTheBranchWhereKnown) {
   EXPECT_EQ(CudaDriverVersionText(12020), "12.2 (R535)");
   EXPECT_EQ(CudaDriverVersionText(13000), "13.0 (R580)");

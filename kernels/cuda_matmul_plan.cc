@@ -51,6 +51,21 @@ bool FusedGemmToScratch(const FusedMatmulShape& s, int b) {
   return s.gather && s.element_size != sizeof(float) && FusedScaled(s, b);
 }
 
+FusedGemmOutput FusedGemmOutputOf(const FusedMatmulShape& s, int b) {
+  return !s.gather || FusedGemmToScratch(s, b) ? FusedGemmOutput::kFloat32
+                                               : FusedGemmOutput::kCallType;
+}
+
+size_t CublasWorkspaceBytes(int compute_capability_major) {
+  return (compute_capability_major >= 9 ? size_t{32} : size_t{4}) << 20;
+}
+
+FusedScratchLayout LayOutFusedScratch(size_t plan_scratch_bytes, size_t workspace_bytes) {
+  if (workspace_bytes == 0) return {0, plan_scratch_bytes};
+  const size_t offset = AlignUp(plan_scratch_bytes, kCublasWorkspaceAlign);
+  return {offset, offset + workspace_bytes};
+}
+
 FusedMatmulPlan PlanFusedMatmul(const FusedMatmulShape& s) {
   FusedMatmulPlan plan;
   const int w = s.world_size;

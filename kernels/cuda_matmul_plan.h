@@ -90,6 +90,28 @@ struct FusedMatmulPlan {
 bool FusedScaled(const FusedMatmulShape& shape, int b);
 bool FusedGemmToScratch(const FusedMatmulShape& shape, int b);
 
+// What B number `b`'s GEMMs write: the call's type (an unscaled, or fp32, all-gather + matmul
+// output), or fp32 (a scaled 16-bit all-gather + matmul's scratch; every matmul +
+// reduce-scatter partial product). Their operands are always the call's type. The two values
+// are every result type a fused GEMM has: warming cuBLAS (fused_matmul.h WarmCublas) runs one
+// GEMM of each per operand type.
+enum class FusedGemmOutput { kCallType, kFloat32 };
+FusedGemmOutput FusedGemmOutputOf(const FusedMatmulShape& shape, int b);
+
+// cuBLAS's recommended workspace for one stream (the cuBLAS guide, cublasSetWorkspace):
+// 32 MiB on compute capability 9.0 (Hopper) and newer, 4 MiB before (0 or unknown: 4 MiB).
+size_t CublasWorkspaceBytes(int compute_capability_major);
+
+// A fused matmul's per-stream scratch: the plan's fp32 scratch from offset 0, then that
+// stream's cuBLAS workspace (cublasSetWorkspace wants 256-byte alignment; cuMemAlloc's base
+// has it). Without a workspace, just the plan's scratch.
+inline constexpr size_t kCublasWorkspaceAlign = 256;
+struct FusedScratchLayout {
+  size_t workspace_offset = 0;
+  size_t total_bytes = 0;
+};
+FusedScratchLayout LayOutFusedScratch(size_t plan_scratch_bytes, size_t workspace_bytes);
+
 // The steps and offsets of one call; the shape is checked already (the SDK and the host
 // kernels' checks: rows, k, n in [1, 2^31 - 1], world_size | rows for reduce-scatter).
 FusedMatmulPlan PlanFusedMatmul(const FusedMatmulShape& shape);

@@ -154,6 +154,47 @@ TEST(CudaMatmulPlanTest, OffsetsAndScratch) {
   EXPECT_EQ(q.scratch_bytes, 0u);  // partial products are fp32 in the workspace
 }
 
+// Every GEMM's result type is one of the two FusedGemmOutput values, as the executor writes
+// it: fp32 for reduce-scatter's partial products and scaled 16-bit all-gather outputs (the
+// scratch), the call's type otherwise. (WarmCublas runs one GEMM per type and value.)
+TEST(CudaMatmulPlanTest, GemmOutputTypes) {
+  FusedMatmulShape s{.gather = true, .rows = 3, .k = 5, .element_size = 2, .ns = {7, 9}};
+  EXPECT_EQ(FusedGemmOutputOf(s, 0), FusedGemmOutput::kCallType);
+  s.col_scale_mask = 0b10;
+  EXPECT_EQ(FusedGemmOutputOf(s, 0), FusedGemmOutput::kCallType);
+  EXPECT_EQ(FusedGemmOutputOf(s, 1), FusedGemmOutput::kFloat32);
+  s.row_scale = true;
+  EXPECT_EQ(FusedGemmOutputOf(s, 0), FusedGemmOutput::kFloat32);
+  s.element_size = 4;  // fp32 scaled in place: the call's type, which is fp32
+  EXPECT_EQ(FusedGemmOutputOf(s, 0), FusedGemmOutput::kCallType);
+  s.gather = false;
+  s.ns = {7};
+  for (size_t e : {2, 4}) {
+    s.element_size = e;
+    s.row_scale = false;
+    s.col_scale_mask = 0;
+    EXPECT_EQ(FusedGemmOutputOf(s, 0), FusedGemmOutput::kFloat32) << e;
+  }
+}
+
+// Issue #36 fix 5: each stream's cuBLAS workspace lies in its scratch, after the plan's fp32
+// scratch, 256-byte aligned, of cuBLAS's recommended size.
+TEST(CudaMatmulPlanTest, CublasWorkspaceFollowsThePlansScratch) {
+  EXPECT_EQ(CublasWorkspaceBytes(0), size_t{4} << 20);
+  EXPECT_EQ(CublasWorkspaceBytes(8), size_t{4} << 20);
+  EXPECT_EQ(CublasWorkspaceBytes(9), size_t{32} << 20);
+  EXPECT_EQ(CublasWorkspaceBytes(10), size_t{32} << 20);
+  const FusedScratchLayout none = LayOutFusedScratch(1000, 0);
+  EXPECT_EQ(none.total_bytes, 1000u);
+  const FusedScratchLayout only = LayOutFusedScratch(0, 4096);
+  EXPECT_EQ(only.workspace_offset, 0u);
+  EXPECT_EQ(only.total_bytes, 4096u);
+  const FusedScratchLayout both = LayOutFusedScratch(1000, 4096);
+  EXPECT_EQ(both.workspace_offset, 1024u);
+  EXPECT_EQ(both.workspace_offset % kCublasWorkspaceAlign, 0u);
+  EXPECT_EQ(both.total_bytes, 1024u + 4096u);
+}
+
 TEST(CudaMatmulPlanTest, GridCoversTheElementsUpToItsCap) {
   EXPECT_EQ(FusedGridBlocks(0), 1);
   EXPECT_EQ(FusedGridBlocks(1), 1);

@@ -66,9 +66,14 @@ struct CudaGroupState {
   std::deque<Pending> pending ABSL_GUARDED_BY(mu);
   kernels::CounterSlots slots ABSL_GUARDED_BY(mu){kCountSlots};
   absl::Status failed ABSL_GUARDED_BY(mu);  // sticky: the group's CUDA buffers are unusable
-  // The fused matmuls' cuBLAS handle, made in `context` by the group's first one.
+  // The fused matmuls' cuBLAS handle, made in `context` by the group's first one, for every
+  // stream; each stream's workspace (cublas_workspace_bytes) lies in its scratch above.
   const kernels::CublasApi* blas = nullptr;
   cublasHandle_t cublas ABSL_GUARDED_BY(mu) = nullptr;
+  size_t cublas_workspace_bytes ABSL_GUARDED_BY(mu) = 0;
+  // The warming GEMMs' operands (kernels::WarmCublas), kept until `warmed` says they ran.
+  CUdeviceptr warm_operands ABSL_GUARDED_BY(mu) = 0;
+  CUevent warmed ABSL_GUARDED_BY(mu) = nullptr;
 };
 
 namespace {
@@ -195,9 +200,13 @@ kernels::FusedMatmulPlan MatmulPlan(const kernels::CudaCommView& v, const Collec
 }
 
 // Bytes of scratch `c` needs: the largest one-shot all-reduce (in place, as the SDK's are), or
-// a fused matmul's fp32 products of 16-bit scaled outputs.
-size_t ScratchBytes(const kernels::CudaCommView& v, const CheckedCall& c) {
-  if (c.call.matmul != nullptr) return MatmulPlan(v, c.call).scratch_bytes;
+// a fused matmul's fp32 products of 16-bit scaled outputs followed by the stream's cuBLAS
+// workspace of `workspace_bytes`.
+size_t ScratchBytes(const kernels::CudaCommView& v, const CheckedCall& c, size_t workspace_bytes) {
+  if (c.call.matmul != nullptr) {
+    return kernels::LayOutFusedScratch(MatmulPlan(v, c.call).scratch_bytes, workspace_bytes)
+        .total_bytes;
+  }
   if (c.algorithm != kernels::Algorithm::kOneShot) return 0;
   const CollectiveCall& call = c.call;
   if (call.kind == CollectiveOp::kAllReduce) {
@@ -377,7 +386,7 @@ struct SpanLaunch {
 absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e,
                      kernels::CudaCommView v, void* scratch, const SpanLaunch& span = {})
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  const kernels::CublasContext blas{s.blas, s.cublas};
+  const kernels::CublasContext blas{s.blas, s.cublas, s.cublas_workspace_bytes};
   const CollectiveOptions& o = *c.call.options;
   CUevent done = nullptr;
   CU_RETURN_IF_ERROR(s.api->event_create(&done, CU_EVENT_DISABLE_TIMING));
@@ -456,14 +465,53 @@ absl::Status RefuseCapture(CudaGroupState& s, const std::string& group, void* st
   return absl::OkStatus();
 }
 
-// The group's cuBLAS handle, made once in its context (current here) with the fused matmul
-// kernels loaded before any of them can spin on a peer (lazy loading; collectives.h).
-absl::Status MakeCublasHandle(CudaGroupState& s, const kernels::CublasApi* blas)
+// The group's cuBLAS handle, made once in its context (current here) before any of its fused
+// matmul steps is enqueued: the library chosen for this driver (kernels::Cublas), the fused
+// kernels loaded, and every cuBLAS GEMM type the fused calls use warmed on `stream`
+// (kernels::WarmCublas): lazy loading would otherwise load them while a wait kernel spins on
+// a peer (collectives.h). FAILED_PRECONDITION naming the group when no cuBLAS serves.
+absl::Status MakeCublasHandle(CudaGroupState& s, const std::string& group, void* stream)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (s.cublas != nullptr) return absl::OkStatus();
-  RETURN_IF_ERROR(kernels::PreloadFusedMatmulKernels());
-  s.blas = blas;
-  CUBLAS_RETURN_IF_ERROR(*blas, blas->create(&s.cublas));
+  if (s.cublas != nullptr && s.warmed != nullptr) return absl::OkStatus();
+  if (s.cublas == nullptr) {
+    absl::StatusOr<const kernels::CublasApi*> blas = kernels::Cublas(s.api->driver_version);
+    if (!blas.ok()) {
+      return absl::Status(blas.status().code(),
+                          absl::StrCat("group ", group, ": ", blas.status().message()));
+    }
+    RETURN_IF_ERROR(kernels::PreloadFusedMatmulKernels());
+    int major = 0;  // unknown: cuBLAS's smaller recommendation
+    if (s.api->device_get_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                    s.device) != CUDA_SUCCESS) {
+      major = 0;
+    }
+    CUBLAS_RETURN_IF_ERROR(**blas, (*blas)->create(&s.cublas));
+    s.blas = *blas;
+    s.cublas_workspace_bytes = kernels::CublasWorkspaceBytes(major);
+  }
+  if (s.warm_operands == 0) {
+    CU_RETURN_IF_ERROR(s.api->mem_alloc(&s.warm_operands, kernels::kWarmCublasBytes));
+  }
+  CUevent warmed = nullptr;
+  CU_RETURN_IF_ERROR(s.api->event_create(&warmed, CU_EVENT_DISABLE_TIMING));
+  absl::Status st =
+      kernels::WarmCublas({s.blas, s.cublas, 0}, reinterpret_cast<void*>(s.warm_operands),
+                          static_cast<cudaStream_t>(stream));
+  const CUresult recorded = s.api->event_record(warmed, static_cast<CUstream>(stream));
+  if (st.ok() && recorded != CUDA_SUCCESS) {
+    st = absl::InternalError(
+        absl::StrCat("cuEventRecord after warming cuBLAS: ", CuErrorText(recorded)));
+  }
+  if (recorded != CUDA_SUCCESS) {
+    s.api->event_destroy(warmed);  // the operands then stay until the group's context goes
+  } else {
+    if (s.warmed != nullptr) s.api->event_destroy(s.warmed);  // an earlier, failed warming's
+    s.warmed = warmed;
+  }
+  if (!st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrCat("group ", group, ": warming cuBLAS: ", st.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -488,16 +536,7 @@ class CudaBackend : public SpanBackend {
     const CollectiveOptions& options = *c.call.options;
     RETURN_IF_ERROR(CheckSupported(entry, options));
     if (span_ != nullptr) return RunSpanning(c, entry);
-    const kernels::CublasApi* blas = nullptr;
-    if (c.call.matmul != nullptr) {  // before anything is made or enqueued
-      absl::StatusOr<const kernels::CublasApi*> loaded = kernels::Cublas();
-      if (!loaded.ok()) {
-        return absl::Status(loaded.status().code(), absl::StrCat("group ", entry.group().name(),
-                                                                 ": ", loaded.status().message()));
-      }
-      blas = *loaded;
-    }
-    return Launch(c, entry, blas, nullptr);
+    return Launch(c, entry, nullptr);
   }
 
  private:
@@ -513,16 +552,16 @@ class CudaBackend : public SpanBackend {
       return agreed;
     }
     ASSIGN_OR_RETURN(const kernels::SpanPlan plan, span_->Plan(c));  // the same on every rank
-    absl::Status st = Launch(c, entry, nullptr, &plan);
+    absl::Status st = Launch(c, entry, &plan);
     if (!st.ok() && !absl::IsInvalidArgument(st) && !absl::IsAborted(st)) span_->Failed(st);
     return st;
   }
 
   // One call's bookkeeping on the device: the group's state and context, the deferred errors
-  // of earlier calls, the view and the scratch; then the kernels of `c`, or of a spanning
-  // group's `plan` with its NCCL steps. `blas`: the fused matmuls' cuBLAS, else null.
-  absl::Status Launch(const CheckedCall& c, CollectiveEntry& entry, const kernels::CublasApi* blas,
-                      const kernels::SpanPlan* plan) {
+  // of earlier calls, the view, the cuBLAS handle of a fused matmul (made before anything of
+  // the call is enqueued) and the scratch; then the kernels of `c`, or of a spanning group's
+  // `plan` with its NCCL steps.
+  absl::Status Launch(const CheckedCall& c, CollectiveEntry& entry, const kernels::SpanPlan* plan) {
     void* stream = c.call.options->cuda_stream;
     if (state_ == nullptr) {
       ASSIGN_OR_RETURN(state_, CreateCudaGroupState(device_, &entry.recorder_impl()));
@@ -534,10 +573,12 @@ class CudaBackend : public SpanBackend {
     RETURN_IF_ERROR(Poll(s, entry.group().name()));
     RETURN_IF_ERROR(RefuseCapture(s, entry.group().name(), stream));
     ASSIGN_OR_RETURN(kernels::CudaCommView view, MakeView(entry, c, stream));
-    if (blas != nullptr) RETURN_IF_ERROR(MakeCublasHandle(s, blas));
+    if (plan == nullptr && c.call.matmul != nullptr) {
+      RETURN_IF_ERROR(MakeCublasHandle(s, entry.group().name(), stream));
+    }
     if (plan == nullptr) {
-      ASSIGN_OR_RETURN(void* scratch,
-                       Scratch(s, reinterpret_cast<uintptr_t>(stream), ScratchBytes(view, c)));
+      ASSIGN_OR_RETURN(void* scratch, Scratch(s, reinterpret_cast<uintptr_t>(stream),
+                                              ScratchBytes(view, c, s.cublas_workspace_bytes)));
       return Enqueue(s, c, entry, view, scratch);
     }
     SpanLaunch span{.plan = plan,
@@ -567,6 +608,12 @@ void CudaGroupStateDeleter::operator()(CudaGroupState* s) const {
     absl::MutexLock lock(&s->mu);
     ContextScope scope(*s);
     while (!s->pending.empty()) RetireFront(*s, /*wait=*/true);
+    if (s->warmed != nullptr) {  // else the operands are left to the context: no event says
+                                 // whether the warming GEMMs ran
+      s->api->event_synchronize(s->warmed);
+      s->api->event_destroy(s->warmed);
+      if (s->warm_operands != 0) s->api->mem_free(s->warm_operands);
+    }
     if (s->cublas != nullptr) s->blas->destroy(s->cublas);
     for (CUdeviceptr scratch : s->scratch) {
       if (scratch != 0) s->api->mem_free(scratch);
@@ -585,6 +632,14 @@ absl::StatusOr<CudaGroupStatePtr> CreateCudaGroupState(int device, Recorder::Imp
                      " need a CUDA driver and that device (", cuda.summary, ")"));
   }
   ASSIGN_OR_RETURN(const CudaDriverApi* api, CudaDriver());
+  // The daemon (no runtime) accepts drivers from 12.0; the kernels' statically linked runtime
+  // needs its own major version. Said here, with both versions, rather than as the runtime's
+  // cudaErrorInsufficientDriver at the first kernel preload.
+  if (absl::Status st = CheckDriverServesRuntime(api->driver_version, api->library, CUDART_VERSION);
+      !st.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("collectives on CUDA buffers of device cuda:", device, ": ", st.message()));
+  }
   auto s = std::make_unique<CudaGroupState>();
   s->api = api;
   s->recorder = recorder;

@@ -33,7 +33,8 @@ struct CudaGroupStateDeleter {
 using CudaGroupStatePtr = std::unique_ptr<CudaGroupState, CudaGroupStateDeleter>;
 
 // The state of a group on CUDA device `device` whose NaN/Inf findings go to `recorder`.
-// FAILED_PRECONDITION naming why when there is no CUDA driver or device.
+// FAILED_PRECONDITION naming why when there is no CUDA driver or device, or when the driver is
+// older than the CUDA runtime the SDK was built with needs (CheckDriverServesRuntime).
 absl::StatusOr<CudaGroupStatePtr> CreateCudaGroupState(int device, Recorder::Impl* recorder);
 
 // The status a device-side wait's failure word (code << 16 | peer; code 1 aborted, 2 timed

@@ -128,10 +128,12 @@ __global__ void __launch_bounds__(kCudaThreads)
   if (!BlockBarrier(v)) return;
   const T* srcs[kCudaMaxWorldSize];
   for (int p = 0; p < v.world_size; ++p) srcs[p] = Staged<T>(v, p, a.offset);
-  T* dst = static_cast<T*>(a.in_place ? a.scratch : a.output);
+  // Peers read our staged input until the second barrier: an output that is that input gets
+  // the sum through scratch, after it; any other output (outside every data region) directly.
+  T* dst = static_cast<T*>(a.output_is_input ? a.scratch : a.output);
   ReduceRange<T, Op>(srcs, v.world_size, r.begin, r.end, dst, vec_ok);
   if (!BlockBarrier(v)) return;  // no peer reads our staged input any more
-  if (a.in_place) CopyRange<T>(dst, own, r.begin, r.end, vec_ok);
+  if (a.output_is_input) CopyRange<T>(dst, own, r.begin, r.end, vec_ok);
 }
 
 template <typename T, ReduceOp Op>

@@ -14,8 +14,10 @@
 // launch itself. A wait that fails on the device (abort word set, or a peer not arriving
 // within timeout_ns) writes (code << 16 | peer) to *error_word (code 1: aborted, 2: timed
 // out) and ends the kernel early; the caller reads the word after the stream completes.
-// Placement rules are the CPU path's (collectives.h), with one addition: a one-shot in-place
-// all-reduce needs `scratch`, count elements of device memory outside every data region.
+// Placement rules are the CPU path's (collectives.h), with one addition: a one-shot all-reduce
+// whose output is its input in this rank's data region needs `scratch`, count elements of
+// device memory outside every data region (peers read that input until the last barrier, so
+// the sum cannot be written over it before); with a separate output it needs none.
 //
 // Signal pads: each of the kCudaBlocks thread blocks synchronises on its own channel
 // (kernels/signal_layout.h), so pad_slots must be >= kCudaBlocks * world_size. Every launch
@@ -90,7 +92,10 @@ absl::Status PreloadCudaKernels();
 namespace cuda_internal {
 
 // A validated launch: `offset` is the staged input's byte offset in every data region;
-// `in_place` means the input already is this rank's staged copy. `collective` is the SDK's
+// `in_place` means the input already is this rank's staged copy; `output_is_input` that the
+// output is that very copy (an in-place all-reduce or broadcast in the data region: the
+// one-shot kernel then reduces into scratch and copies back after its last barrier; any
+// other output is written directly). `collective` is the SDK's
 // one enum (kBarrier, kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllToAll here),
 // `algorithm` picks one-shot or two-shot for kAllReduce.
 struct LaunchArgs {
@@ -102,6 +107,7 @@ struct LaunchArgs {
   size_t count;
   size_t offset;
   bool in_place;
+  bool output_is_input;
   DataType dtype;
   ReduceOp op;
   NanCheck nan_check;

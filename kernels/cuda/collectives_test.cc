@@ -1,10 +1,12 @@
-// CUDA collectives: argument checks (run everywhere, nothing is launched) and, where two GPUs
-// with peer access exist, a two-rank all-reduce in one process (one rank per device).
+// CUDA collectives: argument checks (run everywhere, nothing is launched), what a launch is
+// asked to do (run everywhere, the launch replaced at the CUDA runtime boundary) and, where two
+// GPUs with peer access exist, two-rank all-reduces in one process (one rank per device).
 #include "kernels/cuda/collectives.h"
 
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <ostream>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -49,7 +51,10 @@ TEST(CudaValidationTest, RejectsBadViewsAndArguments) {
   const absl::Status no_scratch =
       LaunchAllReduce(v, v.data[0], v.data[0], 16, DataType::kFloat32, ReduceOp::kSum,
                       Algorithm::kOneShot, NanCheck::kOff, nullptr, nullptr);
-  EXPECT_TRUE(absl::StrContains(no_scratch.message(), "scratch")) << no_scratch;
+  EXPECT_TRUE(absl::StrContains(no_scratch.message(),
+                                "output being the input in the data region needs scratch of "
+                                "count (16) elements"))
+      << no_scratch;
   const absl::Status into_peer =
       LaunchAllGather(v, in.data(), v.data[1], 16, DataType::kFloat32, NanCheck::kOff, nullptr);
   EXPECT_TRUE(absl::StrContains(into_peer.message(), "output overlaps rank 1")) << into_peer;
@@ -85,7 +90,80 @@ TEST(CudaValidationTest, BroadcastAndAllToAll) {
   EXPECT_TRUE(absl::StrContains(into_own.message(), "output overlaps rank 0")) << into_own;
 }
 
-TEST(CudaCollectivesTest, TwoGpuAllReduce) {
+// The launch replaced at the CUDA runtime boundary: what each all-reduce placement asks the
+// kernel to do.
+std::vector<cuda_internal::LaunchArgs>* g_launched = nullptr;
+cudaError_t RecordLaunch(const CudaCommView&, const cuda_internal::LaunchArgs& a, cudaStream_t) {
+  g_launched->push_back(a);
+  return cudaSuccess;
+}
+cudaError_t NoPreload() { return cudaSuccess; }
+
+class CudaLaunchArgsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_launched = &launched_;
+    cuda_internal::SetKernelRuntimeForTesting(&runtime_);
+  }
+  void TearDown() override {
+    cuda_internal::SetKernelRuntimeForTesting(nullptr);
+    g_launched = nullptr;
+  }
+  absl::Status OneShot(const void* in, void* out, void* scratch) {
+    return LaunchAllReduce(view_, in, out, 16, DataType::kFloat32, ReduceOp::kSum,
+                           Algorithm::kOneShot, NanCheck::kOff, scratch, nullptr);
+  }
+  const cuda_internal::KernelRuntime runtime_{&RecordLaunch, &NoPreload};
+  std::vector<cuda_internal::LaunchArgs> launched_;
+  const CudaCommView view_ = FakeView();
+};
+
+// Issue #36 fix 3: the input in the data region with a separate output is launched without
+// scratch and told to write the output; only an output that is the input goes through scratch.
+TEST_F(CudaLaunchArgsTest, OneShotWritesASeparateOutputAndNeedsScratchOnlyInPlace) {
+  std::byte* staged = view_.data[0] + 256;
+  std::vector<float> out(16), own(16);
+  ASSERT_TRUE(OneShot(staged, out.data(), nullptr).ok());
+  ASSERT_EQ(launched_.size(), 1u);
+  EXPECT_TRUE(launched_[0].in_place);
+  EXPECT_FALSE(launched_[0].output_is_input);
+  EXPECT_EQ(launched_[0].output, out.data());
+  EXPECT_EQ(launched_[0].offset, 256u);
+  EXPECT_EQ(launched_[0].scratch, nullptr);
+
+  float scratch[16];
+  ASSERT_TRUE(OneShot(staged, staged, scratch).ok());
+  ASSERT_EQ(launched_.size(), 2u);
+  EXPECT_TRUE(launched_[1].in_place);
+  EXPECT_TRUE(launched_[1].output_is_input);
+  EXPECT_EQ(launched_[1].scratch, scratch);
+
+  // Input and output the same ordinary buffer: staged by copy-in, written directly.
+  ASSERT_TRUE(OneShot(own.data(), own.data(), nullptr).ok());
+  ASSERT_EQ(launched_.size(), 3u);
+  EXPECT_FALSE(launched_[2].in_place);
+  EXPECT_FALSE(launched_[2].output_is_input);
+
+  // An output elsewhere in the data region is still refused: peers read it.
+  const absl::Status into_region = OneShot(staged, view_.data[0] + 1024, nullptr);
+  EXPECT_TRUE(absl::StrContains(into_region.message(), "output overlaps rank 0")) << into_region;
+  EXPECT_EQ(launched_.size(), 3u);
+}
+
+// Two ranks, one per device, in one process: all-reduce of rank + 1 (3 everywhere) with the
+// input at the start of each data region, written over it or to a separate device buffer.
+struct TwoGpuCase {
+  const char* name;
+  Algorithm algorithm;
+  bool separate_output;
+};
+
+void PrintTo(const TwoGpuCase& c, std::ostream* os) { *os << c.name; }
+
+class TwoGpuAllReduceTest : public ::testing::TestWithParam<TwoGpuCase> {};
+
+TEST_P(TwoGpuAllReduceTest, SumsIntoTheOutput) {
+  const TwoGpuCase& c = GetParam();
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 2) {
     GTEST_SKIP() << "needs two CUDA devices (found " << devices << ")";
@@ -95,16 +173,19 @@ TEST(CudaCollectivesTest, TwoGpuAllReduce) {
   cudaDeviceCanAccessPeer(&can10, 1, 0);
   if (!can01 || !can10) GTEST_SKIP() << "devices 0 and 1 lack peer access";
   constexpr int kWorld = 2;
-  constexpr size_t kCount = 1 << 20;
+  constexpr size_t kCount = 1 << 16;
   const size_t pad_bytes = SymmetricDataOffset(kWorld) * 8;  // room for kCudaBlocks channels
   std::byte* base[kWorld];
+  void* extra[kWorld];  // the separate output, or the in-place one-shot's scratch
   for (int d = 0; d < kWorld; ++d) {
     ASSERT_EQ(cudaSetDevice(d), cudaSuccess);
     cudaDeviceEnablePeerAccess(1 - d, 0);
     void* mem = nullptr;
     ASSERT_EQ(cudaMalloc(&mem, pad_bytes + kCount * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&extra[d], kCount * 4), cudaSuccess);
     base[d] = static_cast<std::byte*>(mem);
     ASSERT_EQ(cudaMemset(base[d], 0, pad_bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(extra[d], 0, kCount * 4), cudaSuccess);
     std::vector<float> host(kCount, static_cast<float>(d + 1));
     ASSERT_EQ(cudaMemcpy(base[d] + pad_bytes, host.data(), kCount * 4, cudaMemcpyHostToDevice),
               cudaSuccess);
@@ -120,20 +201,32 @@ TEST(CudaCollectivesTest, TwoGpuAllReduce) {
     }
     v.data_bytes = kCount * 4;
     v.pad_slots = pad_bytes / 4;
-    ASSERT_TRUE(LaunchAllReduce(v, v.data[d], v.data[d], kCount, DataType::kFloat32, ReduceOp::kSum,
-                                Algorithm::kTwoShot, NanCheck::kOff, nullptr, nullptr)
-                    .ok());
+    void* out = c.separate_output ? extra[d] : v.data[d];
+    void* scratch = c.separate_output ? nullptr : extra[d];
+    const absl::Status st =
+        LaunchAllReduce(v, v.data[d], out, kCount, DataType::kFloat32, ReduceOp::kSum, c.algorithm,
+                        NanCheck::kOff, scratch, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
   }
   for (int d = 0; d < kWorld; ++d) {
     ASSERT_EQ(cudaSetDevice(d), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<float> host(kCount);
-    ASSERT_EQ(cudaMemcpy(host.data(), base[d] + pad_bytes, kCount * 4, cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    const void* out = c.separate_output ? extra[d] : base[d] + pad_bytes;
+    ASSERT_EQ(cudaMemcpy(host.data(), out, kCount * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(host[i], 3.0f) << "device " << d << " " << i;
     cudaFree(base[d]);
+    cudaFree(extra[d]);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Placements, TwoGpuAllReduceTest,
+    ::testing::Values(TwoGpuCase{"TwoShotInPlace", Algorithm::kTwoShot, false},
+                      TwoGpuCase{"TwoShotSeparateOutput", Algorithm::kTwoShot, true},
+                      TwoGpuCase{"OneShotInPlace", Algorithm::kOneShot, false},
+                      TwoGpuCase{"OneShotSeparateOutput", Algorithm::kOneShot, true}),
+    [](const ::testing::TestParamInfo<TwoGpuCase>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace commd::kernels

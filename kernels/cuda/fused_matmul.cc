@@ -112,19 +112,18 @@ absl::Status Gemm(const Call& c, const FusedStep& st, const CublasContext& blas)
   const void* a_rows;
   void* out;
   size_t m = c.a.rows;
-  cudaDataType out_type = CudaType(c.a.dtype);
+  const cudaDataType out_type = FusedGemmOutputOf(c.shape, st.b) == FusedGemmOutput::kFloat32
+                                    ? CUDA_R_32F
+                                    : CudaType(c.a.dtype);
   if (c.a.gather) {
     a_rows = c.v.data[st.peer];
-    out = Bytes(b.out) + GatherOutputOffset(c.shape, st.peer, st.b);
-    if (FusedGemmToScratch(c.shape, st.b)) {
-      out = c.a.scratch;
-      out_type = CUDA_R_32F;
-    }
+    out = FusedGemmToScratch(c.shape, st.b)
+              ? c.a.scratch
+              : Bytes(b.out) + GatherOutputOffset(c.shape, st.peer, st.b);
   } else {
     m = c.plan.chunk_rows;
     a_rows = Bytes(c.a.a) + ReduceScatterRowsOffset(c.shape, st.peer);
     out = c.v.data[st.peer] + ReduceScatterSlotOffset(c.shape, c.v.rank);
-    out_type = CUDA_R_32F;
   }
   ASSIGN_OR_RETURN(const CublasGemm g,
                    ToCublas({.m = m, .n = b.n, .k = c.a.k, .lda = c.a.k, .ldb = b.n, .ldc = b.n}));
@@ -222,7 +221,21 @@ absl::Status EnqueueFusedMatmul(const CudaCommView& v, const CudaMatmulArgs& a,
   const FusedMatmulPlan plan = PlanFusedMatmul(shape);
   RETURN_IF_ERROR(Check(v, a, plan));
   const char* name = Name(a);
+  const FusedScratchLayout scratch = LayOutFusedScratch(plan.scratch_bytes, blas.workspace_bytes);
+  if (blas.workspace_bytes > 0 && a.scratch == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": needs ", scratch.total_bytes,
+                                                   " bytes of scratch for this stream's cuBLAS "
+                                                   "workspace"));
+  }
+  // The stream, then its own workspace: cublasSetStream has just reset the handle's workspace
+  // to cuBLAS's pool, shared by every stream of the handle (PyTorch keeps one workspace per
+  // handle and stream for the same reason).
   CUBLAS_RETURN_IF_ERROR(*blas.api, blas.api->set_stream(blas.handle, stream));
+  if (blas.workspace_bytes > 0) {
+    CUBLAS_RETURN_IF_ERROR(
+        *blas.api, blas.api->set_workspace(blas.handle, Bytes(a.scratch) + scratch.workspace_offset,
+                                           blas.workspace_bytes));
+  }
   const Call c{v, a, shape, plan};
   for (const FusedStep& st : plan.steps) {
     if (st.kind == FusedStepKind::kGemm) {
@@ -231,6 +244,29 @@ absl::Status EnqueueFusedMatmul(const CudaCommView& v, const CudaMatmulArgs& a,
       RETURN_IF_ERROR(Launch(v, KernelArgs(c, st), stream, name));
     }
     ++*enqueued;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WarmCublas(const CublasContext& blas, void* operands, cudaStream_t stream) {
+  constexpr size_t kMatrixBytes = kWarmCublasBytes / 3;
+  std::byte* a = Bytes(operands);
+  std::byte* b = a + kMatrixBytes;
+  std::byte* c = b + kMatrixBytes;
+  constexpr int d = kWarmGemmDim;
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_RETURN_IF_ERROR(*blas.api, blas.api->set_stream(blas.handle, stream));
+  for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16}) {
+    for (FusedGemmOutput output : {FusedGemmOutput::kCallType, FusedGemmOutput::kFloat32}) {
+      const cudaDataType out_type =
+          output == FusedGemmOutput::kFloat32 ? CUDA_R_32F : CudaType(type);
+      if (type == DataType::kFloat32 && output == FusedGemmOutput::kFloat32) continue;  // same
+      // The executor's call (Gemm) but for the shape: N, N, fp32 compute, default algorithm.
+      CUBLAS_RETURN_IF_ERROR(
+          *blas.api, blas.api->gemm_ex(blas.handle, CUBLAS_OP_N, CUBLAS_OP_N, d, d, d, &alpha, a,
+                                       CudaType(type), d, b, CudaType(type), d, &beta, c, out_type,
+                                       d, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
   }
   return absl::OkStatus();
 }

@@ -83,15 +83,37 @@ __global__ void WaitKernel(CudaCommView v, int peer) {
   WaitForSlot(v, v.pads[v.rank] + PadSlot(kFusedSignalChannel, peer, w), seq, peer);
 }
 
+// The sum of `x` over the block, in thread 0 (the other threads' results are partial): a
+// shuffle tree in each warp, then warp 0 sums the warps' totals from shared memory. Every
+// thread of the block must call it (it synchronises the block).
+static_assert(kFusedThreads % 32 == 0 && kFusedThreads <= 32 * 32,
+              "BlockSum: whole warps, at most one warp's worth of them");
+__device__ unsigned long long BlockSum(unsigned long long x) {
+  __shared__ unsigned long long warp_sums[kFusedThreads / 32];
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_down_sync(0xffffffffu, x, offset);
+  if (lane == 0) warp_sums[warp] = x;
+  __syncthreads();
+  if (warp != 0) return 0;
+  x = lane < blockDim.x / 32 ? warp_sums[lane] : 0;
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_down_sync(0xffffffffu, x, offset);
+  return x;
+}
+
 // Counts NaN/Inf in A (count elements) into the call's counter, and stages the row scales.
+// The counter is pinned host memory: one atomic per block (after BlockSum), not per thread,
+// as the collectives' copy-in does (collectives.cu CopyInRange).
 template <typename T>
-__global__ void PrepareKernel(CudaCommView v, FusedLaunchArgs a) {
+__global__ void __launch_bounds__(kFusedThreads) PrepareKernel(CudaCommView v, FusedLaunchArgs a) {
   const T* in = static_cast<const T*>(a.src);
   unsigned long long bad = 0;
   for (size_t i = GlobalThread(); i < a.count; i += GridThreads()) {
     bad += IsNonFinite(in[i]) ? 1 : 0;
   }
-  if (bad != 0 && v.nonfinite_count != nullptr) atomicAdd(v.nonfinite_count, bad);
+  if (a.count != 0 && v.nonfinite_count != nullptr) {  // the same for the whole block
+    bad = BlockSum(bad);
+    if (threadIdx.x == 0 && bad != 0) atomicAdd(v.nonfinite_count, bad);
+  }
   if (a.row_scale != nullptr) {
     for (size_t i = GlobalThread(); i < a.scale_rows; i += GridThreads()) {
       a.staged_scale[i] = a.row_scale[i];

@@ -8,8 +8,9 @@
 // rank makes the same arrivals on it, so its counts stay equal across ranks as the
 // collectives' per-block channels do.
 //
-//   ASSIGN_OR_RETURN(const CublasApi* blas, Cublas());
-//   RETURN_IF_ERROR(EnqueueFusedMatmul(view, args, {blas, handle}, stream, &enqueued));
+//   ASSIGN_OR_RETURN(const CublasApi* blas, Cublas(cu->driver_version));
+//   RETURN_IF_ERROR(EnqueueFusedMatmul(view, args, {blas, handle, CublasWorkspaceBytes(major)},
+//                                      stream, &enqueued));
 //
 // Asynchronous: returns once everything is enqueued. The view's error word receives a failed
 // wait (aborted, timed out) as for the collectives (kernels/cuda/collectives.h); its NaN/Inf
@@ -45,12 +46,19 @@ struct CudaMatmulArgs {
   void* gathered = nullptr;          // gather: (world * rows) x k, or null
   const void* a = nullptr;           // reduce-scatter: rows x k
   NanCheck nan_check = NanCheck::kOff;
-  void* scratch = nullptr;  // PlanFusedMatmul(FusedShapeOf(...)).scratch_bytes of device memory
+  // This stream's alone: LayOutFusedScratch(PlanFusedMatmul(FusedShapeOf(...)).scratch_bytes,
+  // the CublasContext's workspace_bytes).total_bytes of device memory (the fp32 products of
+  // scaled 16-bit outputs, then the stream's cuBLAS workspace).
+  void* scratch = nullptr;
 };
 
+// One handle serves every stream of a group; each call sets the handle's stream and then its
+// workspace, from the stream's scratch: cublasSetStream resets the workspace to cuBLAS's pool,
+// which every stream of the handle would share (GEMMs on two streams at once must not).
 struct CublasContext {
   const CublasApi* api = nullptr;
   cublasHandle_t handle = nullptr;  // made in the view's device's context
+  size_t workspace_bytes = 0;       // per stream (CublasWorkspaceBytes); 0: cuBLAS's pool
 };
 
 // The plan's input for this call on this view.
@@ -66,6 +74,19 @@ absl::Status EnqueueFusedMatmul(const CudaCommView& view, const CudaMatmulArgs& 
 // Loads the fused kernels into the current context, once per process (lazy loading would
 // otherwise load one while a wait kernel spins: kernels/cuda/collectives.h).
 absl::Status PreloadFusedMatmulKernels();
+
+// Loads the cuBLAS kernels of the fused GEMMs into the current context before any of them can
+// wait on a peer: one kWarmGemmDim-cubed GEMM per operand type (fp32, fp16, bf16) and result
+// type (FusedGemmOutput: the operands', fp32), enqueued on `stream` over `operands`
+// (kWarmCublasBytes of device memory the caller keeps until they ran), on cuBLAS's own
+// workspace pool. With lazy loading (CUDA 12.2's default) the first launch of a kernel loads
+// it and may wait for the context; the group's handle is warmed when it is made, before any of
+// its arrivals or waits is enqueued. cuBLAS may still pick another kernel for a product of
+// another shape: CUDA_MODULE_LOADING=EAGER loads everything at start (docs/operations.md).
+// Returns the first GEMM's failure, INTERNAL naming it.
+inline constexpr int kWarmGemmDim = 64;
+inline constexpr size_t kWarmCublasBytes = 3 * sizeof(float) * kWarmGemmDim * kWarmGemmDim;
+absl::Status WarmCublas(const CublasContext& blas, void* operands, cudaStream_t stream);
 
 namespace cuda_internal {
 

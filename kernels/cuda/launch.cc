@@ -35,7 +35,8 @@ bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return x < y + b_bytes && y < x + a_bytes;
 }
 
-// Fills offset/in_place and checks sizes and placement (rules of host/collectives.h).
+// Fills offset/in_place/output_is_input and checks sizes and placement (rules of
+// host/collectives.h).
 absl::Status Place(const CudaCommView& v, const char* name, size_t in_bytes, size_t out_bytes,
                    bool output_may_be_input, LaunchArgs* a) {
   if (!IsValid(a->dtype) || !IsValid(a->op)) {
@@ -55,13 +56,13 @@ absl::Status Place(const CudaCommView& v, const char* name, size_t in_bytes, siz
   const auto in = reinterpret_cast<uintptr_t>(a->input);
   a->in_place = in >= own && in + in_bytes <= own + v.data_bytes;
   a->offset = a->in_place ? in - own : 0;
+  a->output_is_input = output_may_be_input && a->in_place && a->output == a->input;
   for (int p = 0; p < v.world_size; ++p) {
     if (!a->in_place && Overlaps(a->input, in_bytes, v.data[p], v.data_bytes)) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, ": input overlaps rank ", p, "'s data region but is not in place"));
     }
-    const bool out_is_input = output_may_be_input && a->in_place && a->output == a->input;
-    if (!out_is_input && Overlaps(a->output, out_bytes, v.data[p], v.data_bytes)) {
+    if (!a->output_is_input && Overlaps(a->output, out_bytes, v.data[p], v.data_bytes)) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, ": output overlaps rank ", p, "'s data region"));
     }
@@ -80,8 +81,19 @@ absl::Status Launch(const CudaCommView& v, const LaunchArgs& a, cudaStream_t str
 
 LaunchArgs Args(CollectiveOp c, const void* input, void* output, size_t count, DataType dtype,
                 ReduceOp op, NanCheck nan_check, int root = 0) {
-  return LaunchArgs{c,  Algorithm::kTwoShot, input, output, nullptr, count, 0, false, dtype,
-                    op, nan_check,           root};
+  return LaunchArgs{.collective = c,
+                    .algorithm = Algorithm::kTwoShot,
+                    .input = input,
+                    .output = output,
+                    .scratch = nullptr,
+                    .count = count,
+                    .offset = 0,
+                    .in_place = false,
+                    .output_is_input = false,
+                    .dtype = dtype,
+                    .op = op,
+                    .nan_check = nan_check,
+                    .root = root};
 }
 
 // Which of input and output hold world_size x count elements.
@@ -131,8 +143,8 @@ absl::Status ValidateCudaCommView(const CudaCommView& v) {
 absl::Status LaunchBarrier(const CudaCommView& view, cudaStream_t stream) {
   RETURN_IF_ERROR(ValidateCudaCommView(view));
   return Launch(view,
-                LaunchArgs{CollectiveOp::kBarrier, Algorithm::kTwoShot, nullptr, nullptr, nullptr,
-                           0, 0, false, DataType::kFloat32, ReduceOp::kSum, NanCheck::kOff},
+                Args(CollectiveOp::kBarrier, nullptr, nullptr, 0, DataType::kFloat32,
+                     ReduceOp::kSum, NanCheck::kOff),
                 stream);
 }
 
@@ -142,23 +154,17 @@ absl::Status LaunchAllReduce(const CudaCommView& view, const void* input, void* 
   RETURN_IF_ERROR(ValidateCudaCommView(view));
   if (!IsValid(algorithm)) return absl::InvalidArgumentError("all_reduce: bad algorithm");
   if (count == 0) return absl::OkStatus();
-  LaunchArgs a{CollectiveOp::kAllReduce,
-               algorithm,
-               input,
-               output,
-               scratch,
-               count,
-               0,
-               false,
-               dtype,
-               op,
-               nan_check};
+  LaunchArgs a = Args(CollectiveOp::kAllReduce, input, output, count, dtype, op, nan_check);
+  a.algorithm = algorithm;
+  a.scratch = scratch;
   size_t bytes = 0;
   if (__builtin_mul_overflow(count, DataTypeSize(dtype), &bytes)) bytes = SIZE_MAX;
   RETURN_IF_ERROR(Place(view, "all_reduce", bytes, bytes, true, &a));
-  if (algorithm == Algorithm::kOneShot && a.in_place && scratch == nullptr) {
-    return absl::InvalidArgumentError(
-        "all_reduce: one-shot in place needs scratch of count elements");
+  if (algorithm == Algorithm::kOneShot && a.output_is_input && scratch == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all_reduce: one-shot with the output being the input in the data region needs scratch "
+        "of count (",
+        count, ") elements; a separate output needs none"));
   }
   return Launch(view, a, stream);
 }

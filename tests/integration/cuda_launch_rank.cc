@@ -13,8 +13,10 @@
 // With "parts", instead: two all-reduces as parts of one entry recorded by hand
 // (CollectiveOptions::part_of, PartsAreOneEntry); then prints "HOLDING" and waits for the
 // file RELEASE to exist, so that the test can read the rank's flight recorder.
+// With "status", instead: one all-reduce, printing "RUNTIME <CUDART_VERSION>" and
+// "STATUS <its status>" (the test reads what a driver older than the runtime is told).
 //
-//   cuda_launch_rank GROUP [parts RELEASE]
+//   cuda_launch_rank GROUP [parts RELEASE | status]
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
@@ -197,8 +199,9 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   const bool parts = argc == 4 && std::string(argv[2]) == "parts";
-  if (argc != 2 && !parts) {
-    std::fprintf(stderr, "usage: cuda_launch_rank GROUP [parts RELEASE]\n");
+  const bool status = argc == 3 && std::string(argv[2]) == "status";
+  if (argc != 2 && !parts && !status) {
+    std::fprintf(stderr, "usage: cuda_launch_rank GROUP [parts RELEASE | status]\n");
     return 2;
   }
   commd::kernels::cuda_internal::SetKernelRuntimeForTesting(&kFakeRuntime);
@@ -214,6 +217,12 @@ int main(int argc, char** argv) {
   if (!group.ok()) return Fail(group.status());
   auto buf = (*group)->AllocateSymmetric(1 << 16);
   if (!buf.ok()) return Fail(buf.status());
+  if (status) {
+    std::printf("RUNTIME %d\nSTATUS %s\n", CUDART_VERSION,
+                AllReduceOn(**group, **buf, 0x1000, 16).ToString().c_str());
+    std::fflush(stdout);
+    return 0;
+  }
   if (parts) {
     if (auto s = PartsAreOneEntry(**group, **buf); !s.ok()) return Fail(s);
     if (auto s = Hold(argv[3]); !s.ok()) return Fail(s);

@@ -10,7 +10,9 @@
 // spins), and the fake cublasGemmEx is a column-major
 // GEMM with cuBLAS's argument conventions. Every call is logged, and this rank checks:
 //   1. without cuBLAS (COMMD_CUBLAS_LIBRARY names a missing file) a fused matmul fails with
-//      FAILED_PRECONDITION naming the library, before anything is launched;
+//      FAILED_PRECONDITION naming the library, before anything is launched; with cuBLAS, the
+//      group's first fused matmul warms it (issue #36 fix 4): one GEMM of each operand type and
+//      result type the fused calls use, before the call's first step;
 //   2. all-gather + matmul (fp32, two Bs, row and column scales, the gathered A; then bf16
 //      with row scales, through the fp32 scratch): the arrival first, its own shard's GEMMs
 //      before any wait, then for each peer in ring order its wait before its GEMMs, each
@@ -23,7 +25,10 @@
 //      after it; the result against a float64 reference;
 //   4. a NaN in one rank's shard, checked, reaches that rank's control-block counters;
 //   5. a GEMM failing once the call's first steps are enqueued fails the group for good,
-//      saying how many of its steps were enqueued; later calls launch nothing.
+//      saying how many of its steps were enqueued; later calls launch nothing;
+//   6. (across 2 and 3) every GEMM of a call ran with a cuBLAS workspace of its stream's own,
+//      set after the stream (cublasSetStream resets it), streams 0x1000 and 0x2000 apart
+//      (issue #36 fix 5).
 // Prints "OK" and exits 0, or "ERROR <what>" and exits 1.
 //
 //   cuda_matmul_rank GROUP RANK WORLD
@@ -69,8 +74,19 @@ struct Call {
   void* out = nullptr;           // gemm: C; scale, gather, reduce: dst
   int m = 0, n = 0, kk = 0, lda = 0, ldb = 0, ldc = 0;
   cudaDataType c_type = CUDA_R_32F;
+  cudaDataType a_type = CUDA_R_32F;  // gemm: the operands'
 };
 std::vector<Call> calls;
+// cuBLAS's handle state as the fake keeps it: the stream, and the workspace set since (null:
+// cuBLAS's pool, which cublasSetStream goes back to). Each GEMM's is recorded.
+struct GemmPlace {
+  uintptr_t stream;
+  const void* workspace;
+  size_t workspace_bytes;
+};
+uintptr_t blas_stream = 0;
+GemmPlace blas_workspace{};
+std::vector<GemmPlace> gemm_places;
 int fail_gemm = -1;  // the GEMM (counted from 0 from when this is set) that fails; -1: none
 
 // --- the device, emulated on the host ------------------------------------------------------
@@ -184,7 +200,15 @@ cublasStatus_t FakeCreate(cublasHandle_t* h) {
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t FakeDestroy(cublasHandle_t) { return CUBLAS_STATUS_SUCCESS; }
-cublasStatus_t FakeSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t FakeSetStream(cublasHandle_t, cudaStream_t stream) {
+  blas_stream = reinterpret_cast<uintptr_t>(stream);
+  blas_workspace = {};  // as cuBLAS: back to its pool
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t FakeSetWorkspace(cublasHandle_t, void* workspace, size_t bytes) {
+  blas_workspace = {blas_stream, workspace, bytes};
+  return CUBLAS_STATUS_SUCCESS;
+}
 const char* FakeStatus(cublasStatus_t) { return "FAKE"; }
 cublasStatus_t FakeGemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                         int kk, const void* alpha, const void* x, cudaDataType xt, int lda,
@@ -195,7 +219,8 @@ cublasStatus_t FakeGemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t 
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   if (fail_gemm >= 0 && fail_gemm-- == 0) return CUBLAS_STATUS_EXECUTION_FAILED;
-  calls.push_back({"gemm", -1, x, y, c, m, n, kk, lda, ldb, ldc, ct});
+  calls.push_back({"gemm", -1, x, y, c, m, n, kk, lda, ldb, ldc, ct, xt});
+  gemm_places.push_back({blas_stream, blas_workspace.workspace, blas_workspace.workspace_bytes});
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < n; ++j) {
       float acc = 0;
@@ -216,6 +241,7 @@ k::CublasApi FakeCublas() {
   api.create = &FakeCreate;
   api.destroy = &FakeDestroy;
   api.set_stream = &FakeSetStream;
+  api.set_workspace = &FakeSetWorkspace;
   api.get_status_name = &FakeStatus;
   api.get_status_string = &FakeStatus;
   api.gemm_ex = &FakeGemm;
@@ -302,6 +328,60 @@ absl::Status NoCublas(commd::Group& g, commd::SymmetricBuffer& buf) {
   return Expect(calls.empty(), absl::StrCat("launched without cuBLAS: ", Log()));
 }
 
+std::string TypeName(cudaDataType t) {
+  return t == CUDA_R_32F ? "f32" : t == CUDA_R_16F ? "f16" : t == CUDA_R_16BF ? "bf16" : "?";
+}
+
+// The group's first fused matmul (on stream 0x1000) warmed cuBLAS before its first step: one
+// 64-cubed GEMM per operand and result type the fused calls use, on cuBLAS's own pool. They
+// are taken off the log.
+absl::Status WarmedFirst() {
+  const std::vector<std::string> want = {"f32->f32", "f16->f16", "f16->f32", "bf16->bf16",
+                                         "bf16->f32"};
+  std::vector<std::string> got;
+  for (size_t i = 0; i < calls.size() && i < want.size(); ++i) {
+    const Call& c = calls[i];
+    if (c.what != "gemm" || c.m != 64 || c.n != 64 || c.kk != 64) break;
+    got.push_back(TypeName(c.a_type) + "->" + TypeName(c.c_type));
+  }
+  if (got != want) {  // Log() empties the log: only for the message
+    return absl::InternalError(absl::StrCat("cuBLAS warmed with ", absl::StrJoin(got, " "),
+                                            "; want ", absl::StrJoin(want, " "),
+                                            " before the call: ", Log()));
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    RETURN_IF_ERROR(Expect(gemm_places[i].stream == 0x1000 && gemm_places[i].workspace == nullptr,
+                           "a warming GEMM not on the call's stream and cuBLAS's pool"));
+  }
+  calls.erase(calls.begin(), calls.begin() + static_cast<long>(want.size()));
+  gemm_places.erase(gemm_places.begin(), gemm_places.begin() + static_cast<long>(want.size()));
+  return absl::OkStatus();
+}
+
+// Every GEMM since the warming ran on a workspace of its stream's own (set after the stream),
+// and the workspaces of streams 0x1000 and 0x2000 do not overlap.
+absl::Status WorkspacePerStream() {
+  std::vector<GemmPlace> by_stream;  // one per stream
+  for (const GemmPlace& g : gemm_places) {
+    RETURN_IF_ERROR(Expect(g.workspace != nullptr && g.workspace_bytes >= (size_t{4} << 20),
+                           absl::StrCat("a GEMM on stream 0x", absl::Hex(g.stream),
+                                        " ran on cuBLAS's shared pool, or a small workspace (",
+                                        g.workspace_bytes, " bytes)")));
+    bool seen = false;
+    for (const GemmPlace& s : by_stream) {
+      if (s.stream != g.stream) continue;
+      seen = true;
+      RETURN_IF_ERROR(Expect(s.workspace == g.workspace, "one stream, two workspaces"));
+    }
+    if (!seen) by_stream.push_back(g);
+  }
+  RETURN_IF_ERROR(Expect(by_stream.size() == 2, absl::StrCat(by_stream.size(), " streams")));
+  const auto a = reinterpret_cast<uintptr_t>(by_stream[0].workspace);
+  const auto b = reinterpret_cast<uintptr_t>(by_stream[1].workspace);
+  return Expect(a + by_stream[0].workspace_bytes <= b || b + by_stream[1].workspace_bytes <= a,
+                "streams 0x1000 and 0x2000 share a cuBLAS workspace");
+}
+
 // The ring: own first, then rank + 1, rank + 2, ...
 std::vector<int> Ring(int rank, int world) {
   std::vector<int> order;
@@ -336,6 +416,7 @@ absl::Status AllGatherMatmulFp32(commd::Group& g, commd::SymmetricBuffer& buf) {
       buf, kRows, kK, commd::DataType::kFloat32,
       {{b0.data(), n0, out0.data(), cs.data()}, {b1.data(), n1, out1.data(), nullptr}}, rs.data(),
       gathered.data(), o));
+  RETURN_IF_ERROR(WarmedFirst());
   // The protocol, spelled out: B is cuBLAS's first operand (C^T = B^T A^T), the A rows are
   // the owner's buffer itself, and each shard's rows go to p * rows of each output.
   std::vector<std::string> want = {"prepare", "arrive"};
@@ -555,6 +636,7 @@ absl::Status Run(int rank, int world, const char* name) {
   RETURN_IF_ERROR(AllGatherMatmulFp32(*group, *buf));
   RETURN_IF_ERROR(AllGatherMatmulBf16(*group, *buf));
   RETURN_IF_ERROR(MatmulReduceScatterFp16(*group, *workspace));
+  RETURN_IF_ERROR(WorkspacePerStream());
   RETURN_IF_ERROR(NanCountedOnTheDevice(*group, *buf));
   RETURN_IF_ERROR(FailedGemmFailsTheGroup(*group, *buf));
   return absl::OkStatus();

@@ -309,6 +309,37 @@ TEST_F(CudaMemoryTest, CollectivesOnTheFakeDriverKeepScratchPerStreamAndFailPart
 #endif
 }
 
+// A rank on a driver older than the CUDA runtime the SDK was built with (the fake reporting
+// 12.8, R570, which the daemon's and the SDK's driver floor accept): its first collective fails
+// FAILED_PRECONDITION naming both versions and what to install, instead of the runtime's
+// cudaErrorInsufficientDriver at the kernels' preload.
+TEST_F(CudaMemoryTest, ADriverOlderThanTheSdksRuntimeIsNamedWithWhatToInstall) {
+#ifndef CUDA_LAUNCH_RANK
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (!StartDaemon({})) GTEST_SKIP() << "built without CUDA";
+  auto child = ChildProcess::Start({CUDA_LAUNCH_RANK, "old", "status"},
+                                   RankEnv("2", {"COMMD_FAKE_CUDA_DRIVER_VERSION=12080"}));
+  ASSERT_TRUE(child.ok()) << child.status();
+  auto result = (*child)->Wait(absl::Seconds(60));
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->exit_code, 0) << result->output;
+  if (result->output.find("RUNTIME 12") != std::string::npos) {
+    GTEST_SKIP() << "a CUDA 12.x build runs on every driver from 12.0: " << result->output;
+  }
+  EXPECT_THAT(result->output,
+              HasSubstr("STATUS FAILED_PRECONDITION: collectives on CUDA buffers of device cuda:0: "
+                        "the SDK was built with CUDA runtime 13."));
+  EXPECT_THAT(result->output,
+              HasSubstr(", which needs CUDA driver 13.0 (R580) or newer; this node's driver is "
+                        "12.8 (R570) ("));
+  EXPECT_THAT(result->output,
+              HasSubstr("install a commd build made with the CUDA 12.x toolkit (it serves drivers "
+                        "from 12.0 (R525) on), or upgrade the NVIDIA driver to 13.0 (R580) or "
+                        "newer"));
+#endif
+}
+
 // A collective on CUDA buffers recorded by hand and run as two all-reduce parts
 // (CollectiveOptions::part_of; cuda_launch_rank parts, launches replaced), between two
 // all-reduces of the rank's own: the rank's ring holds that one entry between theirs, with
