@@ -283,39 +283,35 @@ void ClusterStore::CommitBatch(const store::Namespace& ns, std::vector<Write> ba
   });
 }
 
-void ClusterStore::Apply(const store::Namespace& ns, const std::vector<std::string>& keys,
-                         const pb::TxnResponse& read, std::vector<Write> batch, int attempt,
-                         absl::Time deadline) {
-  // Each key as the read found it, then as the batch's writes leave it, in their order.
-  struct Key {
-    std::optional<std::string> value;
-    int64_t mod_revision = 0;  // 0: absent when read
-    bool changed = false;
-  };
-  std::map<std::string, Key> state;
+ClusterStore::BatchState ClusterStore::ReadBatch(const store::Namespace& ns,
+                                                 const std::vector<std::string>& keys,
+                                                 const pb::TxnResponse& read) const {
+  BatchState s;
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto& kvs = read.responses(static_cast<int>(i)).response_range().kvs();
-    Key& k = state[keys[i]];
+    KeyState& k = s.keys[keys[i]];
     if (!kvs.empty()) {
       k.value = kvs[0].value();
       k.mod_revision = kvs[0].mod_revision();
     }
   }
   const pb::RangeResponse& usage = read.responses(static_cast<int>(keys.size())).response_range();
-  Usage job, uid, node;
-  int64_t node_usage_revision = 0;
   for (const auto& kv : usage.kvs()) {
     const Usage u = ParseUsage(kv.value());
-    uid += u;
-    if (JobOfUsageKey(ns.first, kv.key()) == ns.second) job += u;
+    s.uid += u;
+    if (JobOfUsageKey(ns.first, kv.key()) == ns.second) s.job += u;
     if (kv.key() == UsageKey(ns)) {
-      node = u;
-      node_usage_revision = kv.mod_revision();
+      s.node = u;
+      s.node_usage_revision = kv.mod_revision();
     }
   }
-  Usage added;
+  return s;
+}
+
+void ClusterStore::ComputeWrites(const store::Namespace& ns, BatchState& s,
+                                 std::vector<Write>& batch) const {
   for (Write& w : batch) {
-    Key& k = state[w.key];
+    KeyState& k = s.keys[w.key];
     const std::string* current = k.value.has_value() ? &*k.value : nullptr;
     w.result = w.compute(current);
     if (!w.result.ok() || w.result->kind == Change::kKeep) continue;
@@ -324,8 +320,8 @@ void ClusterStore::Apply(const store::Namespace& ns, const std::vector<std::stri
     Usage delta;
     const int64_t old_bytes = current == nullptr ? 0 : w.key.size() + current->size();
     if (change.kind == Change::kPut) {
-      if (absl::Status s = store::CheckStoreValue(limits_, change.value); !s.ok()) {
-        w.result = s;
+      if (absl::Status st = store::CheckStoreValue(limits_, change.value); !st.ok()) {
+        w.result = st;
         continue;
       }
       delta.keys = current == nullptr ? 1 : 0;
@@ -334,11 +330,11 @@ void ClusterStore::Apply(const store::Namespace& ns, const std::vector<std::stri
       delta.keys = current == nullptr ? 0 : -1;
       delta.bytes = -old_bytes;
     }
-    if (absl::Status s = CheckLimits(ns, job + added, uid + added, delta); !s.ok()) {
-      w.result = s;
+    if (absl::Status st = CheckLimits(ns, s.job + s.added, s.uid + s.added, delta); !st.ok()) {
+      w.result = st;
       continue;
     }
-    added += delta;
+    s.added += delta;
     k.changed = true;
     if (change.kind == Change::kPut) {
       k.value = change.value;
@@ -346,6 +342,13 @@ void ClusterStore::Apply(const store::Namespace& ns, const std::vector<std::stri
       k.value.reset();
     }
   }
+}
+
+void ClusterStore::Apply(const store::Namespace& ns, const std::vector<std::string>& keys,
+                         const pb::TxnResponse& read, std::vector<Write> batch, int attempt,
+                         absl::Time deadline) {
+  BatchState s = ReadBatch(ns, keys, read);
+  ComputeWrites(ns, s, batch);
   int64_t lease;
   {
     absl::MutexLock lock(&mu_);
@@ -357,7 +360,7 @@ void ClusterStore::Apply(const store::Namespace& ns, const std::vector<std::stri
   // compared: the limits may be overshot by what other nodes commit at the same time
   // (docs/cluster.md, "Limits"), and no writer of the uid waits for another's.
   pb::TxnRequest txn;
-  for (const auto& [key, k] : state) {
+  for (const auto& [key, k] : s.keys) {
     if (!k.changed) continue;
     pb::Compare* unmoved = txn.add_compare();
     unmoved->set_key(StoreKey(ns, key));
@@ -378,10 +381,10 @@ void ClusterStore::Apply(const store::Namespace& ns, const std::vector<std::stri
   own->set_key(UsageKey(ns));
   own->set_target(pb::Compare::MOD);
   own->set_result(pb::Compare::EQUAL);
-  own->set_mod_revision(node_usage_revision);
+  own->set_mod_revision(s.node_usage_revision);
   pb::PutRequest* put_usage = txn.add_success()->mutable_request_put();
   put_usage->set_key(UsageKey(ns));
-  put_usage->set_value(absl::StrCat(node.keys + added.keys, " ", node.bytes + added.bytes));
+  put_usage->set_value(absl::StrCat(s.node.keys + s.added.keys, " ", s.node.bytes + s.added.bytes));
   put_usage->set_lease(lease);
   cluster_->etcd().Txn(txn, [this, ns, lease, batch = std::move(batch), attempt,
                              deadline](absl::StatusOr<pb::TxnResponse> r) mutable {

@@ -132,8 +132,25 @@ class ClusterStore {
   // Reads the batch's keys and the uid's usage, then Apply.
   void CommitBatch(const store::Namespace& ns, std::vector<Write> batch, int attempt,
                    absl::Time deadline);
-  // Computes each write in order against the read, checks the limits, and writes the changes
-  // unless another node changed one of the keys since the read (then reads again).
+  // A batch's keys as the read found them and then as its writes leave them, and the usage.
+  struct KeyState {
+    std::optional<std::string> value;
+    int64_t mod_revision = 0;  // 0: absent when read
+    bool changed = false;
+  };
+  struct BatchState {
+    std::map<std::string, KeyState> keys;
+    Usage job, uid, node;  // as read: the job's and the uid's sums, this node's own key
+    int64_t node_usage_revision = 0;
+    Usage added;  // by the batch's writes that passed the limits
+  };
+  BatchState ReadBatch(const store::Namespace& ns, const std::vector<std::string>& keys,
+                       const pb::TxnResponse& read) const;
+  // Computes each write in order against `s`, checking the limits; the result of each is kept
+  // in its Write, and `s` follows the writes that passed.
+  void ComputeWrites(const store::Namespace& ns, BatchState& s, std::vector<Write>& batch) const;
+  // Computes the batch against the read and writes its changes unless another node changed
+  // one of the keys since the read (then reads again).
   void Apply(const store::Namespace& ns, const std::vector<std::string>& keys,
              const pb::TxnResponse& read, std::vector<Write> batch, int attempt,
              absl::Time deadline);
