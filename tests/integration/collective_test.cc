@@ -652,9 +652,13 @@ TEST_F(CollectiveTest, CudaAbortMidKernelOnTwoGpus) {
 TEST_F(CollectiveTest, CudaAllReduceFiguresOnGpus) {
   COMMD_NEED_GPUS(2);
   Restart("collectives { one_shot_max_read_bytes: 131072 }\n");
-  // One rank per GPU, at most 8; on one GPU, two ranks sharing it.
+  // One rank per GPU, at most 8, whatever the ranks per GPU of the other tests (NCCL's figures
+  // in the same run are one rank per GPU); on one GPU, two ranks sharing it.
   const int gpus = ProbeCudaDriver().device_count;
+  const std::string per_gpu = std::to_string(RanksPerGpu());
+  ::setenv("COMMD_GPU_RANKS_PER_GPU", gpus == 1 ? "2" : "1", 1);
   auto ranks = Start(gpus == 1 ? 2 : std::min(gpus, 8), "cuda_bench");
+  ::setenv("COMMD_GPU_RANKS_PER_GPU", per_gpu.c_str(), 1);  // the rank processes have theirs
   for (auto& r : ranks) {
     auto result = r->Wait(absl::Minutes(3));
     ASSERT_TRUE(result.ok()) << result.status();
