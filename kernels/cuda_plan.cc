@@ -46,6 +46,24 @@ int CounterSlots::Take() {
   return -1;
 }
 
+ResidentGrid GridForSharedDevice(int resident_blocks, int ranks_on_device, int kernels_per_rank,
+                                 int max_blocks) {
+  ResidentGrid g{0, 0, false};
+  if (resident_blocks <= 0 || ranks_on_device <= 0 || kernels_per_rank <= 0 || max_blocks <= 0) {
+    return g;
+  }
+  g.kernels = ranks_on_device * kernels_per_rank;
+  const int fit = resident_blocks / g.kernels;
+  g.blocks = fit < max_blocks ? fit : max_blocks;
+  g.capped = g.blocks < max_blocks;
+  return g;
+}
+
+int MaxRanksOnDevice(int resident_blocks, int blocks, int kernels_per_rank) {
+  if (resident_blocks <= 0 || blocks <= 0 || kernels_per_rank <= 0) return 0;
+  return resident_blocks / (blocks * kernels_per_rank);
+}
+
 bool LaunchFailureDesyncs(int enqueued, const absl::Status& failure) {
   if (failure.ok()) return false;
   if (enqueued > 0) return true;

@@ -116,6 +116,32 @@ class CounterSlots {
   size_t next_ = 0;
 };
 
+// Several ranks on one GPU (issue #36): every kernel of a collective spins at barriers on
+// its peers' kernels of the same collective, block b on block b. When ranks share a device
+// and their kernels run at once (MPS, or several streams of one process), a block spinning on
+// SMs that a peer's not-yet-resident block needs would wait forever; so every rank's grid
+// must be resident together. Given what the occupancy API says for the launch
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor x SM count = `resident_blocks` of the
+// device) and how many commd kernels may be in flight on it at once (`ranks_on_device` x
+// `kernels_per_rank`, e.g. 2 for two streams), the largest grid, at most `max_blocks`, that
+// lets all of them be resident together; 0 when not even one block per kernel fits. Without
+// MPS the kernels of different processes are time-sliced, never co-resident: the driver's
+// compute preemption swaps the spinning context out, so waits still end (a barrier then
+// costs up to a time slice per rank on the device), and this bound is what MPS needs.
+// The grid must be the same on every rank of a group (block b pairs with block b), so the
+// caller passes the group's largest `ranks_on_device` and its smallest `resident_blocks`.
+struct ResidentGrid {
+  int blocks;   // per kernel: min(max_blocks, resident_blocks / kernels), 0 if none fit
+  int kernels;  // ranks_on_device x kernels_per_rank
+  bool capped;  // blocks < max_blocks: residency, not max_blocks, set the grid
+};
+ResidentGrid GridForSharedDevice(int resident_blocks, int ranks_on_device, int kernels_per_rank,
+                                 int max_blocks);
+
+// The largest number of ranks one device takes with every kernel resident at `blocks` each
+// (for messages and `commctl`): resident_blocks / (blocks x kernels_per_rank).
+int MaxRanksOnDevice(int resident_blocks, int blocks, int kernels_per_rank);
+
 // Whether a collective that failed with `failure` after `enqueued` of its kernels were on the
 // stream leaves this rank's barrier counts apart from its peers' (the group must then fail
 // for good): yes once any kernel was enqueued (a coalesced call failing at tensor k > 0), and

@@ -171,5 +171,40 @@ TEST(CudaPlanTest, WhichLaunchFailuresDesynchroniseTheGroup) {
   EXPECT_TRUE(LaunchFailureDesyncs(3, absl::InternalError("cuEventRecord")));
 }
 
+// Every kernel on a shared device resident at once: the sum of the grids never exceeds what the
+// device holds, the grid is the largest that does (up to the cap), and 0 says "does not fit".
+TEST(CudaPlanTest, GridsOfRanksSharingADeviceAreResidentTogether) {
+  // H200: 132 SMs; 16 blocks x 512 threads, 2 resident per SM -> 264.
+  EXPECT_EQ(GridForSharedDevice(264, 1, 1, 16).blocks, 16);
+  EXPECT_FALSE(GridForSharedDevice(264, 8, 1, 16).capped);   // 8 x 16 = 128 <= 264
+  EXPECT_EQ(GridForSharedDevice(264, 8, 2, 16).blocks, 16);  // two streams: 256 <= 264
+  const ResidentGrid crowded = GridForSharedDevice(264, 8, 4, 16);
+  EXPECT_EQ(crowded.kernels, 32);
+  EXPECT_EQ(crowded.blocks, 8);
+  EXPECT_TRUE(crowded.capped);
+  // A small GPU (40 SMs, 1 resident block each) with 8 ranks: 5 blocks each.
+  EXPECT_EQ(GridForSharedDevice(40, 8, 1, 16).blocks, 5);
+  EXPECT_EQ(GridForSharedDevice(7, 8, 1, 16).blocks, 0);  // not one block each
+  EXPECT_EQ(GridForSharedDevice(0, 1, 1, 16).blocks, 0);
+  EXPECT_EQ(GridForSharedDevice(264, 0, 1, 16).blocks, 0);
+  for (int resident = 1; resident <= 300; resident += 7) {
+    for (int ranks = 1; ranks <= 16; ++ranks) {
+      for (int k = 1; k <= 3; ++k) {
+        const ResidentGrid g = GridForSharedDevice(resident, ranks, k, 16);
+        ASSERT_LE(g.blocks * g.kernels, resident) << resident << " " << ranks << " " << k;
+        ASSERT_LE(g.blocks, 16);
+        if (g.blocks < 16) {
+          ASSERT_GT((g.blocks + 1) * g.kernels, resident);
+        }
+        EXPECT_EQ(g.capped, g.blocks < 16);
+      }
+    }
+  }
+  EXPECT_EQ(MaxRanksOnDevice(264, 16, 1), 16);
+  EXPECT_EQ(MaxRanksOnDevice(264, 16, 2), 8);
+  EXPECT_EQ(MaxRanksOnDevice(100, 16, 1), 6);
+  EXPECT_EQ(MaxRanksOnDevice(100, 0, 1), 0);
+}
+
 }  // namespace
 }  // namespace commd::kernels

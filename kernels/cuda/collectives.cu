@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/algorithm.h"
 #include "kernels/cuda/collectives.h"
@@ -310,6 +311,41 @@ cudaError_t PreloadTyped() {
   return cudaSuccess;
 }
 
+// The fewest resident blocks per SM over `kernels`, folded into *least.
+cudaError_t FoldOccupancy(std::initializer_list<const void*> kernels, int* least) {
+  for (const void* f : kernels) {
+    int blocks = 0;
+    const cudaError_t err =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, kCudaThreads, 0);
+    if (err != cudaSuccess) return err;
+    if (blocks < *least) *least = blocks;
+  }
+  return cudaSuccess;
+}
+
+template <typename T, ReduceOp Op>
+cudaError_t OccupancyTypedOp(int* least) {
+  return FoldOccupancy({reinterpret_cast<const void*>(&OneShotKernel<T, Op>),
+                        reinterpret_cast<const void*>(&TwoShotKernel<T, Op>),
+                        reinterpret_cast<const void*>(&ReduceScatterKernel<T, Op>)},
+                       least);
+}
+
+template <typename T>
+cudaError_t OccupancyTyped(int* least) {
+  cudaError_t err = FoldOccupancy({reinterpret_cast<const void*>(&AllGatherKernel<T>),
+                                   reinterpret_cast<const void*>(&BroadcastKernel<T>),
+                                   reinterpret_cast<const void*>(&AllToAllKernel<T>),
+                                   reinterpret_cast<const void*>(&CountNonFiniteKernel<T>)},
+                                  least);
+  for (cudaError_t e :
+       {OccupancyTypedOp<T, ReduceOp::kSum>(least), OccupancyTypedOp<T, ReduceOp::kAvg>(least),
+        OccupancyTypedOp<T, ReduceOp::kMin>(least), OccupancyTypedOp<T, ReduceOp::kMax>(least)}) {
+    if (err == cudaSuccess) err = e;
+  }
+  return err;
+}
+
 }  // namespace
 
 cudaError_t LaunchKernel(const CudaCommView& view, const LaunchArgs& args, cudaStream_t stream) {
@@ -344,6 +380,18 @@ cudaError_t PreloadKernels() {
                         PreloadTyped<int32_t>(), PreloadTyped<int64_t>()}) {
     if (err == cudaSuccess) err = e;
   }
+  return err;
+}
+
+cudaError_t MinResidentBlocksPerSm(int* blocks_per_sm) {
+  int least = 1 << 30;
+  cudaError_t err = FoldOccupancy({reinterpret_cast<const void*>(&BarrierKernel)}, &least);
+  for (cudaError_t e : {OccupancyTyped<float>(&least), OccupancyTyped<Half>(&least),
+                        OccupancyTyped<BFloat16>(&least), OccupancyTyped<int32_t>(&least),
+                        OccupancyTyped<int64_t>(&least)}) {
+    if (err == cudaSuccess) err = e;
+  }
+  *blocks_per_sm = err == cudaSuccess ? least : 0;
   return err;
 }
 

@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "client/include/commd/collective_op.h"
 #include "kernels/algorithm.h"
 #include "kernels/types.h"
@@ -89,6 +90,12 @@ absl::Status LaunchCountNonFinite(const CudaCommView& view, const void* input, s
 // CUDA error otherwise; later calls return the first answer.
 absl::Status PreloadCudaKernels();
 
+// Blocks of the collective kernels the current device holds resident at once: its SM count x
+// the fewest resident blocks per SM of any instantiation. The `resident_blocks` that
+// GridForSharedDevice (kernels/cuda_plan.h) takes when ranks share the device (docs/
+// gpu-testing.md "Several ranks on one GPU"). INTERNAL naming the CUDA error.
+absl::StatusOr<int> ResidentCollectiveBlocks();
+
 namespace cuda_internal {
 
 // A validated launch: `offset` is the staged input's byte offset in every data region;
@@ -133,6 +140,10 @@ void SetKernelRuntimeForTesting(const KernelRuntime* runtime);
 cudaError_t LaunchKernel(const CudaCommView& view, const LaunchArgs& args, cudaStream_t stream);
 // cudaFuncGetAttributes on every instantiation (collectives.cu says why).
 cudaError_t PreloadKernels();
+// The fewest blocks per SM of kCudaThreads that any kernel instantiation keeps resident on
+// the current device (cudaOccupancyMaxActiveBlocksPerMultiprocessor, no dynamic shared
+// memory), into *blocks_per_sm.
+cudaError_t MinResidentBlocksPerSm(int* blocks_per_sm);
 
 }  // namespace cuda_internal
 }  // namespace commd::kernels

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <cstring>
 #include <ostream>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "common/symmetric_layout.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda_plan.h"
 #include "kernels/signal_layout.h"
 
 namespace commd::kernels {
@@ -148,6 +150,27 @@ TEST_F(CudaLaunchArgsTest, OneShotWritesASeparateOutputAndNeedsScratchOnlyInPlac
   const absl::Status into_region = OneShot(staged, view_.data[0] + 1024, nullptr);
   EXPECT_TRUE(absl::StrContains(into_region.message(), "output overlaps rank 0")) << into_region;
   EXPECT_EQ(launched_.size(), 3u);
+}
+
+// Several ranks on one GPU (issue #36): what the device holds resident of the collective
+// kernels, and whether 8 ranks' kernels (1 and 2 streams each) are resident at once at
+// kCudaBlocks each, the bound that matters under MPS (docs/gpu-testing.md). One rank's grid
+// must fit; the rest is printed for the first run's record.
+TEST(CudaResidencyTest, ResidentBlocksOfTheKernelsOnAGpu) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
+    GTEST_SKIP() << "needs a CUDA device";
+  }
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const absl::StatusOr<int> resident = ResidentCollectiveBlocks();
+  ASSERT_TRUE(resident.ok()) << resident.status();
+  EXPECT_GE(*resident, kCudaBlocks);
+  for (int streams : {1, 2}) {
+    const ResidentGrid g = GridForSharedDevice(*resident, 8, streams, kCudaBlocks);
+    std::printf("BENCH commd resident_blocks %d; 8 ranks x %d stream(s): %d blocks each%s\n",
+                *resident, streams, g.blocks,
+                g.capped ? " (fewer than the grid: not under MPS)" : "");
+  }
 }
 
 // Two ranks, one per device, in one process: all-reduce of rank + 1 (3 everywhere) with the

@@ -260,6 +260,20 @@ absl::Status PreloadCudaKernels() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> ResidentCollectiveBlocks() {
+  int device = -1, sms = 0, per_sm = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cuda_internal::MinResidentBlocksPerSm(&per_sm);
+  if (err != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("resident blocks of the collective kernels on device ",
+                                            device, ": ", cudaGetErrorName(err), ": ",
+                                            cudaGetErrorString(err)));
+  }
+  return sms * per_sm;
+}
+
 namespace cuda_internal {
 
 const KernelRuntime& CurrentKernelRuntime() { return *g_runtime; }

@@ -608,15 +608,16 @@ void CudaOn(Run& run, int device) {
   cudaStreamDestroy(stream);
 }
 
-void Cuda(Run& run) { CudaOn(run, run.args.rank); }
+void Cuda(Run& run) { CudaOn(run, GpuOfRank(run.args.rank)); }
 
-// Every rank sees only its own GPU, as cuda:0 (CUDA_VISIBLE_DEVICES set by RemappedGpu).
+// Every rank sees only its GPU (shared when ranks share one), as cuda:0 (CUDA_VISIBLE_DEVICES set
+// by RemappedGpu).
 void CudaRemapped(Run& run) { CudaOn(run, 0); }
 
 // In-place one-shot all-reduces of two allocations (in, out) on two streams, enqueued back to
 // back so they may run at once: each stream must have its own scratch.
 void CudaTwoStreams(Run& run) {
-  CudaCheck(run, "set device", cudaSetDevice(run.args.rank));
+  CudaCheck(run, "set device", cudaSetDevice(GpuOfRank(run.args.rank)));
   cudaStream_t streams[2];
   commd::SymmetricBuffer* bufs[2] = {&run.in, &run.out};
   uint64_t tags[2];
@@ -651,7 +652,7 @@ void CudaTwoStreams(Run& run) {
 // device wait reads the abort word) and the group's next call says ABORTED.
 void CudaAbortMidKernel(Run& run) {
   if (run.args.rank != 1) return;
-  CudaCheck(run, "set device", cudaSetDevice(1));
+  CudaCheck(run, "set device", cudaSetDevice(GpuOfRank(1)));
   cudaStream_t stream;
   CudaCheck(run, "stream", cudaStreamCreate(&stream));
   commd::CollectiveOptions o;
@@ -689,7 +690,7 @@ double TimeOnStream(Run& run, cudaStream_t stream, int iters, Call call) {
 // all-reduce bus bandwidth (nccl-tests' busbw: 2 (n-1)/n x bytes / time), fp32 sum, printed
 // by rank 0 as "BENCH commd <what> <value>" (never asserted).
 void CudaBench(Run& run) {
-  CudaCheck(run, "set device", cudaSetDevice(run.args.rank));
+  CudaCheck(run, "set device", cudaSetDevice(GpuOfRank(run.args.rank)));
   cudaStream_t stream;
   CudaCheck(run, "stream", cudaStreamCreate(&stream));
   commd::CollectiveOptions o;
@@ -732,10 +733,10 @@ void CheckOffPolicyFail(commd::GroupOptions& o) {
   o.nan_check = commd::GroupOptions::NanCheck::kOff;
   o.nan_policy = commd::GroupOptions::NanPolicy::kFail;
 }
-void OwnGpu(commd::GroupOptions& o) { o.device = commd::Device::Cuda(o.rank); }
-// Before anything loads the driver: this process sees only GPU `rank`, as its cuda:0.
+void OwnGpu(commd::GroupOptions& o) { o.device = commd::Device::Cuda(GpuOfRank(o.rank)); }
+// Before anything loads the driver: this process sees only its rank's GPU, as its cuda:0.
 void RemappedGpu(commd::GroupOptions& o) {
-  ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(o.rank).c_str(), 1);
+  ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(GpuOfRank(o.rank)).c_str(), 1);
   o.device = commd::Device::Cuda(0);
 }
 

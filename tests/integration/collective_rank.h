@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,15 @@ namespace collective_rank {
 
 using commd::DataType;
 using commd::ReduceOp;
+
+// The GPU of rank `rank` in the CUDA modes: rank / COMMD_GPU_RANKS_PER_GPU (the test sets it;
+// 1 when unset), so on one GPU every rank shares device 0 (issue #36) and on N GPUs rank r
+// has GPU r as before.
+inline int GpuOfRank(int rank) {
+  const char* env = std::getenv("COMMD_GPU_RANKS_PER_GPU");
+  const int per_gpu = env == nullptr ? 1 : std::atoi(env);
+  return per_gpu > 1 ? rank / per_gpu : rank;
+}
 
 // The command line.
 struct Args {

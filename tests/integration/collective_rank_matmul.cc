@@ -280,10 +280,10 @@ void CheckMatmulReduceScatter(Run& run, DataType t, size_t rows, size_t k, size_
 
 }  // namespace
 
-// The same on CUDA groups (rank r on GPU r): operands in device memory, calls on a stream.
+// The same on CUDA groups (rank r on GpuOfRank(r)): operands in device memory, calls on a stream.
 void CudaFusedMatmul(Run& run) {
 #ifdef COMMD_HAVE_CUDA
-  if (cudaSetDevice(run.args.rank) != cudaSuccess) return run.Fail("cudaSetDevice");
+  if (cudaSetDevice(GpuOfRank(run.args.rank)) != cudaSuccess) return run.Fail("cudaSetDevice");
   cudaStream_t stream = nullptr;
   if (cudaStreamCreate(&stream) != cudaSuccess) return run.Fail("cudaStreamCreate");
   run.cuda_stream = stream;

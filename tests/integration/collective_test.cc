@@ -575,26 +575,40 @@ TEST_F(CollectiveTest, CudaGroupWithoutADeviceIsRefusedAtJoin) {
               ::testing::HasSubstr("device cuda:0 is not available on this node; use 'host'"));
 }
 
-// Two ranks on GPUs 0 and 1 through the real daemon: stream-ordered all-reduce (one-shot and
-// two-shot, fp32 and bf16), reduce-scatter, all-gather and barrier against the reference, and
-// NaN counted on the device reaching the control block's counters.
-TEST_F(CollectiveTest, CudaCollectivesOnTwoGpus) {
+// The GPU test plan (docs/gpu-testing.md; scripts/gpu-tests runs every test named *Gpu*).
+// Ranks per GPU: COMMD_GPU_RANKS_PER_GPU (scripts/gpu-tests --ranks-per-gpu), else 8 on a
+// node with one GPU (every rank of every test shares it; issue #36) and 1 on more. The rank
+// processes inherit the variable and take GPU rank / ranks-per-GPU (GpuOfRank).
+int RanksPerGpu() {
   const CudaDriverInfo& cuda = ProbeCudaDriver();
-  if (!cuda.available || cuda.device_count < 2) {
-    GTEST_SKIP() << "needs a CUDA build and 2 GPUs (" << cuda.summary << ")";
+  int per_gpu = cuda.device_count == 1 ? 8 : 1;
+  if (const char* env = std::getenv("COMMD_GPU_RANKS_PER_GPU"); env != nullptr) {
+    per_gpu = std::max(1, std::atoi(env));
   }
-  Run(2, "cuda");
+  ::setenv("COMMD_GPU_RANKS_PER_GPU", std::to_string(per_gpu).c_str(), 1);
+  return per_gpu;
 }
 
-// The GPU test plan (docs/gpu-testing.md; scripts/gpu-tests runs every test named *Gpu*):
-// these skip, saying why, without enough GPUs.
-#define COMMD_NEED_GPUS(n)                                                                  \
-  do {                                                                                      \
-    const CudaDriverInfo& cuda = ProbeCudaDriver();                                         \
-    if (!cuda.available || cuda.device_count < (n)) {                                       \
-      GTEST_SKIP() << "needs a CUDA build and " << (n) << " GPUs (" << cuda.summary << ")"; \
-    }                                                                                       \
+// Skips, saying why, when the node's GPUs cannot hold `ranks` ranks at RanksPerGpu() each.
+#define COMMD_NEED_GPUS(ranks)                                                         \
+  do {                                                                                 \
+    const CudaDriverInfo& cuda = ProbeCudaDriver();                                    \
+    const int per_gpu = RanksPerGpu();                                                 \
+    const int gpus = ((ranks) + per_gpu - 1) / per_gpu;                                \
+    if (!cuda.available || cuda.device_count < gpus) {                                 \
+      GTEST_SKIP() << "needs a CUDA build and " << gpus << " GPU(s) for " << (ranks)   \
+                   << " ranks at " << per_gpu << " per GPU (COMMD_GPU_RANKS_PER_GPU; " \
+                   << cuda.summary << ")";                                             \
+    }                                                                                  \
   } while (0)
+
+// Two ranks (on GPUs 0 and 1, or sharing one) through the real daemon: stream-ordered all-reduce
+// (one-shot and two-shot, fp32 and bf16), reduce-scatter, all-gather and barrier against the
+// reference, and NaN counted on the device reaching the control block's counters.
+TEST_F(CollectiveTest, CudaCollectivesOnTwoGpus) {
+  COMMD_NEED_GPUS(2);
+  Run(2, "cuda");
+}
 
 // 8 ranks (an HGX node), odd counts (7, 1025, 4099), fp32 and bf16, NaN counted on the device.
 TEST_F(CollectiveTest, CudaCollectivesOnEightGpus) {
@@ -638,7 +652,13 @@ TEST_F(CollectiveTest, CudaAbortMidKernelOnTwoGpus) {
 TEST_F(CollectiveTest, CudaAllReduceFiguresOnGpus) {
   COMMD_NEED_GPUS(2);
   Restart("collectives { one_shot_max_read_bytes: 131072 }\n");
-  auto ranks = Start(std::min(ProbeCudaDriver().device_count, 8), "cuda_bench");
+  // One rank per GPU, at most 8, whatever the ranks per GPU of the other tests (NCCL's figures
+  // in the same run are one rank per GPU); on one GPU, two ranks sharing it.
+  const int gpus = ProbeCudaDriver().device_count;
+  const std::string per_gpu = std::to_string(RanksPerGpu());
+  ::setenv("COMMD_GPU_RANKS_PER_GPU", gpus == 1 ? "2" : "1", 1);
+  auto ranks = Start(gpus == 1 ? 2 : std::min(gpus, 8), "cuda_bench");
+  ::setenv("COMMD_GPU_RANKS_PER_GPU", per_gpu.c_str(), 1);  // the rank processes have theirs
   for (auto& r : ranks) {
     auto result = r->Wait(absl::Minutes(3));
     ASSERT_TRUE(result.ok()) << result.status();

@@ -190,6 +190,26 @@ TEST_F(CudaMemoryTest, WithFabricHandlesRanksStillMapPosixFds) {
   EXPECT_THAT(daemon_->Log(), ::testing::Not(HasSubstr("supports fabric handles but")));
 }
 
+// Several ranks on one GPU (issue #36): four rank processes that all see physical GPU 2 as
+// their cuda:0 join one group; the daemon places every rank on cuda:2, each rank maps the
+// others' buffers on that one device and reads their patterns (before and after peers
+// leave), and the daemon frees everything once they are gone.
+TEST_F(CudaMemoryTest, RanksSharingOneGpuMapEachOthersBuffers) {
+  if (!StartDaemon({})) GTEST_SKIP() << "built without CUDA";
+  constexpr int kWorld = 4;
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    std::filesystem::remove(Go(r));
+    ranks.push_back(Rank("shared", r, kWorld, "2"));
+    ASSERT_NE(ranks.back(), nullptr);
+  }
+  for (auto& r : ranks) ASSERT_TRUE(r->WaitForLog("OK", absl::Seconds(60))) << r->Log();
+  EXPECT_THAT(MemberDevices("shared"),
+              ::testing::ElementsAre("cuda:2", "cuda:2", "cuda:2", "cuda:2"));
+  for (int r = 0; r < kWorld; ++r) ExpectExit(*ranks[r], r);
+  ExpectCudaMemoryFreed();
+}
+
 // Devices without virtual memory management: cuMemAlloc + legacy IPC handles, zeroed too.
 TEST_F(CudaMemoryTest, LegacyIpcBuffersAreZeroedAndPlacedByUuid) {
   if (!StartDaemon({"COMMD_FAKE_CUDA_VMM=0"})) GTEST_SKIP() << "built without CUDA";

@@ -77,18 +77,41 @@ std::string GlobalShape(const v1::GroupInfo& g) {
                       g.node_index(), ")");
 }
 
+// Which ranks are on which device, in order of first appearance: "cuda:0=0,1,2 cuda:1=3";
+// ranks sharing a GPU are one entry. "-" for a group whose ranks are all on the host.
+std::string DeviceRanks(const v1::GroupInfo& g) {
+  std::vector<std::pair<std::string, std::vector<int>>> by_device;
+  bool any_gpu = false;
+  for (const v1::Member& m : g.members()) {
+    const std::string device = m.device().empty() ? "host" : m.device();
+    any_gpu = any_gpu || device != "host";
+    auto it = std::find_if(by_device.begin(), by_device.end(),
+                           [&](const auto& d) { return d.first == device; });
+    if (it == by_device.end()) it = by_device.insert(it, {device, {}});
+    it->second.push_back(m.rank());
+  }
+  if (!any_gpu) return "-";
+  std::vector<std::string> parts;
+  for (const auto& [device, ranks] : by_device) {
+    parts.push_back(absl::StrCat(device, "=", absl::StrJoin(ranks, ",")));
+  }
+  return absl::StrJoin(parts, " ");
+}
+
 }  // namespace
 
-std::string FormatGroups(const v1::ListGroupsResponse& groups) {
+std::string GroupsText(const v1::ListGroupsResponse& groups) {
   if (groups.groups().empty()) return "no groups\n";
   // The GLOBAL column only when a group spans nodes: a node-local listing reads as it always did.
-  bool spanning = false;
+  bool spanning = false, gpus = false;
   for (const v1::GroupInfo& g : groups.groups()) {
     spanning = spanning || g.global_world_size() > g.world_size();
+    gpus = gpus || DeviceRanks(g) != "-";
   }
   std::string out = absl::StrFormat("%-24s %-16s %-16s %-10s %-7s %-12s ", "JOB", "GROUP", "DESC",
                                     "STATE", "RANKS", "MEMORY");
   if (spanning) absl::StrAppendFormat(&out, "%-32s ", "GLOBAL");
+  if (gpus) absl::StrAppendFormat(&out, "%-24s ", "DEVICES");
   absl::StrAppend(&out, "PIDS\n");
   for (const v1::GroupInfo& g : groups.groups()) {
     std::vector<std::string> pids;
@@ -97,6 +120,7 @@ std::string FormatGroups(const v1::ListGroupsResponse& groups) {
                           g.description(), g.state(), absl::StrCat(g.joined(), "/", g.world_size()),
                           g.memory_bytes());
     if (spanning) absl::StrAppendFormat(&out, "%-32s ", GlobalShape(g));
+    if (gpus) absl::StrAppendFormat(&out, "%-24s ", DeviceRanks(g));
     absl::StrAppend(&out, absl::StrJoin(pids, " "), "\n");
   }
   return out;
@@ -105,7 +129,7 @@ std::string FormatGroups(const v1::ListGroupsResponse& groups) {
 absl::Status Groups(const GlobalOptions& options, std::ostream& out) {
   ASSIGN_OR_RETURN(auto client, ConnectFor(options));
   ASSIGN_OR_RETURN(v1::ListGroupsResponse groups, client->ListGroups());
-  return Print(options, groups, FormatGroups(groups), out);
+  return Print(options, groups, GroupsText(groups), out);
 }
 
 namespace {
@@ -231,6 +255,8 @@ absl::Status Dump(const GlobalOptions& options, std::ostream& out) {
 }
 
 }  // namespace
+
+std::string FormatGroups(const v1::ListGroupsResponse& groups) { return GroupsText(groups); }
 
 std::string FormatClusterNodes(const v1::ListClusterNodesResponse& r, int64_t now_ms) {
   std::string out =

@@ -38,6 +38,9 @@ absl::Status RunCommand(const GlobalOptions& options, const std::vector<std::str
 
 // Text forms, exposed for tests.
 std::string FormatStatus(const v1::NodeStatus& status);
+// One row per group; a DEVICES column ("cuda:0=0,1 cuda:1=2") when a rank is on a GPU, so
+// ranks sharing a device read as one entry.
+std::string FormatGroups(const v1::ListGroupsResponse& groups);
 std::string FormatDuration(int64_t ms);
 std::string FormatHealth(const v1::GetHealthResponse& health);
 std::string FormatClusterHealth(const v1::GetHealthResponse& health);
