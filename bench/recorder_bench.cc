@@ -42,7 +42,7 @@ void BM_LockFreeRing(benchmark::State& state) {
       block.base(), block.bytes,
       {.pg_name = "0", .pg_desc = "default_pg", .clock = MakeClock(int(state.range(0)))});
   const int64_t count = 1 << 20;
-  const RecordTensor t{.dims = &count, .ndim = 1, .dtype = RecordDtype::kBFloat16};
+  const TensorDesc t{.dims = &count, .ndim = 1, .dtype = DataType::kBFloat16};
   const RecordArgs args{
       .op = CollectiveOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}, .timeout_ms = 600000};
   for (auto _ : state) {
@@ -69,7 +69,7 @@ void BM_LockFreeRingBeginStarted(benchmark::State& state) {
       block.base(), block.bytes,
       {.pg_name = "0", .pg_desc = "default_pg", .clock = MakeClock(int(state.range(0)))});
   const int64_t count = 1 << 20;
-  const RecordTensor t{.dims = &count, .ndim = 1, .dtype = RecordDtype::kBFloat16};
+  const TensorDesc t{.dims = &count, .ndim = 1, .dtype = DataType::kBFloat16};
   const RecordArgs args{
       .op = CollectiveOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}, .timeout_ms = 600000};
   for (auto _ : state) {

@@ -8,6 +8,9 @@ include(CMakePackageConfigHelpers)
 install(TARGETS commd_client LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Unspecified)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/client/include/commd DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
+# The vocabulary the public headers re-export lives below the SDK (common/include/commd/).
+install(FILES ${PROJECT_SOURCE_DIR}/common/include/commd/vocabulary.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/commd)
 # The SDK's headers include the commd.v1 messages it returns; only the .pb.h files, the gRPC
 # stubs stay private to the library.
 install(DIRECTORY ${PROJECT_BINARY_DIR}/proto_gen/commd/v1 DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/commd

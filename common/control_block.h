@@ -37,7 +37,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "client/include/commd/collective_op.h"
+#include "commd/vocabulary.h"
 
 namespace commd {
 
@@ -55,31 +55,21 @@ inline constexpr uint32_t kRingMinCapacity = 1;
 inline constexpr uint32_t kRingMaxCapacity = 1u << 16;         // ~54 MiB per block at most
 inline constexpr int32_t kControlBlockMaxWorldSize = 1 << 16;  // ranks in one group
 
-// The collective an entry records (RingEntry::op): a CollectiveOp below kRecordOpCount, the
-// SDK's one enum of collectives (client/include/commd/collective_op.h), whose values are this
-// ABI's op codes. Each has the name PyTorch's analyzer (torchfrtrace) accepts after the "nccl:"
-// prefix; see RecordOpTorchName.
+// The collective an entry records (RingEntry::op): a CollectiveOp with a ring code
+// (commd/vocabulary.h, the rows flagged kRing), whose values are this ABI's op codes. Each
+// has the name PyTorch's analyzer (torchfrtrace) accepts after the "nccl:" prefix; see
+// RecordOpTorchName. The element types of its tensors (RingEntry::input_dtypes) are
+// DataType values, PyTorch's ScalarType names in the vocabulary's `scalar` column.
 inline constexpr uint32_t kRecordOpCount = 15;
-static_assert(static_cast<uint32_t>(CollectiveOp::kReduceScatterCoalesced) + 1 == kRecordOpCount &&
-              static_cast<uint32_t>(CollectiveOp::kAllGatherMatmul) >= kRecordOpCount);
+static_assert([] {
+  for (int op = 0; op < kCollectiveOpCount; ++op) {
+    if (CollectiveInfo(static_cast<CollectiveOp>(op)).ring() != (op < int{kRecordOpCount})) {
+      return false;
+    }
+  }
+  return true;
+}());
 inline constexpr uint32_t kCounterOpSlots = 16;  // per-op counters, room for one more op
-
-// Element types; the names are PyTorch's ScalarType names (what its recorder writes).
-enum class RecordDtype : uint8_t {
-  kFloat32 = 0,
-  kFloat16 = 1,
-  kBFloat16 = 2,
-  kInt32 = 3,
-  kInt64 = 4,
-  kFloat64 = 5,
-  kInt8 = 6,
-  kUInt8 = 7,
-  kBool = 8,
-  kInt16 = 9,
-  kFloat8E4M3 = 10,
-  kFloat8E5M2 = 11,
-};
-inline constexpr uint32_t kRecordDtypeCount = 12;
 
 enum class RecordState : uint8_t { kScheduled = 0, kStarted = 1, kCompleted = 2 };
 inline constexpr uint32_t kRecordStateCount = 3;
@@ -186,7 +176,7 @@ struct alignas(64) RingEntry {
   uint32_t reserved1;
   uint8_t input_ndims[kRecordMaxTensors];  // recorded dims, <= kRecordMaxDims
   uint8_t output_ndims[kRecordMaxTensors];
-  uint8_t input_dtypes[kRecordMaxTensors];  // RecordDtype
+  uint8_t input_dtypes[kRecordMaxTensors];  // DataType
   uint8_t output_dtypes[kRecordMaxTensors];
   char pg_name[kRecordNameBytes];  // NUL-terminated
   char pg_desc[kRecordNameBytes];  // NUL-terminated
@@ -269,38 +259,10 @@ constexpr size_t ControlBlockBytes(uint32_t ring_capacity) {
 static_assert(ControlBlockBytes(4) == 768 + 4 * 864);
 static_assert(ControlBlockBytes(3) == 0);
 
-// PyTorch's names, as its analyzer expects them after "<lib>:"; nullptr when out of range.
+// PyTorch's name of a ring op code, as its analyzer expects it after "<lib>:"; nullptr when
+// out of range.
 constexpr const char* RecordOpTorchName(uint32_t op) {
-  constexpr const char* kNames[kRecordOpCount] = {"all_reduce",
-                                                  "all_gather",
-                                                  "reduce_scatter",
-                                                  "broadcast",
-                                                  "reduce",
-                                                  "barrier",
-                                                  "all_to_all",
-                                                  "gather",
-                                                  "scatter",
-                                                  "send",
-                                                  "recv",
-                                                  "coalesced",
-                                                  "allreduce_coalesced",
-                                                  "all_gather_into_tensor_coalesced",
-                                                  "reduce_scatter_tensor_coalesced"};
-  return op < kRecordOpCount ? kNames[op] : nullptr;
-}
-
-// PyTorch ScalarType names (c10::toString); nullptr when out of range.
-constexpr const char* RecordDtypeTorchName(uint32_t dtype) {
-  constexpr const char* kNames[kRecordDtypeCount] = {
-      "Float", "Half", "BFloat16", "Int",   "Long",          "Double",
-      "Char",  "Byte", "Bool",     "Short", "Float8_e4m3fn", "Float8_e5m2"};
-  return dtype < kRecordDtypeCount ? kNames[dtype] : nullptr;
-}
-
-// Bytes per element; 0 when out of range.
-constexpr uint32_t RecordDtypeBytes(uint32_t dtype) {
-  constexpr uint8_t kBytes[kRecordDtypeCount] = {4, 2, 2, 4, 8, 8, 1, 1, 1, 2, 1, 1};
-  return dtype < kRecordDtypeCount ? kBytes[dtype] : 0;
+  return op < kRecordOpCount ? CollectiveName(static_cast<CollectiveOp>(op)) : nullptr;
 }
 
 constexpr const char* RecordStateName(uint32_t state) {

@@ -75,9 +75,9 @@ TEST(ControlBlockAbi, SectionsAreFixedAndAligned) {
 TEST(ControlBlockAbi, NameTablesCoverEveryValue) {
   for (uint32_t i = 0; i < kRecordOpCount; ++i) EXPECT_NE(RecordOpTorchName(i), nullptr) << i;
   EXPECT_EQ(RecordOpTorchName(kRecordOpCount), nullptr);
-  for (uint32_t i = 0; i < kRecordDtypeCount; ++i) EXPECT_GT(RecordDtypeBytes(i), 0u) << i;
+  for (uint32_t i = 0; i < kDataTypeCount; ++i) EXPECT_GT(DataTypeSize(DataType(i)), 0u) << i;
   EXPECT_STREQ(RecordOpTorchName(uint32_t(CollectiveOp::kAllReduce)), "all_reduce");
-  EXPECT_STREQ(RecordDtypeTorchName(uint32_t(RecordDtype::kBFloat16)), "BFloat16");
+  EXPECT_STREQ(DataTypeInfo(DataType::kBFloat16).scalar, "BFloat16");
   EXPECT_STREQ(AbortReasonName(uint32_t(AbortReason::kStuck)), "stuck");
   for (uint32_t r = 0; r < kAbortReasonCount; ++r) {
     EXPECT_EQ(AbortReasonFromName(AbortReasonName(r)), r);
@@ -133,7 +133,7 @@ TEST(RingWriter, BeginStartedCompletedWriteEntryProgressAndCounters) {
   uint64_t now = 1000;
   auto w = Attach(b, &now);
   const int64_t dims[] = {2, 3};
-  RecordTensor t{.dims = dims, .ndim = 2, .dtype = RecordDtype::kBFloat16};
+  TensorDesc t{.dims = dims, .ndim = 2, .dtype = DataType::kBFloat16};
   RecordHandle h = w->Begin(
       {.op = CollectiveOp::kAllReduce, .inputs = {&t, 1}, .outputs = {&t, 1}, .timeout_ms = 5000});
   const RingEntry* e = b.entry(0);
@@ -151,7 +151,7 @@ TEST(RingWriter, BeginStartedCompletedWriteEntryProgressAndCounters) {
   EXPECT_EQ(e->num_inputs, 1);
   EXPECT_EQ(e->input_ndims[0], 2);
   EXPECT_EQ(e->input_dims[0][1], 3);
-  EXPECT_EQ(e->output_dtypes[0], uint8_t(RecordDtype::kBFloat16));
+  EXPECT_EQ(e->output_dtypes[0], uint8_t(DataType::kBFloat16));
   EXPECT_EQ(e->timeout_ms, 5000u);
   EXPECT_EQ(e->peer, -1);
   const auto* p = b.at<ControlBlockProgress>(kProgressOffset);
@@ -231,7 +231,7 @@ TEST(RingWriter, TruncatesTensorsDimsAndNames) {
   auto pg = w->RegisterProcessGroup(3, name, "tp");
   ASSERT_TRUE(pg.ok());
   const int64_t six[] = {2, 3, 4, 5, 6, 7};
-  std::vector<RecordTensor> ts(10, RecordTensor{.dims = six, .ndim = 6});
+  std::vector<TensorDesc> ts(10, TensorDesc{.dims = six, .ndim = 6});
   w->Begin({.op = CollectiveOp::kAllGather, .pg = *pg, .inputs = ts, .outputs = {ts.data(), 1}});
   const RingEntry* e = b.entry(0);
   EXPECT_EQ(std::string(e->pg_name), std::string(62, 'n'));
@@ -332,13 +332,13 @@ TEST(RingWriter, EachEntryRecordsItsOwnShape) {
   auto w = Attach(b, &now);
   const int64_t five[] = {5}, zero[] = {0}, negative[] = {-3}, two_by_three[] = {2, 3};
   const int64_t six[] = {2, 3, 4, 5, 6, 7};
-  const RecordTensor one_d{.dims = five, .ndim = 1, .dtype = RecordDtype::kFloat32};
-  const RecordTensor empty_d{.dims = zero, .ndim = 1, .dtype = RecordDtype::kInt64};
-  const RecordTensor negative_d{.dims = negative, .ndim = 1, .dtype = RecordDtype::kInt32};
-  const RecordTensor two_d{.dims = two_by_three, .ndim = 2, .dtype = RecordDtype::kBFloat16};
-  const std::vector<RecordTensor> ten(10, RecordTensor{.dims = six, .ndim = 6});
+  const TensorDesc one_d{.dims = five, .ndim = 1, .dtype = DataType::kFloat32};
+  const TensorDesc empty_d{.dims = zero, .ndim = 1, .dtype = DataType::kInt64};
+  const TensorDesc negative_d{.dims = negative, .ndim = 1, .dtype = DataType::kInt32};
+  const TensorDesc two_d{.dims = two_by_three, .ndim = 2, .dtype = DataType::kBFloat16};
+  const std::vector<TensorDesc> ten(10, TensorDesc{.dims = six, .ndim = 6});
   struct Case {
-    std::span<const RecordTensor> in;
+    std::span<const TensorDesc> in;
     uint64_t bytes;
     std::vector<uint8_t> ndims;  // of the recorded inputs; the rest must read 0
     std::vector<uint8_t> dtypes;
@@ -398,10 +398,10 @@ TEST(RingWriter, PreparedShapesWriteWhatTheirArgumentsWrite) {
   ASSERT_EQ(*prepared->RegisterProcessGroup(3, "tp", "tensor parallel"), *tp);
   const int64_t five[] = {5}, negative[] = {-3}, two_by_three[] = {2, 3};
   const int64_t six[] = {2, 3, 4, 5, 6, 7};
-  const RecordTensor one_d{.dims = five, .ndim = 1, .dtype = RecordDtype::kFloat32};
-  const RecordTensor negative_d{.dims = negative, .ndim = 1, .dtype = RecordDtype::kInt32};
-  const RecordTensor two_d{.dims = two_by_three, .ndim = 2, .dtype = RecordDtype::kBFloat16};
-  const std::vector<RecordTensor> ten(10, RecordTensor{.dims = six, .ndim = 6});
+  const TensorDesc one_d{.dims = five, .ndim = 1, .dtype = DataType::kFloat32};
+  const TensorDesc negative_d{.dims = negative, .ndim = 1, .dtype = DataType::kInt32};
+  const TensorDesc two_d{.dims = two_by_three, .ndim = 2, .dtype = DataType::kBFloat16};
+  const std::vector<TensorDesc> ten(10, TensorDesc{.dims = six, .ndim = 6});
   const std::vector<RecordArgs> args = {
       {.op = CollectiveOp::kAllReduce,
        .inputs = {&one_d, 1},

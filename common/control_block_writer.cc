@@ -29,21 +29,21 @@ struct SideResult {
 // Writes one side's tensors (ndims, dtypes, dims) and returns what the entry's header needs.
 // Dims beyond kRecordMaxDims fold into the last recorded one so that numel stays right.
 // What WriteAnySide returns, without writing.
-SideResult MeasureSide(std::span<const RecordTensor> tensors) {
+SideResult MeasureSide(std::span<const TensorDesc> tensors) {
   SideResult r;
   r.total = static_cast<uint32_t>(std::min<size_t>(tensors.size(), UINT32_MAX));
   r.recorded = static_cast<uint8_t>(std::min<size_t>(tensors.size(), kRecordMaxTensors));
   r.truncated = tensors.size() > kRecordMaxTensors;
-  for (const RecordTensor& t : tensors) {
+  for (const TensorDesc& t : tensors) {
     int64_t numel = 1;
     for (uint32_t d = 0; d < t.ndim; ++d) numel *= t.dims[d];
-    r.bytes += uint64_t(std::max<int64_t>(numel, 0)) * RecordDtypeBytes(uint32_t(t.dtype));
+    r.bytes += uint64_t(std::max<int64_t>(numel, 0)) * DataTypeSize(t.dtype);
   }
   for (size_t i = 0; i < r.recorded; ++i) r.truncated |= tensors[i].ndim > kRecordMaxDims;
   return r;
 }
 
-[[gnu::noinline]] SideResult WriteAnySide(std::span<const RecordTensor> tensors, uint8_t* ndims_out,
+[[gnu::noinline]] SideResult WriteAnySide(std::span<const TensorDesc> tensors, uint8_t* ndims_out,
                                           uint8_t* dtypes_out,
                                           int64_t (*dims_out)[kRecordMaxDims]) {
   SideResult r;
@@ -55,10 +55,10 @@ SideResult MeasureSide(std::span<const RecordTensor> tensors) {
   uint64_t ndims_word = 0;
   uint64_t dtypes_word = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const RecordTensor& t = tensors[i];
+    const TensorDesc& t = tensors[i];
     int64_t numel = 1;
     for (uint32_t d = 0; d < t.ndim; ++d) numel *= t.dims[d];
-    r.bytes += uint64_t(std::max<int64_t>(numel, 0)) * RecordDtypeBytes(uint32_t(t.dtype));
+    r.bytes += uint64_t(std::max<int64_t>(numel, 0)) * DataTypeSize(t.dtype);
     if (i >= kRecordMaxTensors) continue;
     const uint32_t nd = std::min(t.ndim, kRecordMaxDims);
     ndims_word |= uint64_t{nd} << (8 * i);
@@ -82,7 +82,7 @@ SideResult MeasureSide(std::span<const RecordTensor> tensors) {
 // No tensor (barrier) or one 1-D tensor (every SDK collective on one buffer): WriteAnySide's
 // result without its loop's bookkeeping and register saves (they were most of an entry's
 // cost); anything else goes there.
-inline SideResult WriteSide(std::span<const RecordTensor> tensors, uint8_t* ndims_out,
+inline SideResult WriteSide(std::span<const TensorDesc> tensors, uint8_t* ndims_out,
                             uint8_t* dtypes_out, int64_t (*dims_out)[kRecordMaxDims]) {
   if (tensors.empty()) {
     StoreWordRelaxed(ndims_out, uint64_t{0});
@@ -90,12 +90,12 @@ inline SideResult WriteSide(std::span<const RecordTensor> tensors, uint8_t* ndim
     return {};
   }
   if (tensors.size() == 1 && tensors[0].ndim == 1) {
-    const RecordTensor& t = tensors[0];
+    const TensorDesc& t = tensors[0];
     const int64_t numel = t.dims[0];
     StoreRelaxed(&dims_out[0][0], numel);
     StoreWordRelaxed(ndims_out, uint64_t{1});
     StoreWordRelaxed(dtypes_out, uint64_t{static_cast<uint8_t>(t.dtype)});
-    return {.bytes = uint64_t(std::max<int64_t>(numel, 0)) * RecordDtypeBytes(uint32_t(t.dtype)),
+    return {.bytes = uint64_t(std::max<int64_t>(numel, 0)) * DataTypeSize(t.dtype),
             .recorded = 1,
             .total = 1};
   }

@@ -3,7 +3,7 @@
 //
 //   ASSIGN_OR_RETURN(auto writer, RingWriter::Attach(base, mapped_bytes, {.pg_name = "0"}));
 //   const int64_t dims[] = {1024};
-//   RecordTensor t{.dims = dims, .ndim = 1, .dtype = RecordDtype::kFloat32};
+//   TensorDesc t{.dims = dims, .ndim = 1, .dtype = DataType::kFloat32};
 //   RecordHandle h = writer->Begin({.op = CollectiveOp::kAllReduce, .inputs = {&t, 1},
 //                                   .outputs = {&t, 1}, .timeout_ms = 600000});
 //   writer->Started(h);     // (BeginStarted does both when the collective starts at once)
@@ -41,18 +41,11 @@
 
 namespace commd {
 
-// One tensor argument. `dims` (borrowed for the call) holds `ndim` sizes; ndim 0 is a scalar.
-struct RecordTensor {
-  const int64_t* dims = nullptr;
-  uint32_t ndim = 0;
-  RecordDtype dtype = RecordDtype::kFloat32;
-};
-
 struct RecordArgs {
   CollectiveOp op = CollectiveOp::kAllReduce;
   uint32_t pg = 0;  // from RegisterProcessGroup; 0 is the writer's own group
-  std::span<const RecordTensor> inputs;
-  std::span<const RecordTensor> outputs;
+  std::span<const TensorDesc> inputs;
+  std::span<const TensorDesc> outputs;
   int32_t peer = -1;  // send / recv: the peer's rank in the group
   uint64_t timeout_ms = 0;
   // A member of a coalesced group after the first: reuse the last sequence id of its kind.

@@ -115,12 +115,12 @@ size_t SizesBound(const std::vector<std::vector<int64_t>>& sizes) {
   return n;
 }
 
-char* PutDtypes(char* p, const std::vector<RecordDtype>& dtypes) {
+char* PutDtypes(char* p, const std::vector<DataType>& dtypes) {
   *p++ = '[';
   for (size_t i = 0; i < dtypes.size(); ++i) {
     if (i) *p++ = ',';
     *p++ = '"';
-    p = Put(p, std::string_view(RecordDtypeTorchName(static_cast<uint32_t>(dtypes[i]))));
+    p = Put(p, std::string_view(DataTypeInfo(dtypes[i]).scalar));
     *p++ = '"';
   }
   *p++ = ']';

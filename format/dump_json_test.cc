@@ -36,9 +36,9 @@ json Sizes(const std::vector<std::vector<int64_t>>& sizes) {
   return out;
 }
 
-json Dtypes(const std::vector<RecordDtype>& dtypes) {
+json Dtypes(const std::vector<DataType>& dtypes) {
   json out = json::array();
-  for (RecordDtype d : dtypes) out.push_back(RecordDtypeTorchName(static_cast<uint32_t>(d)));
+  for (DataType d : dtypes) out.push_back(DataTypeInfo(d).scalar);
   return out;
 }
 

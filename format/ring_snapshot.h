@@ -48,8 +48,8 @@ struct RecordedEntry {
   int32_t peer = -1;  // send/recv peer, group rank
   std::vector<std::vector<int64_t>> input_sizes;
   std::vector<std::vector<int64_t>> output_sizes;
-  std::vector<RecordDtype> input_dtypes;
-  std::vector<RecordDtype> output_dtypes;
+  std::vector<DataType> input_dtypes;
+  std::vector<DataType> output_dtypes;
   uint32_t total_inputs = 0;  // as given to the writer; > input_sizes.size() when truncated
   uint32_t total_outputs = 0;
   bool truncated = false;

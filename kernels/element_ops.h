@@ -152,8 +152,9 @@ COMMD_HOST_DEVICE inline bool DispatchType(DataType t, F&& f) {
     case DataType::kInt64:
       f.template operator()<int64_t>();
       return true;
+    default:  // not a collective type (IsCollectiveType)
+      return false;
   }
-  return false;
 }
 
 }  // namespace commd::kernels

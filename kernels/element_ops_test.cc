@@ -34,7 +34,7 @@ TEST(TypesTest, SizesAndNames) {
   EXPECT_EQ(DataTypeSize(DataType::kBFloat16), 2u);
   EXPECT_EQ(DataTypeSize(DataType::kInt32), 4u);
   EXPECT_EQ(DataTypeSize(DataType::kInt64), 8u);
-  EXPECT_EQ(DataTypeSize(static_cast<DataType>(9)), 0u);
+  EXPECT_EQ(DataTypeSize(static_cast<DataType>(99)), 0u);
   EXPECT_STREQ(DataTypeName(DataType::kBFloat16), "bfloat16");
   EXPECT_STREQ(ReduceOpName(ReduceOp::kAvg), "avg");
   EXPECT_STREQ(AlgorithmName(Algorithm::kTwoShot), "two_shot");

@@ -1,35 +1,29 @@
 #include "kernels/types.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace commd::kernels {
 
-const char* DataTypeName(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
+absl::Status CheckCollectiveType(DataType t) {
+  if (IsCollectiveType(t)) return absl::OkStatus();
+  std::string allowed;
+  for (const vocabulary::DataTypeRow& r : vocabulary::kDataTypes) {
+    if (r.collective()) absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", r.name);
   }
-  return "?";
+  const std::string value = IsValid(t)
+                                ? absl::StrCat(DataTypeName(t), " (", static_cast<int>(t), ")")
+                                : absl::StrCat(static_cast<int>(t));
+  return absl::InvalidArgumentError(absl::StrCat("data type ", value, " is not one of ", allowed));
 }
 
-const char* ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
+absl::Status CheckReduceOp(ReduceOp op) {
+  if (IsValid(op)) return absl::OkStatus();
+  std::string allowed;
+  for (const vocabulary::ReduceOpRow& r : vocabulary::kReduceOps) {
+    absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", r.name);
   }
-  return "?";
+  return absl::InvalidArgumentError(
+      absl::StrCat("reduce op ", static_cast<int>(op), " is not one of ", allowed));
 }
 
 const char* AlgorithmWords(Algorithm a) {

@@ -1,26 +1,33 @@
 // Element types, reductions and algorithm choices of the collectives in kernels/.
 //
-//   const size_t bytes = count * commd::kernels::DataTypeSize(DataType::kBFloat16);
+//   const size_t bytes = count * commd::DataTypeSize(DataType::kBFloat16);
+//   RETURN_IF_ERROR(commd::kernels::CheckCollectiveType(dtype));
 //
-// The enumerators have the names and values of the SDK's public `commd::DataType` and
-// `commd::ReduceOp` (client/include/commd/types.h), so the SDK converts with a static_cast;
-// element_ops_test.cc asserts that the two stay in step.
+// DataType and ReduceOp are the vocabulary's (commd/vocabulary.h), the SDK's own enums. The
+// kernels take the types flagged kCollectiveType (IsCollectiveType) and refuse the others.
 #ifndef COMMD_KERNELS_TYPES_H_
 #define COMMD_KERNELS_TYPES_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "commd/vocabulary.h"
 #include "kernels/host_device.h"
+
+#ifndef __CUDACC__
+#include "absl/status/status.h"
+#endif
 
 namespace commd::kernels {
 
-enum class DataType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt32 = 3, kInt64 = 4 };
-inline constexpr int kDataTypeCount = 5;
-
-// kAvg is the sum divided by the world size (integers: truncated toward zero).
-enum class ReduceOp : int { kSum = 0, kAvg = 1, kMin = 2, kMax = 3 };
-inline constexpr int kReduceOpCount = 4;
+// The vocabulary's names, also as kernels:: (kernels::DataType is commd::DataType).
+using ::commd::DataType;
+using ::commd::DataTypeName;
+using ::commd::DataTypeSize;
+using ::commd::IsFloatingPoint;
+using ::commd::ReduceOp;
+using ::commd::ReduceOpName;
 
 // One-shot: every rank reads every rank's whole input and reduces it (one pass, latency
 // bound; best for small messages). Two-shot: reduce-scatter then all-gather (each rank
@@ -31,38 +38,20 @@ enum class Algorithm : int { kOneShot = 0, kTwoShot = 1 };
 // copying it in. Ignored for integer types.
 enum class NanCheck : int { kOff = 0, kOn = 1 };
 
-COMMD_HOST_DEVICE constexpr bool IsValid(DataType t) {
-  return static_cast<int>(t) >= 0 && static_cast<int>(t) < kDataTypeCount;
-}
-COMMD_HOST_DEVICE constexpr bool IsValid(ReduceOp op) {
-  return static_cast<int>(op) >= 0 && static_cast<int>(op) < kReduceOpCount;
-}
 COMMD_HOST_DEVICE constexpr bool IsValid(Algorithm a) {
   return a == Algorithm::kOneShot || a == Algorithm::kTwoShot;
 }
 
-// Bytes per element; 0 for a value outside the enum.
-COMMD_HOST_DEVICE constexpr size_t DataTypeSize(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-    case DataType::kInt32:
-      return 4;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt64:
-      return 8;
-  }
-  return 0;
-}
+#ifndef __CUDACC__
+// OK for a type the kernels take, else INVALID_ARGUMENT "data type float64 (5) is not one of
+// float32, float16, bfloat16, int32, int64" (the list from the vocabulary's rows).
+absl::Status CheckCollectiveType(DataType t);
+// OK for a reduce op of the vocabulary, else INVALID_ARGUMENT "reduce op 9 is not one of
+// sum, avg, min, max".
+absl::Status CheckReduceOp(ReduceOp op);
+#endif
 
-COMMD_HOST_DEVICE constexpr bool IsFloatingPoint(DataType t) {
-  return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kBFloat16;
-}
-
-// "float32", "sum", "one_shot", ...; "?" for a value outside the enum.
-const char* DataTypeName(DataType t);
-const char* ReduceOpName(ReduceOp op);
+// "one_shot", ...; "?" for a value outside the enum.
 const char* AlgorithmName(Algorithm a);
 // The algorithm as error messages name it, saying what it does: "one-shot (every rank reads
 // all peers' inputs)", "two-shot (reduce-scatter, then all-gather)"; docs/operations.md

@@ -15,7 +15,7 @@
 //
 // Nothing here allocates or formats on the success path: views are built once per buffer
 // (BufferViews, at allocation), tensor descriptors live on the stack in the ring's own form
-// (RecordTensor), messages are built only for errors, and a call equal to the last one
+// (TensorDesc), messages are built only for errors, and a call equal to the last one
 // checked on its buffer skips the argument checks and records the entry's shape prepared
 // with it (PreparedCall). bench/sdk_call_cost.py
 // counts what is left, by function (docs/PERFORMANCE.md "The SDK's own work per call").
@@ -113,7 +113,7 @@ class EntryTensors {
  private:
   union Tensors {
     Tensors() {}  // NOLINT: no member initialised
-    RecordTensor t[kRecordMaxTensors];
+    TensorDesc t[kRecordMaxTensors];
   };
   int64_t dims_[2 * kRecordMaxTensors];
   Tensors in_, out_;

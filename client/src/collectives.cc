@@ -26,54 +26,10 @@
 namespace commd {
 namespace {
 
-// What a collective takes and how its buffers are sized. Adding a collective is one row.
-struct Shape {
-  const char* words = "?";                         // in messages: "all-reduce"
-  CollectiveOp recorded = CollectiveOp::kBarrier;  // the flight-recorder entry's op
-  bool typed = true;                               // count and dtype describe data
-  bool reduces = false;                            // takes a ReduceOp
-  bool in_place = true;                            // one buffer (in == out)
-  bool wide_in = false;                            // the input holds world_size x count elements
-  bool wide_out = false;                           // the output holds world_size x count elements
-  bool rooted = false;                             // takes a root rank
-};
-
-constexpr Shape ShapeOf(CollectiveOp kind) {
-  switch (kind) {
-    case CollectiveOp::kBarrier:
-      return {.words = "barrier", .recorded = kind, .typed = false};
-    case CollectiveOp::kAllReduce:
-      return {.words = "all-reduce", .recorded = kind, .reduces = true};
-    case CollectiveOp::kAllReduceCoalesced:
-      return {.words = "all-reduce", .recorded = CollectiveOp::kAllReduce, .reduces = true};
-    case CollectiveOp::kAllGather:
-      return {.words = "all-gather", .recorded = kind, .in_place = false, .wide_out = true};
-    case CollectiveOp::kReduceScatter:
-      return {.words = "reduce-scatter",
-              .recorded = kind,
-              .reduces = true,
-              .in_place = false,
-              .wide_in = true};
-    case CollectiveOp::kBroadcast:
-      return {.words = "broadcast", .recorded = kind, .rooted = true};
-    case CollectiveOp::kAllToAll:
-      return {.words = "all-to-all",
-              .recorded = kind,
-              .in_place = false,
-              .wide_in = true,
-              .wide_out = true};
-    // One buffer: A's shard (all-gather + matmul) or the workspace (matmul + reduce-scatter);
-    // CheckMatmul sizes them.
-    case CollectiveOp::kAllGatherMatmul:
-      return {.words = "all-gather-matmul", .recorded = CollectiveOp::kAllGather};
-    case CollectiveOp::kMatmulReduceScatter:
-      return {.words = "matmul-reduce-scatter",
-              .recorded = CollectiveOp::kReduceScatter,
-              .reduces = true};
-    default:
-      return {};
-  }
-}
+// What a collective takes and how its buffers are sized: its row of the vocabulary
+// (commd/vocabulary.h).
+using Shape = vocabulary::CollectiveRow;
+constexpr const Shape& ShapeOf(CollectiveOp kind) { return CollectiveInfo(kind); }
 
 // Which buffer a message is about: "all-gather input", or "all-reduce" for one buffer.
 struct Side {
@@ -114,27 +70,7 @@ absl::Status CheckOptions(const CollectiveOptions& o) {
   return OptionsValid(o) ? absl::OkStatus() : OptionsError(o);
 }
 
-absl::Status CheckType(DataType dtype) {
-  if (!kernels::IsValid(static_cast<kernels::DataType>(dtype))) {
-    return absl::InvalidArgumentError(absl::StrCat("data type ", static_cast<int>(dtype),
-                                                   " is out of range [0, ",
-                                                   kernels::kDataTypeCount - 1, "]"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckOp(ReduceOp op) {
-  if (!kernels::IsValid(static_cast<kernels::ReduceOp>(op))) {
-    return absl::InvalidArgumentError(absl::StrCat("reduce op ", static_cast<int>(op),
-                                                   " is out of range [0, ",
-                                                   kernels::kReduceOpCount - 1, "]"));
-  }
-  return absl::OkStatus();
-}
-
-kernels::DataType ToKernel(DataType dtype) { return static_cast<kernels::DataType>(dtype); }
-
-size_t ElementSize(DataType dtype) { return kernels::DataTypeSize(ToKernel(dtype)); }
+size_t ElementSize(DataType dtype) { return DataTypeSize(dtype); }
 
 // `elements` of `dtype` at byte `offset` must fit `buf`'s data bytes. `what` names the
 // buffer, and `tensor` the coalesced tensor (-1: none).
@@ -198,14 +134,14 @@ absl::Status CheckHostMemory(const CollectiveCall& c, const Shape& shape, size_t
   const size_t slots = staged_out ? std::max(in_count, out_count) : in_count;
   const size_t capacity = staging.size() / es / slots;
   if (c.count > capacity) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        shape.words, ": count ", c.count, " x ", kernels::DataTypeName(ToKernel(c.dtype)),
-        slots > 1 ? absl::StrCat(" x world size ", slots) : "", " does not fit staging buffer ",
-        staging.id(), " of ", staging.size(), " bytes per rank (allowed: count at most ", capacity,
-        ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(shape.words, ": count ", c.count, " x ", DataTypeName(c.dtype),
+                     slots > 1 ? absl::StrCat(" x world size ", slots) : "",
+                     " does not fit staging buffer ", staging.id(), " of ", staging.size(),
+                     " bytes per rank (allowed: count at most ", capacity, ")"));
   }
   if (c.count == 0) return absl::OkStatus();  // a no-op: no memory is read or written
-  if (shape.in_place) {  // broadcast and all-reduce: input and output are the one buffer
+  if (shape.one_buffer()) {  // broadcast and all-reduce: input and output are the one buffer
     const bool one = c.input == c.output;
     RETURN_IF_ERROR(CheckHostPointer({shape.words, one ? "buffer" : "input"}, c.input, c.count * es,
                                      es, staging, local_world_size));
@@ -224,9 +160,9 @@ absl::Status CheckMatmul(const CollectiveCall& c, const Shape& shape, int world_
   const MatmulCall& m = *c.matmul;
   const bool gather = c.kind == CollectiveOp::kAllGatherMatmul;
   constexpr size_t kMaxDim = INT32_MAX;  // sgemm's int dimensions
-  if (!kernels::IsFloatingPoint(ToKernel(c.dtype))) {
+  if (!IsFloatingPoint(c.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(shape.words, ": data type ",
-                                                   kernels::DataTypeName(ToKernel(c.dtype)),
+                                                   DataTypeName(c.dtype),
                                                    " is not one of float32, float16, bfloat16"));
   }
   if (m.rows == 0 || m.k == 0 || m.rows > kMaxDim || m.k > kMaxDim) {
@@ -256,8 +192,7 @@ absl::Status CheckMatmul(const CollectiveCall& c, const Shape& shape, int world_
         m.row_scale == nullptr || !fits ? shard : (shard + 63) / 64 * 64 + m.rows * sizeof(float);
     if (!fits || need > size) {
       return absl::InvalidArgumentError(
-          absl::StrCat(shape.words, ": a shard of ", m.rows, " x ", m.k, " ",
-                       kernels::DataTypeName(ToKernel(c.dtype)),
+          absl::StrCat(shape.words, ": a shard of ", m.rows, " x ", m.k, " ", DataTypeName(c.dtype),
                        m.row_scale != nullptr ? " and its row scales" : "", " does not fit buffer ",
                        c.in->id(), " of ", size, " bytes per rank"));
     }
@@ -286,10 +221,10 @@ absl::Status CheckMatmul(const CollectiveCall& c, const Shape& shape, int world_
 // the group's over every node; `local_world_size` this node's part of it.
 absl::Status CheckBuffers(const CollectiveCall& c, const Shape& shape, bool owns_in, bool owns_out,
                           int local_world_size, int world_size) {
-  const Side in{shape.words, c.host_memory ? "staging" : shape.in_place ? "" : "input"};
+  const Side in{shape.words, c.host_memory ? "staging" : shape.one_buffer() ? "" : "input"};
   const Side out{shape.words, "output"};
   RETURN_IF_ERROR(CheckOwned(in, owns_in, *c.in));
-  if (!shape.in_place && !c.host_memory) {
+  if (!shape.one_buffer() && !c.host_memory) {
     RETURN_IF_ERROR(CheckOwned(out, owns_out, *c.out));
     if (c.in == c.out) {
       return absl::InvalidArgumentError(
@@ -300,14 +235,14 @@ absl::Status CheckBuffers(const CollectiveCall& c, const Shape& shape, bool owns
   if (c.kind == CollectiveOp::kAllReduceCoalesced) {
     for (size_t i = 0; i < c.tensors.size(); ++i) {
       const CoalescedTensor& t = c.tensors[i];
-      RETURN_IF_ERROR(CheckType(t.dtype));
+      RETURN_IF_ERROR(kernels::CheckCollectiveType(t.dtype));
       RETURN_IF_ERROR(CheckFits(in, static_cast<long>(i), *c.in, t.offset, t.count, t.dtype));
     }
     return absl::OkStatus();
   }
-  if (!shape.typed) return absl::OkStatus();
+  if (!shape.typed()) return absl::OkStatus();
   const size_t n = static_cast<size_t>(world_size);
-  const size_t in_count = shape.wide_in ? n : 1, out_count = shape.wide_out ? n : 1;
+  const size_t in_count = shape.wide_in() ? n : 1, out_count = shape.wide_out() ? n : 1;
   const size_t factor = std::max(in_count, out_count);
   if (c.count > SIZE_MAX / factor) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -318,19 +253,19 @@ absl::Status CheckBuffers(const CollectiveCall& c, const Shape& shape, bool owns
                            world_size > local_world_size);
   }
   RETURN_IF_ERROR(CheckFits(in, -1, *c.in, 0, c.count * in_count, c.dtype));
-  if (shape.in_place) return absl::OkStatus();
+  if (shape.one_buffer()) return absl::OkStatus();
   return CheckFits(out, -1, *c.out, 0, c.count * out_count, c.dtype);
 }
 
 absl::Status CheckCall(const CollectiveCall& c, bool owns_in, bool owns_out, int local_world_size,
                        int world_size) {
-  const Shape shape = ShapeOf(c.kind);
+  const Shape& shape = ShapeOf(c.kind);
   RETURN_IF_ERROR(CheckOptions(*c.options));
-  if (shape.typed && c.kind != CollectiveOp::kAllReduceCoalesced) {
-    RETURN_IF_ERROR(CheckType(c.dtype));
+  if (shape.typed() && c.kind != CollectiveOp::kAllReduceCoalesced) {
+    RETURN_IF_ERROR(kernels::CheckCollectiveType(c.dtype));
   }
-  if (shape.reduces) RETURN_IF_ERROR(CheckOp(c.op));
-  if (shape.rooted && (c.root < 0 || c.root >= world_size)) {
+  if (shape.reduces()) RETURN_IF_ERROR(kernels::CheckReduceOp(c.op));
+  if (shape.rooted() && (c.root < 0 || c.root >= world_size)) {
     return absl::InvalidArgumentError(
         absl::StrCat(shape.words, ": root ", c.root, " is out of range [0, ", world_size - 1, "]"));
   }
@@ -387,28 +322,17 @@ kernels::NanCheck ResolveNanCheck(const CollectiveOptions& o, const v1::Collecti
   return on ? kernels::NanCheck::kOn : kernels::NanCheck::kOff;
 }
 
-namespace {
-// The SDK's data types are the ring's first dtype codes: the entry converts with a cast.
-static_assert(static_cast<int>(DataType::kFloat32) == static_cast<int>(RecordDtype::kFloat32) &&
-              static_cast<int>(DataType::kFloat16) == static_cast<int>(RecordDtype::kFloat16) &&
-              static_cast<int>(DataType::kBFloat16) == static_cast<int>(RecordDtype::kBFloat16) &&
-              static_cast<int>(DataType::kInt32) == static_cast<int>(RecordDtype::kInt32) &&
-              static_cast<int>(DataType::kInt64) == static_cast<int>(RecordDtype::kInt64));
-// `t` was checked (CheckType) before the entry is made.
-RecordDtype ToRecord(DataType t) { return static_cast<RecordDtype>(t); }
-}  // namespace
-
 void EntryTensors::Fill(const CollectiveCall& call, int64_t world) {
   const auto count = static_cast<int64_t>(call.count);
-  const Shape shape = ShapeOf(call.kind);
-  const RecordDtype dtype = ToRecord(call.dtype);
+  const Shape& shape = ShapeOf(call.kind);
+  const DataType dtype = call.dtype;
   n_in_ = n_out_ = 0;
   if (call.kind == CollectiveOp::kAllReduceCoalesced) {
     // The ring keeps kRecordMaxTensors a side; the rest are not recorded anyway.
     n_in_ = n_out_ = std::min<size_t>(call.tensors.size(), kRecordMaxTensors);
     for (size_t i = 0; i < n_in_; ++i) {
       dims_[i] = static_cast<int64_t>(call.tensors[i].count);
-      in_.t[i] = out_.t[i] = RecordTensor{&dims_[i], 1, ToRecord(call.tensors[i].dtype)};
+      in_.t[i] = out_.t[i] = TensorDesc{&dims_[i], 1, call.tensors[i].dtype};
     }
   } else if (call.matmul != nullptr) {
     // A's [rows, k] into the (first) output's [rows, n].
@@ -419,20 +343,20 @@ void EntryTensors::Fill(const CollectiveCall& call, int64_t world) {
     dims_[1] = static_cast<int64_t>(m.k);
     dims_[2] = gather ? rows * world : rows / world;
     dims_[3] = static_cast<int64_t>(m.bs[0].n);
-    in_.t[0] = RecordTensor{&dims_[0], 2, dtype};
-    out_.t[0] = RecordTensor{&dims_[2], 2, dtype};
+    in_.t[0] = TensorDesc{&dims_[0], 2, dtype};
+    out_.t[0] = TensorDesc{&dims_[2], 2, dtype};
     n_in_ = n_out_ = 1;
-  } else if (shape.typed) {
-    dims_[0] = shape.wide_in ? count * world : count;
-    dims_[1] = shape.wide_out ? count * world : count;
-    in_.t[0] = RecordTensor{&dims_[0], 1, dtype};
-    out_.t[0] = RecordTensor{&dims_[1], 1, dtype};
+  } else if (shape.typed()) {
+    dims_[0] = shape.wide_in() ? count * world : count;
+    dims_[1] = shape.wide_out() ? count * world : count;
+    in_.t[0] = TensorDesc{&dims_[0], 1, dtype};
+    out_.t[0] = TensorDesc{&dims_[1], 1, dtype};
     n_in_ = n_out_ = 1;
   }
 }
 
 RecordArgs EntryTensors::Args(CollectiveOp kind, uint64_t timeout_ms) const {
-  return {.op = ShapeOf(kind).recorded,
+  return {.op = ShapeOf(kind).recorded_as,
           .inputs = {in_.t, n_in_},
           .outputs = {out_.t, n_out_},
           .timeout_ms = timeout_ms};

@@ -19,29 +19,14 @@
 namespace commd {
 namespace {
 
-RecordDtype ToRecordDtype(DataType t) {
-  switch (t) {
-    case DataType::kFloat32:
-      return RecordDtype::kFloat32;
-    case DataType::kFloat16:
-      return RecordDtype::kFloat16;
-    case DataType::kBFloat16:
-      return RecordDtype::kBFloat16;
-    case DataType::kInt32:
-      return RecordDtype::kInt32;
-    case DataType::kInt64:
-      return RecordDtype::kInt64;
-  }
-  return RecordDtype::kFloat32;
-}
-
-// Converts without allocating: at most kRecordMaxTensors are recorded per side anyway.
-size_t Convert(std::span<const TensorDesc> in, std::array<RecordTensor, kRecordMaxTensors>* out) {
+// Copies without allocating (at most kRecordMaxTensors are recorded per side anyway); a
+// dtype outside the vocabulary is recorded as float32, so that the ring holds only codes its
+// readers know.
+size_t Convert(std::span<const TensorDesc> in, std::array<TensorDesc, kRecordMaxTensors>* out) {
   const size_t n = std::min<size_t>(in.size(), kRecordMaxTensors);
   for (size_t i = 0; i < n; ++i) {
-    (*out)[i] = RecordTensor{.dims = in[i].dims,
-                             .ndim = static_cast<uint32_t>(in[i].ndim),
-                             .dtype = ToRecordDtype(in[i].dtype)};
+    (*out)[i] = in[i];
+    if (!IsValid(in[i].dtype)) (*out)[i].dtype = DataType::kFloat32;
   }
   return n;
 }
@@ -72,7 +57,7 @@ Recorder::~Recorder() = default;
 // build the ring's form directly: CollectiveEntry).
 RecordId Recorder::Begin(CollectiveOp op, std::span<const TensorDesc> inputs,
                          std::span<const TensorDesc> outputs, int peer, uint64_t timeout_ms) {
-  std::array<RecordTensor, kRecordMaxTensors> in{}, out{};
+  std::array<TensorDesc, kRecordMaxTensors> in{}, out{};
   const size_t n_in = Convert(inputs, &in);
   const size_t n_out = Convert(outputs, &out);
   const RecordHandle h = impl_->writer->Begin({.op = op,

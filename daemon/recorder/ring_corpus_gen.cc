@@ -59,7 +59,7 @@ void Valid(const std::string& dir) {
     auto w = b.Writer();
     auto pg = w->RegisterProcessGroup(9, std::string(70, 'g') + "\xc3\xa9", "tensor_parallel");
     const int64_t six[] = {2, 3, 4, 5, 6, 7};
-    std::vector<commd::RecordTensor> ts(10, {.dims = six, .ndim = 6});
+    std::vector<commd::TensorDesc> ts(10, {.dims = six, .ndim = 6});
     w->Begin({.op = commd::CollectiveOp::kAllGatherCoalesced,
               .pg = pg.ok() ? *pg : 0,
               .inputs = ts,

@@ -65,14 +65,14 @@ std::optional<InvalidReason> DecodeSide(uint8_t num, uint32_t total, const uint8
                                         const uint8_t* dtypes,
                                         const int64_t (*dims)[kRecordMaxDims],
                                         std::vector<std::vector<int64_t>>* sizes,
-                                        std::vector<RecordDtype>* out_dtypes) {
+                                        std::vector<DataType>* out_dtypes) {
   if (num > kRecordMaxTensors || total < num) return InvalidReason::kTensorCount;
   sizes->resize(num);
   out_dtypes->resize(num);
   for (uint32_t i = 0; i < num; ++i) {
     if (ndims[i] > kRecordMaxDims) return InvalidReason::kDims;
-    if (dtypes[i] >= kRecordDtypeCount) return InvalidReason::kDtype;
-    (*out_dtypes)[i] = static_cast<RecordDtype>(dtypes[i]);
+    if (dtypes[i] >= kDataTypeCount) return InvalidReason::kDtype;
+    (*out_dtypes)[i] = static_cast<DataType>(dtypes[i]);
     for (uint32_t d = 0; d < ndims[i]; ++d) {
       if (dims[i][d] < 0) return InvalidReason::kDims;
       (*sizes)[i].push_back(dims[i][d]);

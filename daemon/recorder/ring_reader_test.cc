@@ -49,7 +49,7 @@ TEST(RingReader, RoundTripsEveryField) {
   EXPECT_EQ(ar.state, RecordState::kCompleted);
   EXPECT_TRUE(ar.retired);
   EXPECT_EQ(ar.input_sizes, (std::vector<std::vector<int64_t>>{{16}}));
-  EXPECT_EQ(ar.input_dtypes, std::vector<RecordDtype>{RecordDtype::kFloat32});
+  EXPECT_EQ(ar.input_dtypes, std::vector<DataType>{DataType::kFloat32});
   EXPECT_EQ(ar.timeout_ms, 600000u);
   EXPECT_EQ(ar.bytes, 64u);
   ASSERT_TRUE(ar.duration_ms.has_value());
@@ -123,7 +123,7 @@ TEST(StampDiscoveries, StampsOnceAndOnlyItsOwnRecord) {
 
   // Entry 1 completes; a later poll stamps its completion and keeps the first stamps.
   const int64_t n = 1;
-  RecordTensor t{.dims = &n, .ndim = 1};
+  TensorDesc t{.dims = &n, .ndim = 1};
   w->Completed(
       {.record_id = 1, .collective_seq_id = 2, .bytes = 4, .op = CollectiveOp::kAllGather});
   s = MustRead(b);
@@ -303,8 +303,8 @@ TEST(RingReader, RandomBytesUnderAValidHeaderNeverCrash) {
 void WriteRecord(RingWriter& w, uint64_t i) {
   const int64_t in[2] = {int64_t(i), int64_t(i % 7 + 1)};
   const int64_t out[1] = {int64_t(i) * 2};
-  const RecordTensor ti{.dims = in, .ndim = 2, .dtype = RecordDtype(i % kRecordDtypeCount)};
-  const RecordTensor to{.dims = out, .ndim = 1, .dtype = RecordDtype::kInt64};
+  const TensorDesc ti{.dims = in, .ndim = 2, .dtype = DataType(i % kDataTypeCount)};
+  const TensorDesc to{.dims = out, .ndim = 1, .dtype = DataType::kInt64};
   RecordHandle h = w.Begin({.op = CollectiveOp::kAllReduce,
                             .inputs = {&ti, 1},
                             .outputs = {&to, 1},
@@ -321,7 +321,7 @@ std::string CheckRecord(const RecordedEntry& e) {
   const uint64_t created = 1'000'000 + (3 * i - (i + 2) / 3 + 1) * 1000;
   if (e.input_sizes != std::vector<std::vector<int64_t>>{{int64_t(i), int64_t(i % 7 + 1)}} ||
       e.output_sizes != std::vector<std::vector<int64_t>>{{int64_t(i) * 2}} ||
-      e.input_dtypes[0] != RecordDtype(i % kRecordDtypeCount) || e.timeout_ms != (i ^ 0x5a5a) ||
+      e.input_dtypes[0] != DataType(i % kDataTypeCount) || e.timeout_ms != (i ^ 0x5a5a) ||
       e.collective_seq_id != i + 1 || e.op_id != i + 1 || e.pg_desc != "default_pg") {
     return "fields of record " + std::to_string(i);
   }

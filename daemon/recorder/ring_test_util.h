@@ -60,8 +60,8 @@ inline void RecordMix(RingWriter& w, int n, int32_t world_size = 2) {
   for (int i = 0; i < n; ++i) {
     const int64_t count = 16 * (i + 1);
     const int64_t gathered = count * world_size;
-    const RecordTensor in{.dims = &count, .ndim = 1, .dtype = RecordDtype::kFloat32};
-    const RecordTensor out{.dims = &gathered, .ndim = 1, .dtype = RecordDtype::kFloat32};
+    const TensorDesc in{.dims = &count, .ndim = 1, .dtype = DataType::kFloat32};
+    const TensorDesc out{.dims = &gathered, .ndim = 1, .dtype = DataType::kFloat32};
     switch (i % 5) {
       case 0: {
         RecordHandle h = w.Begin({.op = CollectiveOp::kAllReduce,

@@ -69,8 +69,8 @@ v1::Diagnosis Base(const GroupView& view, v1::DiagnosisKind kind, uint64_t seq, 
     const EntryView& e = it->second;
     out->set_op(RecordOpTorchName(static_cast<uint32_t>(e.op)));
     for (const auto& dims : e.input_sizes) out->add_input_sizes(SizesText(dims));
-    for (RecordDtype t : e.input_dtypes) {
-      const char* name = RecordDtypeTorchName(static_cast<uint32_t>(t));
+    for (DataType t : e.input_dtypes) {
+      const char* name = DataTypeInfo(t).scalar;
       out->add_input_dtypes(name != nullptr ? name : "?");
     }
     out->set_state(RecordStateName(static_cast<uint32_t>(e.state)));

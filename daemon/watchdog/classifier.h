@@ -41,7 +41,7 @@ enum class Liveness {
 struct EntryView {
   CollectiveOp op = CollectiveOp::kAllReduce;
   std::vector<std::vector<int64_t>> input_sizes;
-  std::vector<RecordDtype> input_dtypes;
+  std::vector<DataType> input_dtypes;
   RecordState state = RecordState::kScheduled;
 };
 

@@ -15,7 +15,7 @@ constexpr uint64_t kMs = 1000000;
 constexpr Thresholds kThresholds{.timeout_ns = 1000 * kMs, .heartbeat_timeout_ns = 500 * kMs};
 
 EntryView AllReduce(int64_t n, RecordState state = RecordState::kStarted) {
-  return {CollectiveOp::kAllReduce, {{n}}, {RecordDtype::kFloat32}, state};
+  return {CollectiveOp::kAllReduce, {{n}}, {DataType::kFloat32}, state};
 }
 
 // A fake clock and a group of `world` ranks that all completed seq `done`.
@@ -144,9 +144,9 @@ TEST_F(ClassifierTest, MismatchOnOpSizeOrDtype) {
     EntryView odd;
   };
   const std::vector<EntryView> odds = {
-      {CollectiveOp::kAllGather, {{1024}}, {RecordDtype::kFloat32}, RecordState::kStarted},
+      {CollectiveOp::kAllGather, {{1024}}, {DataType::kFloat32}, RecordState::kStarted},
       AllReduce(2048),
-      {CollectiveOp::kAllReduce, {{1024}}, {RecordDtype::kBFloat16}, RecordState::kStarted}};
+      {CollectiveOp::kAllReduce, {{1024}}, {DataType::kBFloat16}, RecordState::kStarted}};
   for (const EntryView& odd : odds) {
     MakeGroup(4, 4);
     tracker_ = GroupTracker();

@@ -36,7 +36,7 @@ class Block {
   // `n` completed all-reduces of 256 floats, the last `nans` of them with a NaN found.
   void AllReduces(int n, int nans = 0) {
     const int64_t count = 256;
-    const RecordTensor t{.dims = &count, .ndim = 1, .dtype = RecordDtype::kFloat32};
+    const TensorDesc t{.dims = &count, .ndim = 1, .dtype = DataType::kFloat32};
     for (int i = 0; i < n; ++i) {
       RecordHandle h = writer_->BeginStarted({.op = CollectiveOp::kAllReduce, .inputs = {&t, 1}});
       writer_->NanChecked(h, i >= n - nans);

@@ -369,6 +369,8 @@ cudaError_t LaunchKernel(const CudaCommView& view, const LaunchArgs& args, cudaS
     case DataType::kInt64:
       LaunchWithOp<int64_t>(view, args, stream);
       break;
+    default:
+      return cudaErrorInvalidValue;  // not a collective type: launch.cc refuses it first
   }
   return cudaGetLastError();
 }

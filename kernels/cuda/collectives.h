@@ -35,7 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/include/commd/collective_op.h"
+#include "commd/vocabulary.h"
 #include "kernels/algorithm.h"
 #include "kernels/types.h"
 

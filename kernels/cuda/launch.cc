@@ -20,12 +20,11 @@ using cuda_internal::LaunchArgs;
 constexpr KernelRuntime kRealRuntime{&cuda_internal::LaunchKernel, &cuda_internal::PreloadKernels};
 const KernelRuntime* g_runtime = &kRealRuntime;
 
-// "barrier", "one-shot all_reduce", "all_gather", ... (host/plan.h's names).
+// "barrier", "one_shot all_reduce", "all_gather", ... (the vocabulary's names).
 std::string LaunchName(const LaunchArgs& a) {
   if (a.count_only) return "NaN/Inf count";
-  if (a.collective == CollectiveOp::kBarrier) return "barrier";
   if (a.collective == CollectiveOp::kAllReduce) {
-    return absl::StrCat(AlgorithmName(a.algorithm), " all_reduce");
+    return absl::StrCat(AlgorithmName(a.algorithm), " ", CollectiveName(a.collective));
   }
   return std::string(CollectiveName(a.collective));
 }
@@ -39,10 +38,8 @@ bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 // host/collectives.h).
 absl::Status Place(const CudaCommView& v, const char* name, size_t in_bytes, size_t out_bytes,
                    bool output_may_be_input, LaunchArgs* a) {
-  if (!IsValid(a->dtype) || !IsValid(a->op)) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": data type ", static_cast<int>(a->dtype),
-                                                   " or reduce op ", static_cast<int>(a->op),
-                                                   " out of range"));
+  for (absl::Status s : {CheckCollectiveType(a->dtype), CheckReduceOp(a->op)}) {
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.message()));
   }
   if (in_bytes > v.data_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": input of ", in_bytes,
@@ -96,21 +93,17 @@ LaunchArgs Args(CollectiveOp c, const void* input, void* output, size_t count, D
                     .root = root};
 }
 
-// Which of input and output hold world_size x count elements.
-enum class Wide { kNeither, kInput, kOutput, kBoth };
-
-// Byte sizes (INVALID_ARGUMENT on overflow), placement, launch. The output may be the input
+// Byte sizes (INVALID_ARGUMENT on overflow; the vocabulary's row says which of input and
+// output hold world_size x count elements), placement, launch. The output may be the input
 // itself (in place) only for broadcast, as on the CPU path.
-absl::Status PlaceAndLaunch(const CudaCommView& v, const char* name, Wide wide, LaunchArgs a,
-                            cudaStream_t stream) {
+absl::Status PlaceAndLaunch(const CudaCommView& v, LaunchArgs a, cudaStream_t stream) {
+  const vocabulary::CollectiveRow& row = CollectiveInfo(a.collective);
   size_t bytes = 0, all = 0;
   if (__builtin_mul_overflow(a.count, DataTypeSize(a.dtype), &bytes) ||
       __builtin_mul_overflow(bytes, static_cast<size_t>(v.world_size), &all)) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": count ", a.count, " overflows"));
+    return absl::InvalidArgumentError(absl::StrCat(row.torch, ": count ", a.count, " overflows"));
   }
-  const bool in_wide = wide == Wide::kInput || wide == Wide::kBoth;
-  const bool out_wide = wide == Wide::kOutput || wide == Wide::kBoth;
-  RETURN_IF_ERROR(Place(v, name, in_wide ? all : bytes, out_wide ? all : bytes,
+  RETURN_IF_ERROR(Place(v, row.torch, row.wide_in() ? all : bytes, row.wide_out() ? all : bytes,
                         a.collective == CollectiveOp::kBroadcast, &a));
   return Launch(v, a, stream);
 }
@@ -159,7 +152,7 @@ absl::Status LaunchAllReduce(const CudaCommView& view, const void* input, void* 
   a.scratch = scratch;
   size_t bytes = 0;
   if (__builtin_mul_overflow(count, DataTypeSize(dtype), &bytes)) bytes = SIZE_MAX;
-  RETURN_IF_ERROR(Place(view, "all_reduce", bytes, bytes, true, &a));
+  RETURN_IF_ERROR(Place(view, CollectiveName(CollectiveOp::kAllReduce), bytes, bytes, true, &a));
   if (algorithm == Algorithm::kOneShot && a.output_is_input && scratch == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "all_reduce: one-shot with the output being the input in the data region needs scratch "
@@ -175,8 +168,7 @@ absl::Status LaunchAllGather(const CudaCommView& view, const void* input, void* 
   RETURN_IF_ERROR(ValidateCudaCommView(view));
   if (count == 0) return absl::OkStatus();
   return PlaceAndLaunch(
-      view, "all_gather", Wide::kOutput,
-      Args(CollectiveOp::kAllGather, input, output, count, dtype, ReduceOp::kSum, nan_check),
+      view, Args(CollectiveOp::kAllGather, input, output, count, dtype, ReduceOp::kSum, nan_check),
       stream);
 }
 
@@ -186,8 +178,7 @@ absl::Status LaunchReduceScatter(const CudaCommView& view, const void* input, vo
   RETURN_IF_ERROR(ValidateCudaCommView(view));
   if (count == 0) return absl::OkStatus();
   return PlaceAndLaunch(
-      view, "reduce_scatter", Wide::kInput,
-      Args(CollectiveOp::kReduceScatter, input, output, count, dtype, op, nan_check), stream);
+      view, Args(CollectiveOp::kReduceScatter, input, output, count, dtype, op, nan_check), stream);
 }
 
 absl::Status LaunchBroadcast(const CudaCommView& view, void* buffer, size_t count, DataType dtype,
@@ -200,7 +191,7 @@ absl::Status LaunchBroadcast(const CudaCommView& view, void* buffer, size_t coun
   }
   if (count == 0) return absl::OkStatus();
   return PlaceAndLaunch(
-      view, "broadcast", Wide::kNeither,
+      view,
       Args(CollectiveOp::kBroadcast, buffer, buffer, count, dtype, ReduceOp::kSum, nan_check, root),
       stream);
 }
@@ -210,17 +201,15 @@ absl::Status LaunchAllToAll(const CudaCommView& view, const void* input, void* o
   RETURN_IF_ERROR(ValidateCudaCommView(view));
   if (count == 0) return absl::OkStatus();
   return PlaceAndLaunch(
-      view, "all_to_all", Wide::kBoth,
-      Args(CollectiveOp::kAllToAll, input, output, count, dtype, ReduceOp::kSum, nan_check),
+      view, Args(CollectiveOp::kAllToAll, input, output, count, dtype, ReduceOp::kSum, nan_check),
       stream);
 }
 
 absl::Status LaunchCountNonFinite(const CudaCommView& view, const void* input, size_t count,
                                   DataType dtype, cudaStream_t stream) {
   RETURN_IF_ERROR(ValidateCudaCommView(view));
-  if (!IsValid(dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("NaN/Inf count: data type ", static_cast<int>(dtype), " out of range"));
+  if (absl::Status s = CheckCollectiveType(dtype); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("NaN/Inf count: ", s.message()));
   }
   if (count == 0 || view.nonfinite_count == nullptr) return absl::OkStatus();
   size_t bytes = 0;

@@ -353,8 +353,7 @@ TEST(PreparedCallTest, CallWordsAreTheUnpreparedOnes) {
     ASSERT_TRUE(mv.ok()) << mv.status();
     const HostCommView& view = (*mv)->view();
     std::byte* own = (*mv)->own_data();
-    for (int type = 0; type < kDataTypeCount; ++type) {
-      const auto dtype = static_cast<DataType>(type);
+    for (const DataType dtype : kCollectiveTypes) {
       const size_t es = DataTypeSize(dtype);
       for (const std::vector<size_t>& counts : std::vector<std::vector<size_t>>{
                {1}, {7}, {1000}, {16, 0, 3}, {5, 9}, {0, 0, 0, 0, 1}, {0}}) {
@@ -382,10 +381,10 @@ TEST(PreparedCallTest, CallWordsAreTheUnpreparedOnes) {
                 const CallWords want = MakeCallWords(call, nonfinite);
                 const CallWords got = AddNonfinite(prepared.words, nonfinite);
                 ASSERT_TRUE(SameWords(want, got))
-                    << "rank " << rank << " type " << type << " tensors " << counts.size()
-                    << " first count " << counts[0] << " base " << base << " op " << op
-                    << " algorithm " << static_cast<int>(algorithm) << " nonfinite " << nonfinite
-                    << ": prepared " << Words(got) << ", whole call " << Words(want);
+                    << "rank " << rank << " type " << DataTypeName(dtype) << " tensors "
+                    << counts.size() << " first count " << counts[0] << " base " << base << " op "
+                    << op << " algorithm " << static_cast<int>(algorithm) << " nonfinite "
+                    << nonfinite << ": prepared " << Words(got) << ", whole call " << Words(want);
                 ++checked;
               }
             }
@@ -394,7 +393,7 @@ TEST(PreparedCallTest, CallWordsAreTheUnpreparedOnes) {
       }
     }
   }
-  EXPECT_EQ(checked, 2 * kDataTypeCount * 7 * 4 * kReduceOpCount * 2 * 3);
+  EXPECT_EQ(checked, 2 * kCollectiveTypeCount * 7 * 4 * kReduceOpCount * 2 * 3);
 }
 
 // Rank 0 prepares its in-place all-reduce once and runs it again and again; rank 1 calls the

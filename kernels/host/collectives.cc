@@ -64,10 +64,9 @@ uint64_t StagingDigest(const StagingPlan& plan) {
 }
 
 absl::Status CheckOp(CollectiveOp kind, ReduceOp op) {
-  if (IsValid(op)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), ": reduce op ",
-                                                 static_cast<int>(op), " is not one of 0..",
-                                                 kReduceOpCount - 1));
+  absl::Status s = CheckReduceOp(op);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), ": ", s.message()));
 }
 
 // The view must have been validated.

@@ -452,9 +452,7 @@ std::vector<Param> AllParams() {
   std::vector<Param> params;
   for (int m = 0; m <= static_cast<int>(Mode::kAllToAllInPlace); ++m) {
     for (int w : {2, 3, 4, 8}) {
-      for (int t = 0; t < kDataTypeCount; ++t) {
-        params.push_back(Param{static_cast<Mode>(m), w, static_cast<DataType>(t)});
-      }
+      for (const DataType t : kCollectiveTypes) params.push_back(Param{static_cast<Mode>(m), w, t});
     }
   }
   return params;

@@ -68,8 +68,7 @@ void Reference(DataType type, ReduceOp op, const std::vector<const std::byte*>& 
 
 TEST(ReduceIntoTest, FastPathsMatchTheElementReference) {
   std::mt19937_64 rng(0x5eed);
-  for (int t = 0; t < kDataTypeCount; ++t) {
-    const DataType type = static_cast<DataType>(t);
+  for (const DataType type : kCollectiveTypes) {
     const size_t es = DataTypeSize(type);
     for (int o = 0; o < kReduceOpCount; ++o) {
       const ReduceOp op = static_cast<ReduceOp>(o);

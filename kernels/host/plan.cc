@@ -80,14 +80,18 @@ absl::Status CheckPointer(CollectiveOp kind, size_t index, const TensorArgs& t, 
   return absl::OkStatus();
 }
 
+// "all_reduce tensor 0: data type float64 (5) is not one of float32, ...", or OK.
+absl::Status CheckTensorType(CollectiveOp kind, size_t index, DataType t) {
+  absl::Status s = CheckCollectiveType(t);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(
+      absl::StrCat(CollectiveName(kind), " tensor ", index, ": ", s.message()));
+}
+
 // Checks one tensor and fills everything but its offset.
 absl::StatusOr<StagedTensor> CheckTensor(const HostCommView& view, CollectiveOp kind, size_t index,
                                          const TensorArgs& t) {
-  if (!IsValid(t.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), " tensor ", index,
-                                                   ": data type ", static_cast<int>(t.dtype),
-                                                   " is not one of 0..", kDataTypeCount - 1));
-  }
+  RETURN_IF_ERROR(CheckTensorType(kind, index, t.dtype));
   size_t in_bytes = 0, out_bytes = 0;
   RETURN_IF_ERROR(TensorSizes(view, kind, index, t, &in_bytes, &out_bytes));
   if (in_bytes > view.data_bytes) {
@@ -165,24 +169,6 @@ absl::Status AssignOffsets(const HostCommView& view, CollectiveOp kind, StagingP
 
 }  // namespace
 
-absl::string_view CollectiveName(CollectiveOp kind) {
-  switch (kind) {
-    case CollectiveOp::kAllReduce:
-      return "all_reduce";
-    case CollectiveOp::kAllGather:
-      return "all_gather";
-    case CollectiveOp::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveOp::kBroadcast:
-      return "broadcast";
-    case CollectiveOp::kAllToAll:
-      return "all_to_all";
-    default:
-      break;
-  }
-  return "?";
-}
-
 absl::Status ValidateHostCommView(const HostCommView& view) {
   if (view.world_size < 1 || view.world_size > kMaxWorldSize) {
     return absl::InvalidArgumentError(
@@ -222,11 +208,7 @@ absl::StatusOr<StagingPlan> PlanCollective(const HostCommView& view, CollectiveO
   StagingPlan plan;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].count == 0) {
-      if (!IsValid(tensors[i].dtype)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            CollectiveName(kind), " tensor ", i, ": data type ", static_cast<int>(tensors[i].dtype),
-            " is not one of 0..", kDataTypeCount - 1));
-      }
+      RETURN_IF_ERROR(CheckTensorType(kind, i, tensors[i].dtype));
       continue;
     }
     ASSIGN_OR_RETURN(StagedTensor t, CheckTensor(view, kind, i, tensors[i]));

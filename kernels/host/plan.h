@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "client/include/commd/collective_op.h"
+#include "commd/vocabulary.h"
 #include "kernels/host/barrier.h"
 #include "kernels/host/collectives.h"
 #include "kernels/host/comm_view.h"
@@ -20,12 +20,9 @@
 
 namespace commd::kernels {
 
-// Which collective: the SDK's one enum (kAllReduce, kAllGather, kReduceScatter, kBroadcast
-// and kAllToAll here). Its values are part of the call check's shape word (4 bits;
-// kernels/signal_layout.h). "all_reduce", "all_gather", "reduce_scatter", "broadcast",
-// "all_to_all". A string_view with its length known, so that the success path, which hands
-// it on for messages it rarely builds, takes no strlen.
-absl::string_view CollectiveName(CollectiveOp kind);
+// Which collective: the vocabulary's CollectiveOp (kAllReduce, kAllGather, kReduceScatter,
+// kBroadcast and kAllToAll here), named in messages by commd::CollectiveName ("all_reduce").
+// Its values are part of the call check's shape word (4 bits; kernels/signal_layout.h).
 
 struct StagedTensor {
   const std::byte* input;

@@ -113,12 +113,16 @@ TEST_F(ValidationTest, NullPointers) {
 }
 
 TEST_F(ValidationTest, BadEnumsAndPlacement) {
-  ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, static_cast<DataType>(7), ReduceOp::kSum,
+  // A type of the vocabulary the kernels have no case for, and a value outside it.
+  ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, DataType::kUInt8, ReduceOp::kSum,
                           Algorithm::kOneShot, NanCheck::kOff, nullptr),
-                {"data type 7", "0..4"});
+                {"data type uint8 (7) is not one of float32, float16, bfloat16, int32, int64"});
+  ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, static_cast<DataType>(99), ReduceOp::kSum,
+                          Algorithm::kOneShot, NanCheck::kOff, nullptr),
+                {"data type 99 is not one of float32, float16, bfloat16, int32, int64"});
   ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, DataType::kFloat32, static_cast<ReduceOp>(9),
                           Algorithm::kOneShot, NanCheck::kOff, nullptr),
-                {"reduce op 9", "0..3"});
+                {"reduce op 9 is not one of sum, avg, min, max"});
   ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, DataType::kFloat32, ReduceOp::kSum,
                           static_cast<Algorithm>(5), NanCheck::kOff, nullptr),
                 {"algorithm 5"});

@@ -20,19 +20,31 @@
 namespace commd::python {
 namespace {
 
-// Python's element-type names, first the ones collectives take (in DataType order).
-const std::array<ElementType, 11> kElementTypes = {{
-    {"float32", 4, "f", 2, DataType::kFloat32},
-    {"float16", 2, "e", 2, DataType::kFloat16},
-    {"bfloat16", 2, nullptr, 4, DataType::kBFloat16},
-    {"int32", 4, "i", 0, DataType::kInt32},
-    {"int64", 8, "q", 0, DataType::kInt64},
-    {"float64", 8, "d", 2, std::nullopt},
-    {"uint8", 1, "B", 1, std::nullopt},
-    {"int8", 1, "b", 0, std::nullopt},
-    {"int16", 2, "h", 0, std::nullopt},
-    {"uint16", 2, "H", 1, std::nullopt},
-    {"uint32", 4, "I", 1, std::nullopt},
+ElementType Row(const char* name, size_t itemsize, const char* format, uint8_t dl_code) {
+  ElementType t{name, itemsize, format, dl_code, std::nullopt, std::nullopt};
+  DataType d;
+  if (DataTypeFromName(name, &d)) {
+    t.recorded = d;
+    if (IsCollectiveType(d)) t.commd = d;
+  }
+  return t;
+}
+
+// Python's element-type names with their buffer formats and DLPack codes; which commd type
+// each is comes from the vocabulary (binding_test checks the sizes agree).
+const std::array<ElementType, 12> kElementTypes = {{
+    Row("float32", 4, "f", 2),
+    Row("float16", 2, "e", 2),
+    Row("bfloat16", 2, nullptr, 4),
+    Row("int32", 4, "i", 0),
+    Row("int64", 8, "q", 0),
+    Row("float64", 8, "d", 2),
+    Row("uint8", 1, "B", 1),
+    Row("int8", 1, "b", 0),
+    Row("int16", 2, "h", 0),
+    Row("uint16", 2, "H", 1),
+    Row("uint32", 4, "I", 1),
+    Row("bool", 1, "?", 6),
 }};
 
 unsigned long main_thread_ident = 0;  // threading.main_thread().ident, set at import
@@ -92,7 +104,17 @@ const ElementType& ParseElementType(const py::handle& dtype) {
 }
 
 const ElementType& ElementTypeOf(DataType dtype) {
-  return kElementTypes[static_cast<size_t>(dtype)];
+  for (const ElementType& t : kElementTypes) {
+    if (t.recorded == dtype) return t;
+  }
+  ThrowInvalid(absl::StrCat("data type ", static_cast<int>(dtype), " has no Python name"));
+}
+
+std::string CollectiveTypeNames() {
+  std::string out;
+  for (DataType t : kCollectiveTypes)
+    absl::StrAppend(&out, out.empty() ? "" : ", ", DataTypeName(t));
+  return out;
 }
 
 const ElementType* ElementTypeOfFormat(std::string_view format, size_t itemsize) {
@@ -109,11 +131,12 @@ const ElementType* ElementTypeOfFormat(std::string_view format, size_t itemsize)
 
 ReduceOp ParseReduceOp(const py::handle& op) {
   const std::string name = py::str(op);
-  if (name == "sum") return ReduceOp::kSum;
-  if (name == "avg") return ReduceOp::kAvg;
-  if (name == "min") return ReduceOp::kMin;
-  if (name == "max") return ReduceOp::kMax;
-  ThrowInvalid(absl::StrCat("unknown reduce op '", name, "' (one of: sum, avg, min, max)"));
+  ReduceOp out;
+  if (ReduceOpFromName(name, &out)) return out;
+  std::string names;
+  for (const auto& r : vocabulary::kReduceOps)
+    absl::StrAppend(&names, names.empty() ? "" : ", ", r.name);
+  ThrowInvalid(absl::StrCat("unknown reduce op '", name, "' (one of: ", names, ")"));
 }
 
 absl::Duration Seconds(double seconds, const char* what) {

@@ -38,15 +38,19 @@ T Check(absl::StatusOr<T> value) {
   return *std::move(value);
 }
 
-// An element type as Python names it. Types with a commd::DataType take part in collectives;
-// the others (uint8 and friends) only describe views.
+// An element type as Python names it. Types of the vocabulary (commd/vocabulary.h) can be
+// recorded; those the collectives take (IsCollectiveType) take part in collectives; the
+// others (uint16, uint32) only describe views.
 struct ElementType {
   const char* name;
   size_t itemsize;
-  const char* format;  // buffer-protocol format; nullptr: none (bfloat16)
-  uint8_t dl_code;     // DLPack type code: 0 int, 1 uint, 2 float, 4 bfloat
-  std::optional<DataType> commd;
+  const char* format;                // buffer-protocol format; nullptr: none (bfloat16)
+  uint8_t dl_code;                   // DLPack type code: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool
+  std::optional<DataType> recorded;  // the vocabulary's type of this name
+  std::optional<DataType> commd;     // the same, when the collectives take it
 };
+// "float32, float16, bfloat16, int32, int64": the collective types, for messages.
+std::string CollectiveTypeNames();
 // "float32", "torch.float32", numpy.dtype("float32"), ...: anything whose str() ends in a
 // known name. InvalidArgumentError listing the names otherwise.
 const ElementType& ParseElementType(const py::handle& dtype);

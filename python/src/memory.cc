@@ -310,9 +310,8 @@ HostMemory::HostMemory(const py::handle& obj, const char* what, const py::object
                               "' is not a known element type; pass dtype"));
   }
   if (!type_->commd) {
-    ThrowInvalid(absl::StrCat("dtype ", type_->name, " of ", what,
-                              " is not a collective type (float32, float16, bfloat16, int32, "
-                              "int64); pass dtype for raw bytes"));
+    ThrowInvalid(absl::StrCat("dtype ", type_->name, " of ", what, " is not a collective type (",
+                              CollectiveTypeNames(), "); pass dtype for raw bytes"));
   }
 }
 

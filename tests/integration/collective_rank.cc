@@ -313,10 +313,13 @@ void Invalid(Run& run) {
   const size_t too_many = run.in.size() / 4 + 1;
   ExpectInvalid(run, "count too large",
                 g.AllReduce(run.in, too_many, DataType::kInt32, ReduceOp::kSum), "at most");
-  ExpectInvalid(run, "bad dtype", g.AllReduce(run.in, 1, static_cast<DataType>(9), ReduceOp::kSum),
-                "[0, 4]");
+  ExpectInvalid(run, "bad dtype", g.AllReduce(run.in, 1, static_cast<DataType>(99), ReduceOp::kSum),
+                "data type 99 is not one of float32, float16, bfloat16, int32, int64");
+  ExpectInvalid(run, "recorded-only dtype",
+                g.AllReduce(run.in, 1, DataType::kFloat64, ReduceOp::kSum),
+                "data type float64 (5) is not one of float32, float16, bfloat16, int32, int64");
   ExpectInvalid(run, "bad op", g.AllReduce(run.in, 1, DataType::kInt32, static_cast<ReduceOp>(7)),
-                "[0, 3]");
+                "reduce op 7 is not one of sum, avg, min, max");
   ExpectInvalid(run, "same buffer", g.AllGather(run.in, run.in, 1, DataType::kInt32),
                 "same buffer");
   ExpectInvalid(

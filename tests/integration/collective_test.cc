@@ -375,7 +375,8 @@ TEST_F(CollectiveTest, ACallOnABufferIsCheckedWhateverPassedOnItBefore) {
   EXPECT_EQ(st.code(), invalid);
   EXPECT_THAT(st.message(), ::testing::HasSubstr("17 elements of 4 bytes"));
   EXPECT_EQ(g.AllReduce(b, 9, DataType::kInt64, sum).code(), invalid);
-  EXPECT_EQ(g.AllReduce(b, 4, static_cast<DataType>(9), sum).code(), invalid);
+  EXPECT_EQ(g.AllReduce(b, 4, static_cast<DataType>(99), sum).code(), invalid);
+  EXPECT_EQ(g.AllReduce(b, 4, DataType::kBool, sum).code(), invalid);
   EXPECT_EQ(g.AllReduce(b, 4, f32, static_cast<ReduceOp>(9)).code(), invalid);
   // The shape that passed, with bad options: still refused.
   EXPECT_EQ(g.AllReduce(b, 4, f32, sum, {.nan_check = static_cast<CollectiveOptions::NanCheck>(7)})
@@ -429,14 +430,14 @@ TEST_F(CollectiveTest, ACallOnABufferIsCheckedWhateverPassedOnItBefore) {
   struct Want {
     uint8_t ndims;
     int64_t dim;
-    RecordDtype dtype;
+    DataType dtype;
     uint64_t bytes;
     CollectiveOp op;
   };
-  const Want want[] = {{1, 2, RecordDtype::kFloat32, 8, CollectiveOp::kAllReduce},
-                       {1, 2, RecordDtype::kFloat32, 8, CollectiveOp::kAllReduce},
-                       {1, 3, RecordDtype::kInt64, 24, CollectiveOp::kAllReduce},
-                       {0, 0, RecordDtype::kFloat32, 0, CollectiveOp::kBarrier}};
+  const Want want[] = {{1, 2, DataType::kFloat32, 8, CollectiveOp::kAllReduce},
+                       {1, 2, DataType::kFloat32, 8, CollectiveOp::kAllReduce},
+                       {1, 3, DataType::kInt64, 24, CollectiveOp::kAllReduce},
+                       {0, 0, DataType::kFloat32, 0, CollectiveOp::kBarrier}};
   for (uint64_t i = 0; i < 4; ++i) {
     SCOPED_TRACE(i);
     const RingEntry& e = ring[(next - 4 + i) & (header->ring_capacity - 1)];
@@ -482,21 +483,21 @@ TEST_F(CollectiveTest, EveryEntryHoldsItsCallsShapeOverLaps) {
     CollectiveOp op;
     uint8_t tensors;  // 0 or 1 a side
     int64_t in_dim, out_dim;
-    RecordDtype dtype;
+    DataType dtype;
     uint64_t bytes;
   };
   const std::vector<Kind> kinds = {
       {[&] { return g.AllReduce(b, 4, f32, sum); }, CollectiveOp::kAllReduce, 1, 4, 4,
-       RecordDtype::kFloat32, 16},
+       DataType::kFloat32, 16},
       {[&] { return g.Broadcast(b, 3, DataType::kInt32, 0); }, CollectiveOp::kBroadcast, 1, 3, 3,
-       RecordDtype::kInt32, 12},
-      {[&] { return g.Barrier(); }, CollectiveOp::kBarrier, 0, 0, 0, RecordDtype::kFloat32, 0},
+       DataType::kInt32, 12},
+      {[&] { return g.Barrier(); }, CollectiveOp::kBarrier, 0, 0, 0, DataType::kFloat32, 0},
       {[&] { return g.AllReduce(host_in, host_out, 2, f32, sum, b); }, CollectiveOp::kAllReduce, 1,
-       2, 2, RecordDtype::kFloat32, 8},
+       2, 2, DataType::kFloat32, 8},
       {[&] { return g.AllGather(host_in, host_out, 2, DataType::kInt64, b); },
-       CollectiveOp::kAllGather, 1, 2, 2, RecordDtype::kInt64, 16},
+       CollectiveOp::kAllGather, 1, 2, 2, DataType::kInt64, 16},
       {[&] { return g.AllToAll(b, b2, 3, DataType::kInt64); }, CollectiveOp::kAllToAll, 1, 3, 3,
-       RecordDtype::kInt64, 24},
+       DataType::kInt64, 24},
   };
   auto* base = static_cast<char*>(g.control_block());
   const auto* header = reinterpret_cast<const ControlBlockHeader*>(base);

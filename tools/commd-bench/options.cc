@@ -8,13 +8,34 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 
 namespace commd::bench {
 namespace {
 
-using kernels::DataType;
-using kernels::ReduceOp;
+// The names of the rows `take` keeps, joined by `sep`: the bench's flags come from the
+// vocabulary (commd/vocabulary.h).
+template <typename Row, size_t N, typename Name>
+std::string Names(const Row (&rows)[N], const char* sep, Name name) {
+  std::string out;
+  for (const Row& r : rows) {
+    const char* n = name(r);
+    if (n != nullptr) absl::StrAppend(&out, out.empty() ? "" : sep, n);
+  }
+  return out;
+}
+
+std::string OpNames(const char* sep) {
+  return Names(vocabulary::kCollectives, sep, [](const auto& r) { return r.bench; });
+}
+std::string TypeNames(const char* sep) {
+  return Names(vocabulary::kDataTypes, sep,
+               [](const auto& r) { return r.collective() ? r.nccl : nullptr; });
+}
+std::string RedopNames(const char* sep) {
+  return Names(vocabulary::kReduceOps, sep, [](const auto& r) { return r.name; });
+}
 
 void Usage(FILE* out) {
   std::fprintf(out, R"(usage: commd-bench [flags]
@@ -29,9 +50,9 @@ All-reduce rows from 64 KiB also show the machine's busbw ceiling at that size, 
 the sweep (a copy and an in-place read+write pass, a thread per rank up to one per core),
 and their %% of it.
 
-  --op NAME          allreduce | allgather | reducescatter | barrier | allreduce_coalesced |
-                     broadcast (from rank 0) | alltoall (equal splits)
-                                                                        (default allreduce)
+  --op NAME          %s
+                     (broadcast is from rank 0, alltoall has equal splits; PyTorch's
+                     names, all_reduce, ..., also work)                 (default allreduce)
   --path P           sdk: time Group's collectives (Group::AllReduce, ...), as applications
                      call them; kernel: the host kernels straight over the same symmetric
                      buffers, without the SDK (its floor); sdk,kernel: both, interleaved
@@ -44,8 +65,9 @@ and their %% of it.
   -f, --stepfactor F multiply the size by F each step, 1.01..1024       (default 2)
   -w, --warmup N     warm-up iterations per size, 0..100000             (default 5)
   -i, --iters N      timed iterations per size, 1..1000000              (default 20)
-  -d, --datatype T   float | half | bfloat16 | int32 | int64            (default float)
-  -o, --redop OP     sum | avg | min | max                              (default sum)
+  -d, --datatype T   %s
+                     (also float32, fp32, float16, fp16, bf16, ...)     (default float)
+  -o, --redop OP     %s                              (default sum)
   -a, --algo A       auto | oneshot | twoshot (all-reduce, --path kernel only) (default auto)
       --one-shot-max-read-bytes S  auto: one-shot while bytes x ranks <= S, as the daemon's
                      collectives.one_shot_max_read_bytes; a private daemon gets this value
@@ -66,7 +88,8 @@ All-reduce runs in place on the symmetric buffer, as Group::AllReduce does; all-
 reduce-scatter read one symmetric buffer and write another, on both paths.
 Exit status: 0 ok, 1 a rank failed or --check found wrong elements, 2 bad flags.
 )",
-               kMaxRanks, kMaxTensors);
+               OpNames(" | ").c_str(), kMaxRanks, TypeNames(" | ").c_str(),
+               RedopNames(" | ").c_str(), kMaxTensors);
 }
 
 bool ParseSize(absl::string_view text, size_t* out) {
@@ -124,38 +147,34 @@ T NamedFlag(const std::string& flag, const std::string& v,
   BadFlag(absl::StrCat(flag, " ", v, ": not one of ", allowed));
 }
 
+// A collective type by its name, nccl-tests' name or its short alias.
 DataType DatatypeFlag(const std::string& flag, const std::string& v) {
-  return NamedFlag<DataType>(flag, v,
-                             {{"float", DataType::kFloat32},
-                              {"fp32", DataType::kFloat32},
-                              {"float32", DataType::kFloat32},
-                              {"half", DataType::kFloat16},
-                              {"fp16", DataType::kFloat16},
-                              {"float16", DataType::kFloat16},
-                              {"bfloat16", DataType::kBFloat16},
-                              {"bf16", DataType::kBFloat16},
-                              {"int32", DataType::kInt32},
-                              {"int", DataType::kInt32},
-                              {"int64", DataType::kInt64}},
-                             "float, half, bfloat16, int32, int64");
+  for (const vocabulary::DataTypeRow& r : vocabulary::kDataTypes) {
+    if (!r.collective()) continue;
+    for (const char* name : {r.name, r.nccl, r.alias}) {
+      if (name != nullptr && v == name) return r.type;
+    }
+  }
+  BadFlag(absl::StrCat(flag, " ", v, ": not one of ", TypeNames(", ")));
 }
 
+ReduceOp RedopFlag(const std::string& flag, const std::string& v) {
+  ReduceOp op;
+  if (!ReduceOpFromName(v, &op))
+    BadFlag(absl::StrCat(flag, " ", v, ": not one of ", RedopNames(", ")));
+  return op;
+}
+
+// A benchmarked collective by its bench name or PyTorch's, with or without underscores.
 CollectiveOp OpFlag(const std::string& flag, const std::string& v) {
-  return NamedFlag<CollectiveOp>(
-      flag, v,
-      {{"allreduce", CollectiveOp::kAllReduce},
-       {"all_reduce", CollectiveOp::kAllReduce},
-       {"allgather", CollectiveOp::kAllGather},
-       {"all_gather", CollectiveOp::kAllGather},
-       {"reducescatter", CollectiveOp::kReduceScatter},
-       {"reduce_scatter", CollectiveOp::kReduceScatter},
-       {"barrier", CollectiveOp::kBarrier},
-       {"allreduce_coalesced", CollectiveOp::kAllReduceCoalesced},
-       {"allreducecoalesced", CollectiveOp::kAllReduceCoalesced},
-       {"broadcast", CollectiveOp::kBroadcast},
-       {"alltoall", CollectiveOp::kAllToAll},
-       {"all_to_all", CollectiveOp::kAllToAll}},
-      "allreduce, allgather, reducescatter, barrier, allreduce_coalesced, broadcast, alltoall");
+  const std::string bare = absl::StrReplaceAll(v, {{"_", ""}});
+  for (const vocabulary::CollectiveRow& r : vocabulary::kCollectives) {
+    if (r.bench == nullptr) continue;
+    for (absl::string_view name : {r.bench, r.torch}) {
+      if (v == name || bare == absl::StrReplaceAll(name, {{"_", ""}})) return r.op;
+    }
+  }
+  BadFlag(absl::StrCat(flag, " ", v, ": not one of ", OpNames(", ")));
 }
 
 // The flags that only make sense together.
@@ -230,12 +249,7 @@ Options ParseFlags(int argc, char** argv) {
     } else if (flag == "-d" || flag == "--datatype") {
       o.dtype = DatatypeFlag(flag, next());
     } else if (flag == "-o" || flag == "--redop") {
-      o.redop = NamedFlag<ReduceOp>(flag, next(),
-                                    {{"sum", ReduceOp::kSum},
-                                     {"avg", ReduceOp::kAvg},
-                                     {"min", ReduceOp::kMin},
-                                     {"max", ReduceOp::kMax}},
-                                    "sum, avg, min, max");
+      o.redop = RedopFlag(flag, next());
     } else if (flag == "--op") {
       o.op = OpFlag(flag, next());
     } else if (flag == "--path") {
@@ -310,52 +324,16 @@ std::vector<Size> Sizes(const Options& o) {
 }
 
 const char* OpName(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::kAllReduce:
-      return "allreduce";
-    case CollectiveOp::kAllGather:
-      return "allgather";
-    case CollectiveOp::kReduceScatter:
-      return "reducescatter";
-    case CollectiveOp::kBarrier:
-      return "barrier";
-    case CollectiveOp::kAllReduceCoalesced:
-      return "allreduce_coalesced";
-    case CollectiveOp::kBroadcast:
-      return "broadcast";
-    case CollectiveOp::kAllToAll:
-      return "alltoall";
-    default:
-      break;
-  }
-  return "?";
+  const char* name = CollectiveInfo(op).bench;
+  return name != nullptr ? name : "?";
 }
 
 const char* PathName(Path path) { return path == Path::kSdk ? "sdk" : "kernel"; }
 
 const char* PathNames(const Options& o) { return o.interleaved ? "sdk,kernel" : PathName(o.path); }
 
-const char* PathCall(Path path, CollectiveOp op) {
-  const bool sdk = path == Path::kSdk;
-  switch (op) {
-    case CollectiveOp::kAllReduce:
-      return sdk ? "Group::AllReduce" : "kernels::AllReduce";
-    case CollectiveOp::kAllGather:
-      return sdk ? "Group::AllGather" : "kernels::AllGather";
-    case CollectiveOp::kReduceScatter:
-      return sdk ? "Group::ReduceScatter" : "kernels::ReduceScatter";
-    case CollectiveOp::kBarrier:
-      return sdk ? "Group::Barrier" : "kernels::Barrier";
-    case CollectiveOp::kAllReduceCoalesced:
-      return sdk ? "Group::AllReduceCoalesced" : "kernels::AllReduceCoalesced";
-    case CollectiveOp::kBroadcast:
-      return sdk ? "Group::Broadcast" : "kernels::Broadcast";
-    case CollectiveOp::kAllToAll:
-      return sdk ? "Group::AllToAll" : "kernels::AllToAll";
-    default:
-      break;
-  }
-  return "?";
+std::string PathCall(Path path, CollectiveOp op) {
+  return absl::StrCat(path == Path::kSdk ? "Group::" : "kernels::", CollectiveInfo(op).sdk);
 }
 
 }  // namespace commd::bench

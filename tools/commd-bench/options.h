@@ -77,7 +77,7 @@ const char* PathName(Path path);
 // The --path value: "sdk", "kernel" or "sdk,kernel".
 const char* PathNames(const Options& o);
 // What the path runs for `op`, for the header line: "Group::AllReduce", "kernels::AllReduce".
-const char* PathCall(Path path, CollectiveOp op);
+std::string PathCall(Path path, CollectiveOp op);
 
 }  // namespace commd::bench
 

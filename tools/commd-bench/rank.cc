@@ -105,10 +105,7 @@ bool Close(DataType t, double got, double want) {
   return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
 }
 
-bool Reduces(CollectiveOp op) {
-  return op == CollectiveOp::kAllReduce || op == CollectiveOp::kReduceScatter ||
-         op == CollectiveOp::kAllReduceCoalesced;
-}
+bool Reduces(CollectiveOp op) { return CollectiveInfo(op).reduces(); }
 
 // The bytes of each rank's input (and all-gather / reduce-scatter output) buffer for the
 // whole sweep.

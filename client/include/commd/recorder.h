@@ -48,13 +48,6 @@
 
 namespace commd {
 
-// A tensor argument: `dims` (borrowed for the call) holds `ndim` sizes.
-struct TensorDesc {
-  const int64_t* dims = nullptr;
-  int ndim = 0;
-  DataType dtype = DataType::kFloat32;
-};
-
 struct RecordId {
   uint64_t record_id = ~uint64_t{0};
   uint64_t collective_seq_id = 0;

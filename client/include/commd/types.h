@@ -1,12 +1,14 @@
-// Element types and reductions of the SDK's collectives and recorder.
+// Element types and reductions of the SDK's collectives and recorder: commd::DataType and
+// commd::ReduceOp, rows of commd/vocabulary.h, which this header re-exports.
+//
+//   commd::DataTypeSize(commd::DataType::kBFloat16)      // 2
+//   commd::IsCollectiveType(commd::DataType::kFloat64)   // false: recordable, not reducible
+//
+// Every DataType can describe a recorded tensor (Recorder::Begin); the collectives take the
+// types IsCollectiveType names and refuse the others with INVALID_ARGUMENT.
 #ifndef COMMD_CLIENT_INCLUDE_COMMD_TYPES_H_
 #define COMMD_CLIENT_INCLUDE_COMMD_TYPES_H_
 
-namespace commd {
-
-enum class DataType { kFloat32, kFloat16, kBFloat16, kInt32, kInt64 };
-enum class ReduceOp { kSum, kAvg, kMin, kMax };
-
-}  // namespace commd
+#include "commd/vocabulary.h"  // IWYU pragma: export
 
 #endif  // COMMD_CLIENT_INCLUDE_COMMD_TYPES_H_
