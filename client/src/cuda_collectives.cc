@@ -6,10 +6,7 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstddef>
-#include <deque>
-#include <new>
 #include <optional>
 #include <span>
 
@@ -20,7 +17,6 @@
 #include "client/src/cuda_span_collectives.h"
 #include "common/control_block.h"
 #include "common/cuda_check.h"
-#include "common/cuda_driver.h"
 #include "common/cuda_driver_api.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/collectives.h"
@@ -243,6 +239,18 @@ struct SpanLaunch {
   std::optional<kernels::CudaCommView> out;
 };
 
+// A spanning group's plan over `v`, its output view with the same device words as `v`.
+absl::Status LaunchPlan(const SpanLaunch& span, const kernels::CudaCommView& v,
+                        kernels::NanCheck nan, void* scratch, cudaStream_t stream, int* enqueued) {
+  std::optional<kernels::CudaCommView> out = span.out;
+  if (out.has_value()) {
+    out->error_word = v.error_word;
+    out->nonfinite_count = v.nonfinite_count;
+  }
+  return span.part->Launch(*span.plan, v, out.has_value() ? &*out : nullptr, nan, span.thresholds,
+                           scratch, stream, enqueued);
+}
+
 // Records the entry around the launch, stream-ordered, and keeps an event for its end (a
 // part records nothing: its part_of entry's transitions are the caller's, on the same stream).
 // An argument check failing before any kernel is enqueued fails this call alone; any other
@@ -266,13 +274,7 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
   int enqueued = 0;
   absl::Status st = e.StartedOnStream(o.cuda_stream);
   if (st.ok() && span.plan != nullptr) {
-    std::optional<kernels::CudaCommView> out = span.out;
-    if (out.has_value()) {  // the same device words as the input's view
-      out->error_word = v.error_word;
-      out->nonfinite_count = v.nonfinite_count;
-    }
-    st = span.part->Launch(*span.plan, v, out.has_value() ? &*out : nullptr, e.nan(),
-                           span.thresholds, scratch, stream, &enqueued);
+    st = LaunchPlan(span, v, e.nan(), scratch, stream, &enqueued);
   } else if (st.ok()) {
     st = Launch(v, c, e.nan(), scratch, blas, stream, &enqueued);
   }
