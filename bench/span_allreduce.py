@@ -17,7 +17,7 @@ commd's two times and gloo's, and each of commd's as a fraction of gloo's.
 
 --phases measures instead the node-local phase of the zero-copy spanning all-reduce against
 commd's single-node all-reduce over the same data: the ranks run with COMMD_SPAN_PROFILE=1
-(client/src/span_collectives.cc: per size, each rank's time per call and the part of it
+(client/src/span_profile.h: per size, each rank's time per call and the part of it
 spent between nodes, the wait for the other nodes included), and each node's ranks also form
 a node-local group. Per size, interleaved round by round: the spanning all-reduce, then the
 node-local all-reduce, both in place on a symmetric buffer; each rank's mean per call over

@@ -6,20 +6,17 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstddef>
-#include <deque>
-#include <new>
 #include <optional>
 #include <span>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/src/cuda_group_state.h"
 #include "client/src/cuda_span_collectives.h"
 #include "common/control_block.h"
 #include "common/cuda_check.h"
-#include "common/cuda_driver.h"
 #include "common/cuda_driver_api.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/collectives.h"
@@ -31,145 +28,8 @@
 namespace commd {
 namespace {
 
-// NaN/Inf counters, one per enqueued call: a call waits for the oldest to finish when all
-// are taken.
-constexpr int kCountSlots = 64;
-
-// The pinned host block the kernels write into (through its device address).
-struct DeviceWords {
-  uint32_t error;  // code << 16 | peer of the first failed wait
-  uint32_t unused;
-  unsigned long long nonfinite[kCountSlots];
-};
-
-struct Pending {
-  CUevent done;
-  RecordId id;
-  int slot;
-  bool checked;      // whether the call counted NaN/Inf
-  uintptr_t stream;  // the stream it was enqueued on (its scratch is that stream's)
-};
-
-}  // namespace
-
-struct CudaGroupState {
-  const CudaDriverApi* api = nullptr;
-  Recorder::Impl* recorder = nullptr;
-  CUdevice device = 0;
-  CUcontext context = nullptr;  // the device's primary context, retained
-  absl::Mutex mu;
-  DeviceWords* words ABSL_GUARDED_BY(mu) = nullptr;
-  CUdeviceptr words_device ABSL_GUARDED_BY(mu) = 0;
-  // One-shot scratch per stream (kernels/cuda_plan.h): calls on two streams may run at once.
-  kernels::ScratchTable scratch_table ABSL_GUARDED_BY(mu);
-  CUdeviceptr scratch[kernels::ScratchTable::kMaxStreams] ABSL_GUARDED_BY(mu) = {};
-  std::deque<Pending> pending ABSL_GUARDED_BY(mu);
-  kernels::CounterSlots slots ABSL_GUARDED_BY(mu){kCountSlots};
-  absl::Status failed ABSL_GUARDED_BY(mu);  // sticky: the group's CUDA buffers are unusable
-  // The fused matmuls' cuBLAS handle, made in `context` by the group's first one, for every
-  // stream; each stream's workspace (cublas_workspace_bytes) lies in its scratch above.
-  const kernels::CublasApi* blas = nullptr;
-  cublasHandle_t cublas ABSL_GUARDED_BY(mu) = nullptr;
-  size_t cublas_workspace_bytes ABSL_GUARDED_BY(mu) = 0;
-  // The warming GEMMs' operands (kernels::WarmCublas), kept until `warmed` says they ran.
-  CUdeviceptr warm_operands ABSL_GUARDED_BY(mu) = 0;
-  CUevent warmed ABSL_GUARDED_BY(mu) = nullptr;
-};
-
-namespace {
-
-// The state's context is current on this thread for the scope's life.
-class ContextScope {
- public:
-  explicit ContextScope(const CudaGroupState& s) : api_(s.api) {
-    pushed_ = api_->ctx_push_current(s.context) == CUDA_SUCCESS;
-  }
-  ~ContextScope() {
-    CUcontext ignored;
-    if (pushed_) api_->ctx_pop_current(&ignored);
-  }
-  bool ok() const { return pushed_; }
-
- private:
-  const CudaDriverApi* api_;
-  bool pushed_;
-};
-
-// A finished call: its NaN/Inf count reaches the control block (the entry is flagged on a hit).
-// A part's is its part_of entry's: each part counts one check, and a hit flags that entry
-// (the flag is a bit: several parts, or one after the entry completed, flag it alike).
-void Retire(CudaGroupState& s, const Pending& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (p.checked) {
-    const auto count = std::atomic_ref(s.words->nonfinite[p.slot]).load(std::memory_order_acquire);
-    s.recorder->NanChecked(p.id, count > 0);
-  }
-  s.slots.Release(p.slot);
-  s.api->event_destroy(p.done);
-}
-
-// Retires the oldest call, waiting for it when `wait`; false when it is still running.
-bool RetireFront(CudaGroupState& s, bool wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  const Pending& p = s.pending.front();
-  const CUresult r = wait ? s.api->event_synchronize(p.done) : s.api->event_query(p.done);
-  if (r == CUDA_ERROR_NOT_READY) return false;
-  if (r != CUDA_SUCCESS && s.failed.ok()) {
-    s.failed =
-        absl::InternalError(absl::StrCat("an earlier CUDA collective (seq ", p.id.collective_seq_id,
-                                         ") failed on the device: ", CuErrorText(r)));
-  }
-  Retire(s, p);
-  s.pending.pop_front();
-  return true;
-}
-
-// Retires what has finished, then fails (for good) if a wait failed on the device.
-absl::Status Poll(CudaGroupState& s, const std::string& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  while (!s.pending.empty() && RetireFront(s, /*wait=*/false)) {
-  }
-  const uint32_t word = std::atomic_ref(s.words->error).load(std::memory_order_acquire);
-  if (s.failed.ok() && word != 0) s.failed = DeviceWaitError(word, group);
-  return s.failed;
-}
-
-// A NaN/Inf counter for the next call, zeroed: one no call still in flight may write (a call
-// holds its slot until retired, kernels/cuda_plan.h's CounterSlots).
-int TakeSlot(CudaGroupState& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  int slot;
-  while ((slot = s.slots.Take()) < 0) RetireFront(s, /*wait=*/true);
-  std::atomic_ref(s.words->nonfinite[slot]).store(0, std::memory_order_release);
-  return slot;
-}
-
-// Waits until no enqueued call runs on `stream` (it may be using that stream's scratch).
-void WaitForStream(CudaGroupState& s, uintptr_t stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  auto on_stream = [&] {
-    for (const Pending& p : s.pending) {
-      if (p.stream == stream) return true;
-    }
-    return false;
-  };
-  while (on_stream()) RetireFront(s, /*wait=*/true);
-}
-
-// `stream`'s scratch of at least `bytes` (none for 0): each stream has its own, since calls
-// on two streams may run at once; a stream's calls run in order and share it. Growing or
-// taking another stream's waits for the calls on the stream that used it.
-absl::StatusOr<void*> Scratch(CudaGroupState& s, uintptr_t stream, size_t bytes)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (bytes == 0) return nullptr;
-  using Action = kernels::ScratchTable::Action;
-  const kernels::ScratchTable::Choice c = s.scratch_table.Choose(stream, bytes);
-  if (c.action == Action::kGrow) WaitForStream(s, stream);
-  if (c.action == Action::kEvict) WaitForStream(s, c.evicted);
-  if (c.action != Action::kReuse) {
-    if (s.scratch[c.slot] != 0) s.api->mem_free(s.scratch[c.slot]);
-    s.scratch[c.slot] = 0;
-    s.scratch_table.Clear(c.slot);  // empty until the allocation succeeds
-    CU_RETURN_IF_ERROR(s.api->mem_alloc(&s.scratch[c.slot], c.bytes));
-  }
-  s.scratch_table.Commit(c.slot, stream, c.bytes);
-  return reinterpret_cast<void*>(s.scratch[c.slot]);
-}
+using DeviceWords = CudaGroupState::DeviceWords;
+using Pending = CudaGroupState::Pending;
 
 // The fused matmul arguments of `call` on view `v` (its operands are the caller's device
 // memory; the shard or workspace is the buffer's data region).
@@ -379,6 +239,18 @@ struct SpanLaunch {
   std::optional<kernels::CudaCommView> out;
 };
 
+// A spanning group's plan over `v`, its output view with the same device words as `v`.
+absl::Status LaunchPlan(const SpanLaunch& span, const kernels::CudaCommView& v,
+                        kernels::NanCheck nan, void* scratch, cudaStream_t stream, int* enqueued) {
+  std::optional<kernels::CudaCommView> out = span.out;
+  if (out.has_value()) {
+    out->error_word = v.error_word;
+    out->nonfinite_count = v.nonfinite_count;
+  }
+  return span.part->Launch(*span.plan, v, out.has_value() ? &*out : nullptr, nan, span.thresholds,
+                           scratch, stream, enqueued);
+}
+
 // Records the entry around the launch, stream-ordered, and keeps an event for its end (a
 // part records nothing: its part_of entry's transitions are the caller's, on the same stream).
 // An argument check failing before any kernel is enqueued fails this call alone; any other
@@ -390,7 +262,7 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
   const CollectiveOptions& o = *c.call.options;
   CUevent done = nullptr;
   CU_RETURN_IF_ERROR(s.api->event_create(&done, CU_EVENT_DISABLE_TIMING));
-  const int slot = TakeSlot(s);
+  const int slot = TakeCountSlot(s);
   v.error_word = reinterpret_cast<uint32_t*>(s.words_device + offsetof(DeviceWords, error));
   v.nonfinite_count = reinterpret_cast<unsigned long long*>(
       s.words_device + offsetof(DeviceWords, nonfinite) + slot * sizeof(unsigned long long));
@@ -402,13 +274,7 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
   int enqueued = 0;
   absl::Status st = e.StartedOnStream(o.cuda_stream);
   if (st.ok() && span.plan != nullptr) {
-    std::optional<kernels::CudaCommView> out = span.out;
-    if (out.has_value()) {  // the same device words as the input's view
-      out->error_word = v.error_word;
-      out->nonfinite_count = v.nonfinite_count;
-    }
-    st = span.part->Launch(*span.plan, v, out.has_value() ? &*out : nullptr, e.nan(),
-                           span.thresholds, scratch, stream, &enqueued);
+    st = LaunchPlan(span, v, e.nan(), scratch, stream, &enqueued);
   } else if (st.ok()) {
     st = Launch(v, c, e.nan(), scratch, blas, stream, &enqueued);
   }
@@ -444,88 +310,10 @@ absl::Status Enqueue(CudaGroupState& s, const CheckedCall& c, CollectiveEntry& e
   return first;
 }
 
-// A stream being captured into a CUDA graph is refused: the call's bookkeeping (its event,
-// NaN/Inf slot, scratch, the recorder's stream-ordered writes) is made for one run at enqueue
-// time, while a graph's kernels run at each replay, later and possibly many times.
-absl::Status RefuseCapture(CudaGroupState& s, const std::string& group, void* stream) {
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (CUresult r = s.api->stream_is_capturing(static_cast<CUstream>(stream), &capture);
-      r != CUDA_SUCCESS) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "group ", group, ": cuStreamIsCapturing on the collective's stream failed (",
-        CuErrorText(r), "); is another stream capturing a CUDA graph in global mode?"));
-  }
-  if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "group ", group, ": the collective's stream is ",
-        capture == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "capturing" : "in an invalidated capture of",
-        " a CUDA graph; collectives on CUDA buffers cannot be captured (run them outside the "
-        "graph, docs/operations.md \"CUDA graphs\")"));
-  }
-  return absl::OkStatus();
-}
-
-// The group's cuBLAS handle, made once in its context (current here) before any of its fused
-// matmul steps is enqueued: the library chosen for this driver (kernels::Cublas), the fused
-// kernels loaded, and every cuBLAS GEMM type the fused calls use warmed on `stream`
-// (kernels::WarmCublas): lazy loading would otherwise load them while a wait kernel spins on
-// a peer (collectives.h). FAILED_PRECONDITION naming the group when no cuBLAS serves.
-absl::Status MakeCublasHandle(CudaGroupState& s, const std::string& group, void* stream)
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-  if (s.cublas != nullptr && s.warmed != nullptr) return absl::OkStatus();
-  if (s.cublas == nullptr) {
-    absl::StatusOr<const kernels::CublasApi*> blas = kernels::Cublas(s.api->driver_version);
-    if (!blas.ok()) {
-      return absl::Status(blas.status().code(),
-                          absl::StrCat("group ", group, ": ", blas.status().message()));
-    }
-    RETURN_IF_ERROR(kernels::PreloadFusedMatmulKernels());
-    int major = 0;  // unknown: cuBLAS's smaller recommendation
-    if (s.api->device_get_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                                    s.device) != CUDA_SUCCESS) {
-      major = 0;
-    }
-    CUBLAS_RETURN_IF_ERROR(**blas, (*blas)->create(&s.cublas));
-    s.blas = *blas;
-    s.cublas_workspace_bytes = kernels::CublasWorkspaceBytes(major);
-  }
-  if (s.warm_operands == 0) {
-    CU_RETURN_IF_ERROR(s.api->mem_alloc(&s.warm_operands, kernels::kWarmCublasBytes));
-  }
-  CUevent warmed = nullptr;
-  CU_RETURN_IF_ERROR(s.api->event_create(&warmed, CU_EVENT_DISABLE_TIMING));
-  absl::Status st =
-      kernels::WarmCublas({s.blas, s.cublas, 0}, reinterpret_cast<void*>(s.warm_operands),
-                          static_cast<cudaStream_t>(stream));
-  const CUresult recorded = s.api->event_record(warmed, static_cast<CUstream>(stream));
-  if (st.ok() && recorded != CUDA_SUCCESS) {
-    st = absl::InternalError(
-        absl::StrCat("cuEventRecord after warming cuBLAS: ", CuErrorText(recorded)));
-  }
-  if (recorded != CUDA_SUCCESS) {
-    s.api->event_destroy(warmed);  // the operands then stay until the group's context goes
-  } else {
-    if (s.warmed != nullptr) s.api->event_destroy(s.warmed);  // an earlier, failed warming's
-    s.warmed = warmed;
-  }
-  if (!st.ok()) {
-    return absl::Status(st.code(),
-                        absl::StrCat("group ", group, ": warming cuBLAS: ", st.message()));
-  }
-  return absl::OkStatus();
-}
-
-class CudaBackend : public SpanBackend {
+class CudaBackend : public CollectiveBackend {
  public:
   explicit CudaBackend(int device, std::unique_ptr<CudaSpanPart> span = nullptr)
       : device_(device), span_(std::move(span)) {}
-
-  void Close() override {
-    if (span_ != nullptr) span_->Close();
-  }
-  absl::Status Agree(const CheckedCall& c) override {
-    return span_ != nullptr ? span_->Agree(c) : absl::OkStatus();
-  }
 
   // Enqueues `c` on options.cuda_stream (null: the legacy default stream). INVALID_ARGUMENT,
   // synchronously and with nothing enqueued, for what the device path cannot do (a NaN
@@ -570,15 +358,16 @@ class CudaBackend : public SpanBackend {
     absl::MutexLock lock(&s.mu);
     ContextScope scope(s);
     if (!scope.ok()) return absl::InternalError("cuCtxPushCurrent of the primary context failed");
-    RETURN_IF_ERROR(Poll(s, entry.group().name()));
+    RETURN_IF_ERROR(PollCalls(s, entry.group().name()));
     RETURN_IF_ERROR(RefuseCapture(s, entry.group().name(), stream));
     ASSIGN_OR_RETURN(kernels::CudaCommView view, MakeView(entry, c, stream));
     if (plan == nullptr && c.call.matmul != nullptr) {
       RETURN_IF_ERROR(MakeCublasHandle(s, entry.group().name(), stream));
     }
     if (plan == nullptr) {
-      ASSIGN_OR_RETURN(void* scratch, Scratch(s, reinterpret_cast<uintptr_t>(stream),
-                                              ScratchBytes(view, c, s.cublas_workspace_bytes)));
+      ASSIGN_OR_RETURN(void* scratch,
+                       StreamScratch(s, reinterpret_cast<uintptr_t>(stream),
+                                     ScratchBytes(view, c, s.cublas_workspace_bytes)));
       return Enqueue(s, c, entry, view, scratch);
     }
     SpanLaunch span{.plan = plan,
@@ -589,8 +378,8 @@ class CudaBackend : public SpanBackend {
       ASSIGN_OR_RETURN(span.out, MakeView(entry, c, stream, c.out_views));
     }
     ASSIGN_OR_RETURN(void* scratch,
-                     Scratch(s, reinterpret_cast<uintptr_t>(stream),
-                             SpanScratchBytes(*plan, view.world_size, span.thresholds)));
+                     StreamScratch(s, reinterpret_cast<uintptr_t>(stream),
+                                   SpanScratchBytes(*plan, view.world_size, span.thresholds)));
     return Enqueue(s, c, entry, view, scratch, span);
   }
 
@@ -603,91 +392,15 @@ class CudaBackend : public SpanBackend {
 
 }  // namespace
 
-void CudaGroupStateDeleter::operator()(CudaGroupState* s) const {
-  {
-    absl::MutexLock lock(&s->mu);
-    ContextScope scope(*s);
-    while (!s->pending.empty()) RetireFront(*s, /*wait=*/true);
-    if (s->warmed != nullptr) {  // else the operands are left to the context: no event says
-                                 // whether the warming GEMMs ran
-      s->api->event_synchronize(s->warmed);
-      s->api->event_destroy(s->warmed);
-      if (s->warm_operands != 0) s->api->mem_free(s->warm_operands);
-    }
-    if (s->cublas != nullptr) s->blas->destroy(s->cublas);
-    for (CUdeviceptr scratch : s->scratch) {
-      if (scratch != 0) s->api->mem_free(scratch);
-    }
-    if (s->words != nullptr) s->api->mem_free_host(s->words);
-  }
-  s->api->primary_ctx_release(s->device);
-  delete s;
-}
-
-absl::StatusOr<CudaGroupStatePtr> CreateCudaGroupState(int device, Recorder::Impl* recorder) {
-  const CudaDriverInfo& cuda = ProbeCudaDriver();
-  if (!cuda.available || device < 0 || device >= cuda.device_count) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("collectives on CUDA buffers of device cuda:", device,
-                     " need a CUDA driver and that device (", cuda.summary, ")"));
-  }
-  ASSIGN_OR_RETURN(const CudaDriverApi* api, CudaDriver());
-  // The daemon (no runtime) accepts drivers from 12.0; the kernels' statically linked runtime
-  // needs its own major version. Said here, with both versions, rather than as the runtime's
-  // cudaErrorInsufficientDriver at the first kernel preload.
-  if (absl::Status st = CheckDriverServesRuntime(api->driver_version, api->library, CUDART_VERSION);
-      !st.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("collectives on CUDA buffers of device cuda:", device, ": ", st.message()));
-  }
-  auto s = std::make_unique<CudaGroupState>();
-  s->api = api;
-  s->recorder = recorder;
-  CU_RETURN_IF_ERROR(api->device_get(&s->device, device));
-  CU_RETURN_IF_ERROR(api->primary_ctx_retain(&s->context, s->device));
-  CudaGroupStatePtr state(s.release());  // from here the deleter releases the context
-  absl::MutexLock lock(&state->mu);
-  ContextScope scope(*state);
-  if (!scope.ok()) return absl::InternalError("cuCtxPushCurrent of the primary context failed");
-  void* words = nullptr;
-  CU_RETURN_IF_ERROR(api->mem_host_alloc(&words, sizeof(DeviceWords),
-                                         CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
-  state->words = new (words) DeviceWords{};
-  CU_RETURN_IF_ERROR(api->mem_host_get_device_pointer(&state->words_device, words, 0));
-  // Before any of the group's kernels can spin on a peer (lazy loading; collectives.h).
-  RETURN_IF_ERROR(kernels::PreloadCudaKernels());
-  return state;
-}
-
-absl::Status DeviceWaitError(uint32_t word, const std::string& group) {
-  const uint32_t code = word >> 16, peer = word & 0xffff;
-  const std::string after =
-      "; the group's CUDA buffers are unusable from then on (leave the group)";
-  switch (code) {
-    case 0:
-      return absl::OkStatus();
-    case 1:
-      return absl::AbortedError(absl::StrCat("group ", group,
-                                             ": an earlier collective on CUDA buffers was aborted "
-                                             "while waiting for rank ",
-                                             peer, after));
-    case 2:
-      return absl::DeadlineExceededError(absl::StrCat(
-          "group ", group, ": an earlier collective on CUDA buffers timed out waiting for rank ",
-          peer, after));
-    default:
-      return absl::InternalError(absl::StrCat("group ", group, ": device error word 0x",
-                                              absl::Hex(word), " has unknown code ", code,
-                                              " (allowed: 1 aborted, 2 timed out)"));
-  }
-}
-
 std::unique_ptr<CollectiveBackend> MakeCudaBackend(int device) {
   return std::make_unique<CudaBackend>(device);
 }
 
-std::unique_ptr<SpanBackend> MakeCudaSpanBackend(int device, SpanSetup setup) {
-  return std::make_unique<CudaBackend>(device, MakeCudaSpanPart(std::move(setup)));
+SpanCollectives MakeCudaSpanCollectives(int device, SpanSetup setup) {
+  std::unique_ptr<CudaSpanPart> part = MakeCudaSpanPart(std::move(setup));
+  CudaSpanPart* raw = part.get();
+  return {.backend = std::make_unique<CudaBackend>(device, std::move(part)),
+          .close = [raw] { raw->Close(); }};
 }
 
 }  // namespace commd

@@ -47,12 +47,13 @@ absl::Status DeviceWaitError(uint32_t word, const std::string& group);
 // (FAILED_PRECONDITION there when there is no driver or device).
 std::unique_ptr<CollectiveBackend> MakeCudaBackend(int device);
 // The same for a group spanning nodes (cuda_span_collectives.h): each call agrees with every
-// rank of every node first, then enqueues its node-local kernels and NCCL calls.
-std::unique_ptr<SpanBackend> MakeCudaSpanBackend(int device, SpanSetup setup);
+// rank of every node first (the group's SpanAgreement), then enqueues its node-local kernels
+// and NCCL calls; `close` ends its waits on other nodes.
+SpanCollectives MakeCudaSpanCollectives(int device, SpanSetup setup);
 #else
 // Without CUDA there is no CUDA backend: the group's collectives say so (UNIMPLEMENTED).
 inline std::unique_ptr<CollectiveBackend> MakeCudaBackend(int) { return nullptr; }
-inline std::unique_ptr<SpanBackend> MakeCudaSpanBackend(int, SpanSetup) { return nullptr; }
+inline SpanCollectives MakeCudaSpanCollectives(int, SpanSetup) { return {}; }
 #endif
 
 }  // namespace commd

@@ -1,31 +1,26 @@
 // Internal to the SDK, built only with CUDA: what a group spanning nodes on CUDA memory adds to
 // the CUDA backend (cuda_collectives.cc), docs/cluster.md "Collectives across nodes".
 //
-//   every rank   polls its NCCL communicator for an asynchronous error (a failure fails the
-//                group for good and asks the daemon to abort it on every node); then the host
-//                path's agreement (SpanBackend::Agree over the group's words, which live in host
-//                memory): every rank of every node made this call, or INVALID_ARGUMENT on every
-//                rank before anything is enqueued. The calling thread blocks until every rank
-//                has called: the agreement is on the CPU, the data stay on the device.
+//   every rank   polls its lane's NCCL communicator for an asynchronous error (a failure fails
+//                the group for good and asks the daemon to abort it on every node); then the
+//                group's SpanAgreement (span_agreement.h) alone, over the group's words, which
+//                live in host memory: every rank of every node made this call, or
+//                INVALID_ARGUMENT on every rank before anything is enqueued. The calling thread
+//                blocks until every rank has called: the agreement is on the CPU, the data stay
+//                on the device.
 //   every rank   plans its steps (kernels/span_plan.h) and enqueues them on the call's stream
 //                between the recorder's stream-ordered Started/Completed writes, as a node-local
 //                CUDA call: commd's node-local kernels over the node's symmetric memory, and
-//                NCCL between the nodes on its lane's communicator (local rank l with rank l of
-//                every node; NCCL rank = node index). It returns without waiting for the device.
+//                NCCL between the nodes on its lane's communicator (cuda_span_nccl.h: local
+//                rank l with rank l of every node; NCCL rank = node index). It returns without
+//                waiting for the device.
 //
-// A lane's communicator is made by its first call that needs it: node 0's rank l asks NCCL for
-// a unique id and puts it in the job's store under "commd.span/<group>/<formation>/nccl/<l>",
-// the other nodes' rank l read it, ncclCommInitRankConfig (nonblocking) joins them, and node
-// 0's rank deletes the key after the next call's agreement (every rank has left the call that
-// made the communicator by then, so every member has read it), or when the group goes.
-// NCCL itself is loaded then (kernels/cuda/nccl_api.h): FAILED_PRECONDITION naming
-// COMMD_NCCL_LIBRARY when it is missing.
+// The part holds the group's SpanAgreement and its lane's SpanNcclLane (the communicator, made
+// by the lane's first call that needs it).
 //
 // Abort: the group's abort hook (Close) fails the agreement's gloo connections, stops any
 // NCCL call this rank is polling, and ncclCommAbort's the communicator, which ends NCCL's work
-// still running on the device; the node-local kernels end on the abort word as always. Every
-// NCCL call is made on a nonblocking communicator and polled (WaitNccl), so no thread sits in
-// NCCL when Close aborts it.
+// still running on the device; the node-local kernels end on the abort word as always.
 #ifndef COMMD_CLIENT_SRC_CUDA_SPAN_COLLECTIVES_H_
 #define COMMD_CLIENT_SRC_CUDA_SPAN_COLLECTIVES_H_
 
@@ -37,7 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/src/collective_call.h"
-#include "client/src/span_collectives.h"
+#include "client/src/span_agreement.h"
 #include "kernels/algorithm.h"
 #include "kernels/cuda/collectives.h"
 #include "kernels/span_plan.h"

@@ -49,10 +49,9 @@ std::unique_ptr<CollectiveBackend> MakeBackend(const GroupOptions& options, void
 // A group spanning nodes: its collectives meet the other nodes through gloo on host memory
 // (span_collectives.h), through NCCL on CUDA memory (cuda_span_collectives.h; null in an SDK
 // built without CUDA). The join checked the control block's size.
-std::unique_ptr<SpanBackend> MakeSpan(const GroupOptions& options,
-                                      const v1::JoinGroupResponse& joined,
-                                      const std::vector<NodeRanks>& layout, absl::Duration timeout,
-                                      void* block, const std::shared_ptr<Client::Impl>& client) {
+SpanCollectives MakeSpan(const GroupOptions& options, const v1::JoinGroupResponse& joined,
+                         const std::vector<NodeRanks>& layout, absl::Duration timeout, void* block,
+                         const std::shared_ptr<Client::Impl>& client) {
   auto* base = static_cast<std::byte*>(block);
   const std::string group = joined.name();
   std::weak_ptr<Client::Impl> weak = client;
@@ -79,8 +78,8 @@ std::unique_ptr<SpanBackend> MakeSpan(const GroupOptions& options,
                       (void)c->health->Abort(c->Context().get(), request, &response);
                     }
                   }};
-  if (options.device.is_host()) return MakeSpanBackend(std::move(setup));
-  return MakeCudaSpanBackend(options.device.cuda_index(), std::move(setup));
+  if (options.device.is_host()) return MakeHostSpanCollectives(std::move(setup));
+  return MakeCudaSpanCollectives(options.device.cuda_index(), std::move(setup));
 }
 
 // What the collectives borrow of this rank's mapped `buffer`, built once: see BufferViews.
@@ -168,10 +167,10 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   recorder->block_bytes = state->joined.control_block().mapped_bytes();
   state->recorder = std::make_unique<Recorder>(std::move(recorder));
   if (state->joined.global_world_size() > state->joined.world_size()) {
-    auto span = MakeSpan(options, state->joined, state->layout, options.timeout,
-                         state->control_block->data(), impl_);
-    state->span = span.get();
-    state->backend = std::move(span);
+    SpanCollectives span = MakeSpan(options, state->joined, state->layout, options.timeout,
+                                    state->control_block->data(), impl_);
+    state->close_span = std::move(span.close);
+    state->backend = std::move(span.backend);
   } else {
     state->backend = MakeBackend(options, state->control_block->data(),
                                  state->joined.control_block().mapped_bytes());
@@ -186,7 +185,7 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   Group::State* raw = state.get();
   state->hook = [raw](const std::string& reason) {
     // First end a wait on another node, then the user's callback (which may take its time).
-    if (raw->span != nullptr) raw->span->Close();
+    if (raw->close_span) raw->close_span();
     raw->RunCallbackOnce(reason);
   };
   {
@@ -225,7 +224,7 @@ Group::~Group() {
       }
     }
   }
-  state_->span = nullptr;
+  state_->close_span = nullptr;
   state_->backend.reset();  // CUDA: waits for enqueued kernels before barrier_buffer_ is unmapped
 }
 

@@ -88,8 +88,9 @@ struct Group::State {
   }
   // A spanning group's words (span_collectives.h), allocated by its first collective.
   std::unique_ptr<SymmetricBuffer> span_words;
-  // A spanning group's backend (also `backend`), closed when the group is aborted.
-  SpanBackend* span = nullptr;
+  // A spanning group's abort hook (SpanCollectives::close; empty for a node-local group):
+  // ends the rank's waits on other nodes when the group is aborted. Borrows from `backend`.
+  std::function<void()> close_span;
   // How the group's collectives run on its device, chosen at join; null for CUDA groups in
   // an SDK built without CUDA. Last, so destroyed first: the CUDA backend waits for enqueued
   // kernels, which read the control block's abort word.

@@ -6,7 +6,8 @@
 //
 //   every rank   stages its input in its region of the call's buffer (the host-memory
 //                overloads copy it into the staging buffer; NaN/Inf counted on the way) and
-//                writes its call's signature and count to its words (below); local barrier
+//                writes its call's signature and count to its words (span_agreement.h); local
+//                barrier
 //   the leader   agrees with the other leaders: one gloo all-gatherv of a slot per node whose
 //                size depends on the layout only, holding the node's range of signatures and
 //                NaN/Inf counts (a call that differs on any rank of any node fails everywhere
@@ -29,65 +30,36 @@
 // nodes"). The leader decides and every local rank follows its word, so a node's ranks always pass
 // the same barriers.
 //
-// The words are a small symmetric buffer of the group's (SpanWords per rank), allocated on the
-// group's first collective. Each lane's gloo full mesh is made on its first exchange, its
-// addresses exchanged through the job's store (the cluster's: the same on every node) under
-// "commd.span/<group>/<formation>/<local rank>/", keys deleted once every peer is connected.
-// An abort of the group (any node's, through the daemon) fails the rank's gloo connections,
-// so a rank blocked on a peer node returns at once and its peers' waits on it fail too; a
-// failed exchange between nodes fails the call on every rank of the node, asks the daemon to
-// abort the group (so every node learns of it) and fails every later call of the group.
+// The words, the leaders' agreement, the gloo meshes and the abort are the group's
+// SpanAgreement's (span_agreement.h), which this backend holds; the data between the nodes are
+// SpanExchange's (span_exchange.h). A failed exchange between nodes fails the call on every
+// rank of the node, asks the daemon to abort the group (so every node learns of it) and fails
+// every later call of the group.
 #ifndef COMMD_CLIENT_SRC_SPAN_COLLECTIVES_H_
 #define COMMD_CLIENT_SRC_SPAN_COLLECTIVES_H_
 
-#include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
-#include <vector>
 
-#include "absl/time/time.h"
 #include "client/src/collective_call.h"
-#include "commd/group.h"
-#include "commd/store.h"
+#include "client/src/span_agreement.h"
 
 namespace commd {
 
-// One rank's words of the group's span words buffer (kSpanWordsBytes per rank).
-inline constexpr size_t kSpanWordsBytes = 1024;
-
-struct SpanSetup {
-  std::string group;  // the group's name
-  uint64_t formation = 0;
-  int local_rank = 0;
-  int local_world_size = 1;
-  int global_world_size = 1;
-  std::vector<NodeRanks> layout;  // sorted by node name, as the daemon answered
-  int node_index = 0;
-  Store* store = nullptr;       // the job's store, the same on every node
-  absl::Duration connect_wait;  // how long the leaders wait for each other to connect
-  const uint32_t* abort_word = nullptr;
-  uint64_t* heartbeat_ns = nullptr;
-  // Asks the daemon to abort the group (best effort), with this reason.
-  std::function<void(const std::string&)> request_abort;
+// A spanning group's collectives, as the group holds them (host here; CUDA:
+// cuda_collectives.h).
+struct SpanCollectives {
+  // Runs the group's collectives; null for a CUDA group in an SDK built without CUDA.
+  std::unique_ptr<CollectiveBackend> backend;
+  // Ends the rank's waits on other nodes at once (its gloo connections; on CUDA memory also its
+  // NCCL communicator): a rank blocked on a peer node returns with an error. The client's event
+  // thread calls it when the group is aborted, while a collective may run. Borrows from
+  // `backend`: called only while it lives.
+  std::function<void()> close;
 };
 
-class SpanBackend : public CollectiveBackend {
- public:
-  virtual ~SpanBackend() = default;
-  // Ends the leader's connections to the other nodes: a leader blocked on a peer node returns
-  // with an error. Called from the client's event thread when the group is aborted.
-  virtual void Close() = 0;
-  // The agreement alone (the host backend's; the CUDA backend runs it through one before it
-  // enqueues anything): writes this rank's call signature to its words of c.span_words (host
-  // memory), meets the node's ranks there and, through the leaders, every node's. OK when
-  // every rank of every node made this call; INVALID_ARGUMENT on every rank when any differs;
-  // ABORTED or a failure between the nodes as for a collective (every later call then fails
-  // too). Blocks until every rank has called or the call's wait ends.
-  virtual absl::Status Agree(const CheckedCall& c) = 0;
-};
-
-std::unique_ptr<SpanBackend> MakeSpanBackend(SpanSetup setup);
+// The collectives of a host group spanning nodes (this file's protocol).
+SpanCollectives MakeHostSpanCollectives(SpanSetup setup);
 
 }  // namespace commd
 

@@ -1,5 +1,5 @@
 // Stands in for one node's rank in a lane's gloo rendezvous of a spanning group, through the
-// job's store as the SDK does (client/src/span_collectives.cc), and then sends the wrong proof:
+// job's store as the SDK does (client/src/span_agreement.cc), and then sends the wrong proof:
 // the process a token check must refuse. Run while that node's own ranks have joined but not
 // yet made their first collective.
 //
