@@ -111,8 +111,7 @@ def main() -> None:
     py_group = python_backend_group()
     zero_copy_py = ct.empty((args.max_bytes // 4,), dtype=torch.float32, group=py_group)
     if args.binding_buffer == "shared":  # the symmetric buffer zero_copy starts
-        raw_buffer = next(buf for lo, _, buf in backend._symmetric
-                          if lo == zero_copy.data_ptr())
+        raw_buffer = backend._symmetric_at(zero_copy.data_ptr(), args.max_bytes)
     else:
         raw_buffer = backend.commd_group.allocate_symmetric(args.max_bytes)
     plain = torch.ones(args.max_bytes // 4)

@@ -140,7 +140,8 @@ if [ -e /usr/lib/cmake/pybind11/pybind11Config.cmake ] || [ -d "$pydir/commd" ];
   # No commd._c10d (built against one torch wheel, docs/python.md); the package's source for
   # `pip install` from the installed SDK instead (python_pip_install_test builds it).
   ! ls "$pydir"/commd/_c10d* >/dev/null 2>&1 || fail "package ships commd._c10d"
-  for f in pyproject.toml CMakeLists.txt commd/torch.py src/c10d.cc src/binding.cc; do
+  for f in pyproject.toml CMakeLists.txt commd/torch/__init__.py commd/torch/_staging.py src/c10d.cc \
+           src/binding.cc; do
     [ -e "$root/usr/share/commd/python/$f" ] || fail "package lacks share/commd/python/$f"
   done
 fi

@@ -224,6 +224,7 @@ PYBIND11_MODULE(_commd, m) {
                               .attr("ident")
                               .cast<unsigned long>();
   cp::BindMemory(m);
+  cp::BindSymmetricRegistry(m);
   cp::BindClient(m);
   cp::BindGroup(m);
   // The limits the daemon puts on a request (commd/limits.h), for Python code that bounds what

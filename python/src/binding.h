@@ -103,6 +103,7 @@ py::object JoinGroup(const std::shared_ptr<Client>& client, GroupOptions options
 void BindClient(py::module_& m);
 void BindGroup(py::module_& m);
 void BindMemory(py::module_& m);
+void BindSymmetricRegistry(py::module_& m);
 
 }  // namespace commd::python
 

@@ -51,53 +51,6 @@ const T& FromCapsule(const py::handle& capsule, const char* name) {
   return handle;
 }
 
-// The group's symmetric buffers that hold zero-copy tensors (commd.torch.empty), shared by
-// the Python backend, which adds to it, and the C++ one, which looks tensors up in it.
-class SymmetricRegistry {
- public:
-  struct Entry {
-    uintptr_t start = 0;
-    uintptr_t end = 0;
-    std::shared_ptr<SymmetricBuffer> buffer;
-  };
-
-  void Add(const py::handle& capsule) {
-    const auto& h = FromCapsule<internal::BufferHandle>(capsule, internal::kBufferCapsule);
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto start = reinterpret_cast<uintptr_t>(h.data);
-    entries_.push_back({start, start + h.size, h.buffer});
-  }
-
-  // The buffer a contiguous CPU tensor starts (commd's collectives take a buffer from its
-  // start) and fits in, as ProcessGroupCommd._in_place_view finds it; nullptr otherwise.
-  SymmetricBuffer* Find(const at::Tensor& t) const {
-    if (!t.device().is_cpu() || !t.is_contiguous()) return nullptr;
-    const auto start = reinterpret_cast<uintptr_t>(t.data_ptr());
-    const uintptr_t end = start + static_cast<uintptr_t>(t.numel()) * t.element_size();
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const Entry& e : entries_) {
-      if (start == e.start && end <= e.end) return e.buffer.get();
-    }
-    return nullptr;
-  }
-
-  size_t size() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return entries_.size();
-  }
-
-  // Drops the buffers (without the GIL: unmapping may wait for the SDK).
-  void Clear() {
-    std::vector<Entry> gone;
-    std::lock_guard<std::mutex> lock(mu_);
-    gone.swap(entries_);
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<Entry> entries_;
-};
-
 std::optional<DataType> CommdType(const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat:
@@ -216,9 +169,8 @@ c10::intrusive_ptr<Work> Forwarded(c10::intrusive_ptr<Work> work) {
 class CommdBackend final : public c10d::Backend {
  public:
   // `python`: the ProcessGroupCommd of this process group; `group`: its commd group's
-  // capsule; `registry`: the one it adds its zero-copy buffers to.
-  CommdBackend(py::object python, const py::handle& group,
-               std::shared_ptr<SymmetricRegistry> registry)
+  // capsule; `registry`: the handle of the registry it adds its zero-copy buffers to.
+  CommdBackend(py::object python, const py::handle& group, internal::RegistryHandle registry)
       : Backend(python.attr("rank")().cast<int>(), python.attr("size")().cast<int>()),
         python_object_(std::move(python)),
         python_(python_object_.cast<c10::intrusive_ptr<c10d::Backend>>()),
@@ -231,7 +183,7 @@ class CommdBackend final : public c10d::Backend {
       python_.reset();
       python_object_ = py::object();
       py::gil_scoped_release release;  // ~Group waits for the SDK's event thread
-      registry_.reset();
+      registry_ = {};
       handle_ = {};
     } else {  // the interpreter is gone: nothing to decref
       (void)python_.release();
@@ -253,7 +205,7 @@ class CommdBackend final : public c10d::Backend {
       const at::Tensor& t = tensors[0];
       const auto dtype = CommdType(t);
       const auto op = CommdOp(opts.reduceOp);
-      SymmetricBuffer* buf = dtype && op ? registry_->Find(t) : nullptr;
+      SymmetricBuffer* buf = dtype && op ? Find(t) : nullptr;
       if (buf != nullptr) {
         struct Args {
           SymmetricBuffer* buf;
@@ -277,7 +229,7 @@ class CommdBackend final : public c10d::Backend {
     if (tensors.size() == 1) {
       const at::Tensor& t = tensors[0];
       const auto dtype = CommdType(t);
-      SymmetricBuffer* buf = dtype ? registry_->Find(t) : nullptr;
+      SymmetricBuffer* buf = dtype ? Find(t) : nullptr;
       if (buf != nullptr) {
         struct Args {
           SymmetricBuffer* buf;
@@ -459,8 +411,8 @@ class CommdBackend final : public c10d::Backend {
     if (!dtype || out.scalar_type() != in.scalar_type() || big != small * size_) {
       return std::nullopt;
     }
-    SymmetricBuffer* i = registry_->Find(in);
-    SymmetricBuffer* o = i != nullptr ? registry_->Find(out) : nullptr;
+    SymmetricBuffer* i = Find(in);
+    SymmetricBuffer* o = i != nullptr ? Find(out) : nullptr;
     if (o == nullptr) return std::nullopt;
     return PairArgs{i, o, static_cast<size_t>(small), *dtype};
   }
@@ -492,10 +444,20 @@ class CommdBackend final : public c10d::Backend {
     throw py::error_already_set();
   }
 
+  // The buffer a tensor of this backend's (CPU; CUDA tensors go to the Python backend's CUDA
+  // group) lives in with no staging needed, else nullptr. Whether it needs staging is the
+  // registry's to say (commd._commd, the lookup ProcessGroupCommd._in_place_view makes too);
+  // a tensor is one region of memory only when contiguous.
+  SymmetricBuffer* Find(const at::Tensor& t) const {
+    if (!t.device().is_cpu() || !t.is_contiguous()) return nullptr;
+    return registry_.find(registry_, reinterpret_cast<uintptr_t>(t.data_ptr()),
+                          static_cast<size_t>(t.numel()) * t.element_size());
+  }
+
   py::object python_object_;
   c10::intrusive_ptr<c10d::Backend> python_;
   internal::GroupHandle handle_;
-  std::shared_ptr<SymmetricRegistry> registry_;
+  internal::RegistryHandle registry_;
   std::atomic<uint64_t> zero_copy_calls_{0};
   std::atomic<uint64_t> forwarded_calls_{0};
 };
@@ -505,34 +467,26 @@ class CommdBackend final : public c10d::Backend {
 
 PYBIND11_MODULE(_c10d, m) {
   using commd::python::CommdBackend;
-  using commd::python::SymmetricRegistry;
   namespace py = pybind11;
   m.doc() =
       "Internal: the C++ part of commd.torch's backend (the zero-copy path), built against "
       "torch. commd.torch uses it when present; COMMD_TORCH_CPP=0 turns it off.";
   py::module_::import("torch.distributed");  // registers c10d.Backend, the base below
 
-  py::class_<SymmetricRegistry, std::shared_ptr<SymmetricRegistry>>(
-      m, "SymmetricRegistry", "The symmetric buffers of a group's zero-copy tensors.")
-      .def(py::init<>())
-      .def("add", &SymmetricRegistry::Add, py::arg("capsule"),
-           "Adds a buffer (SymmetricBuffer._internal_handle()).")
-      .def("__len__", &SymmetricRegistry::size);
-
   py::class_<CommdBackend, c10d::Backend, c10::intrusive_ptr<CommdBackend>>(
       m, "Backend",
       "commd's torch.distributed backend in C++: zero-copy collectives here, the rest by the "
       "ProcessGroupCommd it wraps (`python`).")
-      .def(py::init([](py::object python, py::object group,
-                       std::shared_ptr<SymmetricRegistry> registry) {
-             if (!py::isinstance<c10d::Backend>(python) || !py::hasattr(python, "_backend_error") ||
-                 registry == nullptr) {
+      .def(py::init([](py::object python, py::object group, py::object registry) {
+             const auto& reg = commd::python::FromCapsule<commd::python::internal::RegistryHandle>(
+                 registry, commd::python::internal::kRegistryCapsule);
+             if (!py::isinstance<c10d::Backend>(python) || !py::hasattr(python, "_backend_error")) {
                throw py::type_error(
                    "commd._c10d.Backend(python, group, registry): python must be a "
-                   "commd.torch.ProcessGroupCommd and registry a SymmetricRegistry");
+                   "commd.torch.ProcessGroupCommd, registry its SymmetricRegistry's "
+                   "_internal_handle()");
              }
-             return c10::make_intrusive<CommdBackend>(std::move(python), group,
-                                                      std::move(registry));
+             return c10::make_intrusive<CommdBackend>(std::move(python), group, reg);
            }),
            py::arg("python"), py::arg("group"), py::arg("registry"))
       .def_property_readonly("python", &CommdBackend::python,

@@ -1,8 +1,10 @@
 // INTERNAL, not a public API: how commd._commd (this binding, built with Debian's pybind11)
-// hands the SDK objects behind a Group and a SymmetricBuffer to commd._c10d, the C++
+// hands the SDK objects behind a Group, a SymmetricBuffer and a SymmetricRegistry to
+// commd._c10d, the C++
 // torch.distributed backend (built with torch's own pybind11, so no pybind11 type can cross
 // between the two modules). They meet through PyCapsules of the structs below, made by
-// Group._internal_handle() and SymmetricBuffer._internal_handle(). Both modules come from one
+// Group._internal_handle(), SymmetricBuffer._internal_handle() and
+// SymmetricRegistry._internal_handle(). Both modules come from one
 // build of one tree (one compiler, one libstdc++, one SDK); `abi` guards against a mix of
 // builds. Whoever reads a capsule copies the shared_ptrs out: the SDK objects then live as
 // long as the copy, whatever Python does with its Group (close) or buffer.
@@ -16,12 +18,17 @@
 #include "absl/status/status.h"
 #include "commd/commd.h"
 
+namespace commd::python {
+class SymmetricRegistry;  // symmetric_registry.h; opaque to commd._c10d
+}  // namespace commd::python
+
 namespace commd::python::internal {
 
 // Bumped whenever a struct below changes.
-inline constexpr uint32_t kAbi = 1;
+inline constexpr uint32_t kAbi = 2;
 inline constexpr char kGroupCapsule[] = "commd._commd.GroupHandle";
 inline constexpr char kBufferCapsule[] = "commd._commd.SymmetricBufferHandle";
+inline constexpr char kRegistryCapsule[] = "commd._commd.SymmetricRegistryHandle";
 
 struct GroupHandle {
   uint32_t abi = kAbi;
@@ -41,6 +48,17 @@ struct BufferHandle {
   std::shared_ptr<SymmetricBuffer> buffer;  // keeps the binding's mapping alive too
   char* data = nullptr;                     // this rank's bytes
   size_t size = 0;                          // bytes per rank
+};
+
+// The registry of a process group's zero-copy tensors (symmetric_registry.h). commd._c10d
+// asks it through `find`, commd._commd's own code, so that the one rule of which memory
+// needs no staging is compiled once.
+struct RegistryHandle {
+  uint32_t abi = kAbi;
+  std::shared_ptr<SymmetricRegistry> registry;
+  // The buffer that `nbytes` bytes at `start` start and fit in, else nullptr. Thread-safe,
+  // no GIL needed.
+  SymmetricBuffer* (*find)(const RegistryHandle& handle, uintptr_t start, size_t nbytes) = nullptr;
 };
 
 }  // namespace commd::python::internal

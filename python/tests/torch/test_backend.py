@@ -244,21 +244,25 @@ def test_internal_handles_refuse_what_is_not_theirs():
     passed where a capsule of the other kind is expected raises, and nothing is registered."""
     c10d = pytest.importorskip("commd._c10d")
     import torch.distributed as dist
+    from commd import _commd
 
-    registry = c10d.SymmetricRegistry()
+    registry = _commd.SymmetricRegistry()
     for bad in (None, 3, b"x" * 64, object()):
         with pytest.raises((TypeError, ValueError)):
             registry.add(bad)
     assert len(registry) == 0
+    assert registry.find(4096, 8) is None
     import ctypes
     forged = ctypes.pythonapi.PyCapsule_New
     forged.restype = ctypes.py_object
     forged.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
     wrong_name = forged(ctypes.c_void_p(id(registry)), b"commd._commd.GroupHandle", None)
-    with pytest.raises(ValueError, match="expected a commd._commd.SymmetricBufferHandle"):
-        registry.add(wrong_name)  # a group's capsule is no buffer's
+    with pytest.raises(TypeError, match="expected a commd.SymmetricBuffer"):
+        registry.add(wrong_name)  # a group's capsule is no buffer
     assert len(registry) == 0
-    # The Backend takes only a ProcessGroupCommd and a group capsule.
     store = dist.HashStore()
+    with pytest.raises(ValueError, match="expected a commd._commd.SymmetricRegistryHandle"):
+        c10d.Backend(store, wrong_name, wrong_name)  # a group's capsule is no registry's
+    # The Backend takes only a ProcessGroupCommd and a group capsule.
     with pytest.raises(TypeError, match="must be a commd.torch.ProcessGroupCommd"):
-        c10d.Backend(store, wrong_name, registry)
+        c10d.Backend(store, wrong_name, registry._internal_handle())

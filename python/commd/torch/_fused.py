@@ -10,7 +10,8 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from commd.torch import _DTYPES, _host, backend_of
+from ._adapters import backend_of
+from ._tensors import _DTYPES, _host
 
 _FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -76,9 +77,9 @@ def _shard_buffer(backend, a: torch.Tensor, rows: int, scaled: bool):
     after the shard; else the backend's own, with `a` copied in."""
     nbytes = a.numel() * a.element_size()
     need = (nbytes + 63) // 64 * 64 + rows * 4 if scaled else nbytes
-    for lo, hi, buf in backend._symmetric:
-        if a.data_ptr() == lo and need <= hi - lo:
-            return buf
+    buf = backend._symmetric_at(a.data_ptr(), need)
+    if buf is not None:
+        return buf
     shard = backend._fused_buffer(0, need)
     torch.from_dlpack(shard)[:nbytes].copy_(a.reshape(-1).view(torch.uint8))
     return shard
