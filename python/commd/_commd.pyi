@@ -10,6 +10,8 @@ MAX_GROUP_DESCRIPTION_BYTES: int
 MIN_NAN_SAMPLE_PERIOD: int
 MAX_NAN_SAMPLE_PERIOD: int
 MAX_GLOBAL_WORLD_SIZE: int
+COLLECTIVE_TYPES: tuple[str, ...]  # the types the collectives take (commd/vocabulary.h)
+REDUCE_OPS: tuple[str, ...]
 
 class TensorView:
     """A typed, C-contiguous view of one rank's part of a buffer."""

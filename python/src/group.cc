@@ -83,19 +83,17 @@ void OnAbort(const GroupObject& g, py::function callback) {
   });
 }
 
-const std::initializer_list<std::pair<const char*, CollectiveOp>> kOps = {
-    {"all_reduce", CollectiveOp::kAllReduce},
-    {"all_gather", CollectiveOp::kAllGather},
-    {"reduce_scatter", CollectiveOp::kReduceScatter},
-    {"broadcast", CollectiveOp::kBroadcast},
-    {"reduce", CollectiveOp::kReduce},
-    {"barrier", CollectiveOp::kBarrier},
-    {"all_to_all", CollectiveOp::kAllToAll},
-    {"gather", CollectiveOp::kGather},
-    {"scatter", CollectiveOp::kScatter},
-    {"send", CollectiveOp::kSend},
-    {"recv", CollectiveOp::kRecv},
-};
+// A recorded op by PyTorch's name (the vocabulary's rows with a ring code).
+CollectiveOp ParseRecordedOp(const py::object& op) {
+  const std::string name = py::str(op);
+  CollectiveOp o;
+  if (CollectiveFromTorchName(name, &o)) return o;
+  std::string names;
+  for (const vocabulary::CollectiveRow& r : vocabulary::kCollectives) {
+    if (r.ring()) absl::StrAppend(&names, names.empty() ? "" : ", ", r.torch);
+  }
+  ThrowInvalid(absl::StrCat("unknown op '", name, "' (one of: ", names, ")"));
+}
 
 // Tensor arguments of a recorded collective: TensorViews, (shape, dtype) pairs, or anything
 // with .shape and .dtype (numpy arrays, torch tensors).
@@ -116,13 +114,14 @@ Descs ToDescs(const py::iterable& tensors) {
       dtype = t.attr("dtype");
     }
     const ElementType& type = ParseElementType(dtype);
-    if (!type.commd) ThrowInvalid(absl::StrCat("dtype ", type.name, " cannot be recorded"));
+    if (!type.recorded) ThrowInvalid(absl::StrCat("dtype ", type.name, " cannot be recorded"));
     d.dims.push_back(py::isinstance<py::int_>(shape) ? std::vector<int64_t>{shape.cast<int64_t>()}
                                                      : shape.cast<std::vector<int64_t>>());
     types.push_back(&type);
   }
   for (size_t i = 0; i < d.dims.size(); ++i) {
-    d.descs.push_back({d.dims[i].data(), static_cast<int>(d.dims[i].size()), *types[i]->commd});
+    d.descs.push_back(
+        {d.dims[i].data(), static_cast<uint32_t>(d.dims[i].size()), *types[i]->recorded});
   }
   return d;
 }
@@ -161,7 +160,7 @@ void BindRecorder(py::module_& m) {
           "begin",
           [](RecorderObject& r, const py::object& op, const py::iterable& inputs,
              const py::iterable& outputs, int peer, uint64_t timeout_ms) {
-            const auto o = ParseChoice<CollectiveOp>(op, "op", kOps, CollectiveOp::kAllReduce);
+            const CollectiveOp o = ParseRecordedOp(op);
             Descs in = ToDescs(inputs), out = ToDescs(outputs);
             return r.group->recorder().Begin(o, in.descs, out.descs, peer, timeout_ms);
           },

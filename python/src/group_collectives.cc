@@ -48,9 +48,8 @@ const ElementType& CallType(const py::object& dtype, std::initializer_list<const
   }
   if (type == nullptr) ThrowInvalid("dtype is required for whole buffers (views carry theirs)");
   if (!type->commd) {
-    ThrowInvalid(absl::StrCat("dtype ", type->name,
-                              " is not a collective type (float32, float16, bfloat16, int32, "
-                              "int64)"));
+    ThrowInvalid(absl::StrCat("dtype ", type->name, " is not a collective type (",
+                              CollectiveTypeNames(), ")"));
   }
   return *type;
 }

@@ -125,14 +125,29 @@ def test_recorder_refuses_what_it_cannot_record(client):
     with client.join_group("solo", 0, 1, timeout=30.0) as group:
         with pytest.raises(commd.InvalidArgumentError, match="unknown op 'all_reduce_everything'"):
             group.recorder.begin("all_reduce_everything", [((4,), "float32")])
-        with pytest.raises(commd.InvalidArgumentError, match="float64 cannot be recorded"):
-            group.recorder.begin("all_reduce", [((4,), "float64")])
+        with pytest.raises(commd.InvalidArgumentError, match="uint16 cannot be recorded"):
+            group.recorder.begin("all_reduce", [((4,), "uint16")])
         with pytest.raises(commd.InvalidArgumentError, match="unknown dtype 'complex'"):
             group.recorder.begin("all_reduce", [((4,), "complex")])
         dump = client.dump(group="solo")
         (path,) = dump["files"]
         with open(path) as f:
             assert json.load(f)["entries"] == []
+
+
+def test_recorder_records_every_type_of_the_vocabulary(client):
+    # Every DataType can describe a recorded tensor (NCCL's collectives of any dtype), not
+    # only the types commd's own collectives take; the dump names PyTorch's ScalarType.
+    scalar = {"float64": "Double", "uint8": "Byte", "int8": "Char", "bool": "Bool",
+              "int16": "Short", "bfloat16": "BFloat16"}
+    with client.join_group("types", 0, 1, timeout=30.0) as group:
+        for name in scalar:
+            group.recorder.completed(group.recorder.begin("broadcast", [((3,), name)]))
+        dump = client.dump(group="types")
+        (path,) = dump["files"]
+        with open(path) as f:
+            entries = json.load(f)["entries"]
+    assert [e["input_dtypes"] for e in entries] == [[v] for v in scalar.values()]
 
 
 def test_parts_of_a_recorded_collective_are_its_one_entry(client):

@@ -1,6 +1,6 @@
 """commd.torch's tensors and dtypes: which torch dtypes and reduce ops commd takes, and a
 tensor as commd's calls see it (one contiguous row, host memory). A leaf: it imports torch
-and nothing of commd.torch."""
+and commd's binding, nothing of commd.torch."""
 
 from __future__ import annotations
 
@@ -9,14 +9,11 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-# torch dtype -> commd's name for it (the types commd's collectives reduce).
-_DTYPES = {
-    torch.float32: "float32",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    torch.int32: "int32",
-    torch.int64: "int64",
-}
+from commd import _commd
+
+# torch dtype -> commd's name for it: the types commd's collectives take, from the
+# vocabulary's rows (commd/vocabulary.h), whose names are torch's.
+_DTYPES = {getattr(torch, name): name for name in _commd.COLLECTIVE_TYPES}
 
 _ITEMSIZE = {d: torch.empty((), dtype=d).element_size() for d in _DTYPES}
 
