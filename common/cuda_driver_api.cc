@@ -1,12 +1,11 @@
 #include "common/cuda_driver_api.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda_check.h"
+#include "common/dl_library.h"
 #include "common/status_macros.h"
 
 namespace commd {
@@ -16,22 +15,6 @@ namespace {
   static_assert(version <= kCudaDriverFloor, #symbol "'s ABI is newer than the driver floor");
 COMMD_CUDA_DRIVER_FUNCTIONS(COMMD_CUDA_DRIVER_FLOOR_CHECK_)
 #undef COMMD_CUDA_DRIVER_FLOOR_CHECK_
-
-// Closes the library unless the load succeeded.
-class LibraryHandle {
- public:
-  explicit LibraryHandle(void* handle) : handle_(handle) {}
-  ~LibraryHandle() {
-    if (handle_ != nullptr) ::dlclose(handle_);
-  }
-  LibraryHandle(const LibraryHandle&) = delete;
-  LibraryHandle& operator=(const LibraryHandle&) = delete;
-  void* get() const { return handle_; }
-  void Keep() { handle_ = nullptr; }
-
- private:
-  void* handle_;
-};
 
 std::string AbiText(int version) { return absl::StrCat(version / 1000, ".", version % 1000 / 10); }
 
@@ -49,23 +32,23 @@ const char* QueryResultName(CUdriverProcAddressQueryResult r) {
 
 // The driver's version, read before anything else: below the floor the rest of the table
 // cannot be asked for, and the operator needs the version, not a missing symbol.
-absl::StatusOr<int> DriverVersion(void* handle, const std::string& library) {
-  auto get_version =
-      reinterpret_cast<PFN_cuDriverGetVersion_v2020>(::dlsym(handle, "cuDriverGetVersion"));
-  if (get_version == nullptr) {
+absl::StatusOr<int> DriverVersion(const DlLibrary& lib) {
+  PFN_cuDriverGetVersion_v2020 get_version = nullptr;
+  if (absl::Status st =
+          lib.Resolve({{"cuDriverGetVersion", DlAddress(&get_version)}}, "a CUDA driver");
+      !st.ok()) {
     return absl::UnavailableError(
-        absl::StrCat(library, " is not a CUDA driver: it exports no cuDriverGetVersion (",
-                     kCudaDriverLibraryEnv, " names the library to load)"));
+        absl::StrCat(st.message(), " (", kCudaDriverLibraryEnv, " names the library to load)"));
   }
   int version = 0;
   if (CUresult r = get_version(&version); r != CUDA_SUCCESS) {
     return absl::UnavailableError(
-        absl::StrCat("cuDriverGetVersion in ", library, " failed with CUresult ", r));
+        absl::StrCat("cuDriverGetVersion in ", lib.name(), " failed with CUresult ", r));
   }
   if (version < kCudaDriverFloor) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "CUDA driver ", CudaDriverVersionText(version), " in ", library, " is below commd's floor ",
-        CudaDriverVersionText(kCudaDriverFloor),
+        "CUDA driver ", CudaDriverVersionText(version), " in ", lib.name(),
+        " is below commd's floor ", CudaDriverVersionText(kCudaDriverFloor),
         ": commd asks for its driver entry points through cuGetProcAddress_v2, new in 12.0; "
         "upgrade the NVIDIA driver"));
   }
@@ -139,24 +122,22 @@ std::string CudaUuidText(const CUuuid& uuid) {
 }
 
 absl::StatusOr<CudaDriverApi> LoadCudaDriver(const std::string& library) {
-  LibraryHandle handle(::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL));
-  if (handle.get() == nullptr) {
-    const char* why = ::dlerror();
-    return absl::UnavailableError(absl::StrCat("no CUDA driver: cannot load ", library, " (",
-                                               why != nullptr ? why : "dlopen failed", ")"));
+  absl::StatusOr<DlLibrary> lib = DlLibrary::Open(library);
+  if (!lib.ok()) {
+    return absl::UnavailableError(absl::StrCat("no CUDA driver: ", lib.status().message()));
   }
   CudaDriverApi api;
   api.library = library;
-  ASSIGN_OR_RETURN(api.driver_version, DriverVersion(handle.get(), library));
-  auto get_proc =
-      reinterpret_cast<PFN_cuGetProcAddress_v12000>(::dlsym(handle.get(), "cuGetProcAddress_v2"));
-  if (get_proc == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        library, " is not a CUDA driver: it reports version ",
-        CudaDriverVersionText(api.driver_version), " but exports no cuGetProcAddress_v2"));
+  ASSIGN_OR_RETURN(api.driver_version, DriverVersion(*lib));
+  PFN_cuGetProcAddress_v12000 get_proc = nullptr;
+  if (absl::Status st =
+          lib->Resolve({{"cuGetProcAddress_v2", DlAddress(&get_proc)}}, "a CUDA driver");
+      !st.ok()) {
+    return absl::UnavailableError(absl::StrCat(st.message(), " (it reports version ",
+                                               CudaDriverVersionText(api.driver_version), ")"));
   }
   RETURN_IF_ERROR(Resolve(get_proc, api));
-  handle.Keep();  // cuInit starts driver threads; a driver is never unloaded
+  lib->KeepLoaded();  // cuInit starts driver threads; a driver is never unloaded
   if (CUresult r = api.init(0); r != CUDA_SUCCESS) {
     const char* name = nullptr;
     api.get_error_name(r, &name);

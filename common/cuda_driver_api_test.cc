@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/cuda_driver.h"
+#include "common/testing/scoped_env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -15,18 +16,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-// Sets an environment variable of the fake for one test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { ::unsetenv(name_); }
-
- private:
-  const char* name_;
-};
 
 // The load of `library` fails with `code` and a message that starts with `prefix`.
 void ExpectLoadError(const std::string& library, absl::StatusCode code, const std::string& prefix) {

@@ -256,15 +256,13 @@ absl::Status Daemon::StartServers() {
   builder.RegisterService(memory_service_.get());
   // One store per job: the node's own, or with a cluster the one in etcd (never both, so a
   // disconnected cluster fails store calls instead of splitting the job's keys).
-  if (cluster_store_ != nullptr) {
-    cluster_store_service_ =
-        std::make_unique<cluster::ClusterStoreService>(rpc_.get(), cluster_store_.get());
-    builder.RegisterService(cluster_store_service_.get());
-  } else {
-    store_service_ =
-        std::make_unique<store::StoreService>(rpc_.get(), store_.get(), &metrics_->registry());
-    builder.RegisterService(store_service_.get());
+  store::StoreBackend* job_store = cluster_store_.get();
+  if (job_store == nullptr) {
+    node_store_ = std::make_unique<store::NodeStore>(store_.get(), &metrics_->registry());
+    job_store = node_store_.get();
   }
+  store_service_ = std::make_unique<store::StoreService>(rpc_.get(), job_store);
+  builder.RegisterService(store_service_.get());
   recorder_service_ = std::make_unique<recorder::RecorderService>(rpc_.get(), group_dumps_.get());
   builder.RegisterService(recorder_service_.get());
   const v1::WatchdogConfig& wd = config_.watchdog();
@@ -395,7 +393,7 @@ void Daemon::Shutdown(absl::Duration grace) {
   cluster_events_.reset();  // the cluster's callbacks into it stopped with the cluster
   watchdog_.reset();
   store_service_.reset();
-  cluster_store_service_.reset();
+  node_store_.reset();
   memory_service_.reset();
   groups_service_.reset();
   session_service_.reset();

@@ -19,7 +19,6 @@
 #include "common/log.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/cluster/cluster_store.h"
-#include "daemon/cluster/cluster_store_service.h"
 #include "daemon/cluster/job_dumps.h"
 #include "daemon/cluster/node_directory.h"
 #include "daemon/cluster/progress.h"
@@ -42,6 +41,7 @@
 #include "daemon/server/sessions.h"
 #include "daemon/server/timer_queue.h"
 #include "daemon/store/kv_store.h"
+#include "daemon/store/node_store.h"
 #include "daemon/store/store_service.h"
 #include "daemon/watchdog/cluster_events.h"
 #include "daemon/watchdog/health_service.h"
@@ -108,8 +108,8 @@ class Daemon {
   std::unique_ptr<server::SessionService> session_service_;
   std::unique_ptr<groups::GroupsService> groups_service_;
   std::unique_ptr<memory::MemoryService> memory_service_;
+  std::unique_ptr<store::NodeStore> node_store_;  // the job store when not clustered
   std::unique_ptr<store::StoreService> store_service_;
-  std::unique_ptr<cluster::ClusterStoreService> cluster_store_service_;
   std::unique_ptr<recorder::RecorderService> recorder_service_;
   std::unique_ptr<watchdog::Watchdog> watchdog_;
   std::unique_ptr<watchdog::ClusterEvents> cluster_events_;  // null: single node

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/src/collective_call.h"
+#include "client/src/group_aborted.h"
 #include "client/src/group_state.h"
 #include "client/src/span_collectives.h"
 #include "commd/group.h"
@@ -440,8 +441,7 @@ absl::Status CollectiveEntry::Explain(absl::Status status) const {
   }
   if (status.code() == absl::StatusCode::kAborted && group.abort_requested()) {
     // The kernels know only the abort word's code; the daemon's text says why.
-    status = absl::AbortedError(absl::StrCat("group ", group.name(), " aborted ",
-                                             group.abort_reason(), " (", status.message(), ")"));
+    status = GroupAbortedError(group.name(), group.abort_reason(), status.message());
   }
   return status;
 }
@@ -555,8 +555,7 @@ absl::Status Group::Run(const CollectiveCall& c) {
 }
 
 absl::Status Group::Barrier() {
-  if (abort_requested())
-    return absl::AbortedError(absl::StrCat("group ", name(), " aborted ", abort_reason()));
+  if (abort_requested()) return GroupAbortedError(name(), abort_reason());
   // The barrier needs only a buffer's signal pads: the group allocates a small one on its
   // first barrier (every rank does, since every rank calls Barrier).
   if (barrier_buffer_ == nullptr) {

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/src/cuda_group_state.h"
 #include "client/src/cuda_span_collectives.h"
+#include "client/src/group_aborted.h"
 #include "common/control_block.h"
 #include "common/cuda_check.h"
 #include "common/cuda_driver_api.h"
@@ -197,8 +198,7 @@ absl::Status CheckSupported(CollectiveEntry& e, const CollectiveOptions& o) {
                      "CollectiveOptions::nan_check kOff"));
   }
   if (group.abort_requested()) {
-    return absl::AbortedError(
-        absl::StrCat("group ", group.name(), " aborted ", group.abort_reason()));
+    return GroupAbortedError(group.name(), group.abort_reason());
   }
   return absl::OkStatus();
 }

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/src/client_impl.h"
 #include "client/src/collective_call.h"
+#include "client/src/group_aborted.h"
 #include "client/src/recorder_impl.h"
 #include "client/src/span_collectives.h"
 #include "commd/group.h"
@@ -82,9 +83,7 @@ struct Group::State {
     absl::MutexLock lock(&callback_mu);
     if (!callback || callback_ran.exchange(true)) return;
     const std::string why = AbortReason();
-    callback(
-        absl::AbortedError(absl::StrCat("group ", joined.name(), " aborted ",
-                                        why.empty() ? absl::StrCat("(", event_text, ")") : why)));
+    callback(GroupAbortedError(joined.name(), why, why.empty() ? event_text : ""));
   }
   // A spanning group's words (span_collectives.h), allocated by its first collective.
   std::unique_ptr<SymmetricBuffer> span_words;

@@ -42,31 +42,32 @@
 #include "daemon/server/sessions.h"
 #include "daemon/server/timer_queue.h"
 #include "daemon/store/kv_store.h"
+#include "daemon/store/store_backend.h"
 
 namespace commd::cluster {
 
-class ClusterStore {
+class ClusterStore final : public store::StoreBackend {
  public:
-  template <typename T>
-  using Done = std::function<void(absl::StatusOr<T>)>;
-
   // `cluster` and `timers` must outlive the store; Shutdown before destroying it.
   ClusterStore(Cluster* cluster, store::StoreLimits limits, absl::Duration job_lease_ttl,
                server::TimerQueue* timers);
-  ~ClusterStore();
+  ~ClusterStore() override;
 
-  void Set(const server::Session& s, const std::string& key, std::string value, Done<bool> done);
-  void Get(const server::Session& s, const std::string& key, Done<std::string> done);
-  void Add(const server::Session& s, const std::string& key, int64_t delta, Done<int64_t> done);
+  // store::StoreBackend, served by store::StoreService.
+  void Set(const server::Session& s, const std::string& key, std::string value,
+           Done<bool> done) override;
+  void Get(const server::Session& s, const std::string& key, Done<std::string> done) override;
+  void Add(const server::Session& s, const std::string& key, int64_t delta,
+           Done<int64_t> done) override;
   void CompareSet(const server::Session& s, const std::string& key, std::string expected,
-                  std::string desired, Done<std::string> done);
-  void Delete(const server::Session& s, const std::string& key, Done<bool> done);
+                  std::string desired, Done<std::string> done) override;
+  void Delete(const server::Session& s, const std::string& key, Done<bool> done) override;
   // `done` runs once (OK when every key exists, DEADLINE_EXCEEDED naming the missing ones, or
   // UNAVAILABLE), unless CancelWait comes first. Argument errors are returned instead.
   absl::StatusOr<store::WaitId> Wait(const server::Session& s, const std::vector<std::string>& keys,
                                      absl::Duration timeout,
-                                     std::function<void(absl::Status)> done);
-  void CancelWait(store::WaitId id);
+                                     std::function<void(absl::Status)> done) override;
+  void CancelWait(store::WaitId id) override;
 
   // The session no longer keeps its job's lease alive from this node.
   void OnSessionEnd(const server::Session& s);

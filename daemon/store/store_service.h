@@ -1,20 +1,24 @@
-// gRPC Store service (proto/commd/v1/store.proto) over KvStore; the caller's session names the
-// namespace, so a job only ever sees its own keys.
+// gRPC Store service (proto/commd/v1/store.proto), written once over a StoreBackend
+// (store_backend.h): the node's own store (NodeStore) or the cluster's (cluster::ClusterStore),
+// whichever the daemon serves, so a job's Client::store() means the same either way. Handlers
+// only translate: every call is answered from its backend's `done`, at once or later, and
+// holds no thread meanwhile.
+//
+//   StoreService service(rpc, &backend);
+//   builder.RegisterService(&service);
 #ifndef COMMD_DAEMON_STORE_STORE_SERVICE_H_
 #define COMMD_DAEMON_STORE_STORE_SERVICE_H_
 
-#include "absl/synchronization/mutex.h"
 #include "commd/v1/store.grpc.pb.h"
 #include "daemon/server/rpc.h"
-#include "daemon/store/kv_store.h"
-#include "prometheus/gauge.h"
-#include "prometheus/registry.h"
+#include "daemon/store/store_backend.h"
 
 namespace commd::store {
 
 class StoreService final : public v1::Store::CallbackService {
  public:
-  StoreService(server::RpcContext* rpc, KvStore* store, prometheus::Registry* registry);
+  // `rpc` and `store` must outlive the service.
+  StoreService(server::RpcContext* rpc, StoreBackend* store) : rpc_(rpc), store_(store) {}
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* ctx, const v1::SetRequest* request,
                                 v1::SetResponse* response) override;
@@ -32,16 +36,8 @@ class StoreService final : public v1::Store::CallbackService {
                                    v1::DeleteResponse* response) override;
 
  private:
-  // Sets the gauges from the store after each change. Reading and setting under one mutex
-  // keeps a slower caller from overwriting newer figures with older ones.
-  void UpdateGauges() ABSL_LOCKS_EXCLUDED(gauges_mu_);
-
   server::RpcContext* const rpc_;
-  KvStore* const store_;
-  prometheus::Gauge* keys_;
-  prometheus::Gauge* waiters_;
-  prometheus::Gauge* bytes_;
-  absl::Mutex gauges_mu_;
+  StoreBackend* const store_;
 };
 
 }  // namespace commd::store

@@ -1,13 +1,12 @@
 #include "daemon/topology/nvml_api.h"
 
-#include <dlfcn.h>
-
 #include <string>
 #include <utility>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/dl_library.h"
 #include "common/status_macros.h"
 
 namespace commd::topology {
@@ -46,14 +45,13 @@ absl::StatusCode NvmlCode(nvmlReturn_t rc) {
   }
 }
 
-// Keeps the dlopen handle and the resolved entry points; each method is one NVML call
+// Keeps the library loaded and the resolved entry points; each method is one NVML call
 // turned into a status.
 class DlNvml final : public NvmlApi {
  public:
-  explicit DlNvml(void* handle) : handle_(handle) {}
-  ~DlNvml() override { dlclose(handle_); }
+  explicit DlNvml(DlLibrary library) : library_(std::move(library)) {}
 
-  absl::Status Resolve(const std::string& path);
+  absl::Status Resolve();
 
   absl::Status Init() override { return Check(init_(), "nvmlInit_v2"); }
   absl::Status Shutdown() override { return Check(shutdown_(), "nvmlShutdown"); }
@@ -106,21 +104,11 @@ class DlNvml final : public NvmlApi {
   }
 
  private:
-  template <typename Fn>
-  absl::Status Sym(const std::string& path, const char* name, Fn* out) {
-    void* sym = dlsym(handle_, name);
-    if (sym == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("NVML library ", path, " lacks symbol ", name));
-    }
-    *out = reinterpret_cast<Fn>(sym);
-    return absl::OkStatus();
-  }
   absl::Status Check(nvmlReturn_t rc, absl::string_view call) const {
     return NvmlStatus(rc, call, error_string_);
   }
 
-  void* handle_;
+  DlLibrary library_;  // closed with this object
   nvmlInit_v2_fn init_ = nullptr;
   nvmlShutdown_fn shutdown_ = nullptr;
   nvmlErrorString_fn error_string_ = nullptr;
@@ -135,20 +123,22 @@ class DlNvml final : public NvmlApi {
   nvmlDeviceGetNvLinkRemoteDeviceType_fn remote_type_ = nullptr;
 };
 
-absl::Status DlNvml::Resolve(const std::string& path) {
-  RETURN_IF_ERROR(Sym(path, "nvmlInit_v2", &init_));
-  RETURN_IF_ERROR(Sym(path, "nvmlShutdown", &shutdown_));
-  RETURN_IF_ERROR(Sym(path, "nvmlErrorString", &error_string_));
-  RETURN_IF_ERROR(Sym(path, "nvmlSystemGetDriverVersion", &driver_version_));
-  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetCount_v2", &count_));
-  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetHandleByIndex_v2", &handle_by_index_));
-  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetName", &name_));
-  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetUUID", &uuid_));
-  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetPciInfo_v3", &pci_info_));
-  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetNvLinkState", &link_state_));
-  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetNvLinkRemotePciInfo_v2", &remote_pci_));
-  RETURN_IF_ERROR(Sym(path, "nvmlDeviceGetNvLinkRemoteDeviceType", &remote_type_));
-  return absl::OkStatus();
+absl::Status DlNvml::Resolve() {
+  const DlSymbol table[] = {
+      {"nvmlInit_v2", DlAddress(&init_)},
+      {"nvmlShutdown", DlAddress(&shutdown_)},
+      {"nvmlErrorString", DlAddress(&error_string_)},
+      {"nvmlSystemGetDriverVersion", DlAddress(&driver_version_)},
+      {"nvmlDeviceGetCount_v2", DlAddress(&count_)},
+      {"nvmlDeviceGetHandleByIndex_v2", DlAddress(&handle_by_index_)},
+      {"nvmlDeviceGetName", DlAddress(&name_)},
+      {"nvmlDeviceGetUUID", DlAddress(&uuid_)},
+      {"nvmlDeviceGetPciInfo_v3", DlAddress(&pci_info_)},
+      {"nvmlDeviceGetNvLinkState", DlAddress(&link_state_)},
+      {"nvmlDeviceGetNvLinkRemotePciInfo_v2", DlAddress(&remote_pci_)},
+      {"nvmlDeviceGetNvLinkRemoteDeviceType", DlAddress(&remote_type_)},
+  };
+  return library_.Resolve(table, "an NVML library");
 }
 
 }  // namespace
@@ -171,16 +161,13 @@ nvmlReturn_t NvmlReturnOf(const absl::Status& status) {
 
 absl::StatusOr<std::unique_ptr<NvmlApi>> LoadNvml(const std::string& library_path) {
   if (library_path.empty()) return absl::NotFoundError("no NVML library configured");
-  // RTLD_LOCAL: NVML's symbols must not satisfy anyone else's lookups.
-  void* handle = dlopen(library_path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = dlerror();
-    // dlerror's text already names the file.
-    return absl::NotFoundError(
-        absl::StrCat("dlopen: ", why != nullptr ? why : library_path + ": load failed"));
+  absl::StatusOr<DlLibrary> library = DlLibrary::Open(library_path);
+  // NOT_FOUND: no library is the normal case of a node without an NVIDIA driver.
+  if (!library.ok()) return absl::NotFoundError(library.status().message());
+  auto nvml = std::make_unique<DlNvml>(*std::move(library));
+  if (absl::Status st = nvml->Resolve(); !st.ok()) {
+    return absl::FailedPreconditionError(st.message());
   }
-  auto nvml = std::make_unique<DlNvml>(handle);
-  RETURN_IF_ERROR(nvml->Resolve(library_path));
   return std::unique_ptr<NvmlApi>(std::move(nvml));
 }
 

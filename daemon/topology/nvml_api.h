@@ -47,8 +47,9 @@ class NvmlApi {
 };
 
 // dlopens `library_path` (a file name searched the dlopen way, or a path) and resolves every
-// entry point NvmlApi needs. Fails with kNotFound when the library cannot be loaded (the
-// dlerror text says why) and kFailedPrecondition naming the first missing symbol. Does not
+// entry point NvmlApi needs (common/dl_library.h, whose wording the errors have). Fails with
+// kNotFound when the library cannot be loaded (the dlerror text says why) and
+// kFailedPrecondition naming the first missing symbol. Does not
 // call nvmlInit. The returned object keeps the library loaded until it is destroyed.
 absl::StatusOr<std::unique_ptr<NvmlApi>> LoadNvml(const std::string& library_path);
 

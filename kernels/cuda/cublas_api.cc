@@ -1,14 +1,13 @@
 #include "kernels/cuda/cublas_api.h"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "kernels/cuda/dl_library.h"
+#include "common/dl_library.h"
+#include "common/status_macros.h"
 
 namespace commd::kernels {
 namespace {
@@ -18,20 +17,17 @@ const CublasApi* g_testing = nullptr;
 }  // namespace
 
 absl::StatusOr<CublasApi> LoadCublas(const std::string& library) {
-  absl::StatusOr<void*> handle = DlOpen(library);
-  if (!handle.ok()) return handle.status();
+  ASSIGN_OR_RETURN(DlLibrary lib, DlLibrary::Open(library));
   CublasApi api;
   api.library = library;
-  absl::Status missing;
-#define COMMD_CUBLAS_RESOLVE_(member, symbol, type) \
-  DlResolve(*handle, #symbol, library, "cuBLAS", &api.member, &missing);
-  COMMD_CUBLAS_FUNCTIONS(COMMD_CUBLAS_RESOLVE_)
-#undef COMMD_CUBLAS_RESOLVE_
-  if (!missing.ok()) {
-    ::dlclose(*handle);
-    return missing;
-  }
-  return api;  // stays loaded: cuBLAS handles keep its kernels in the context
+  const DlSymbol table[] = {
+#define COMMD_CUBLAS_SYMBOL_(member, symbol, type) {#symbol, DlAddress(&api.member)},
+      COMMD_CUBLAS_FUNCTIONS(COMMD_CUBLAS_SYMBOL_)
+#undef COMMD_CUBLAS_SYMBOL_
+  };
+  RETURN_IF_ERROR(lib.Resolve(table, "a usable cuBLAS"));
+  lib.KeepLoaded();  // cuBLAS handles keep its kernels in the context
+  return api;
 }
 
 absl::Status CublasRoundTrip(const CublasApi& api) {
@@ -49,47 +45,35 @@ absl::Status CublasRoundTrip(const CublasApi& api) {
 
 namespace {
 
-// `library` loaded and round-tripped, or why not (appended to `why`).
-std::optional<CublasApi> Try(const std::string& library, std::vector<std::string>* why) {
-  absl::StatusOr<CublasApi> loaded = LoadCublas(library);
-  absl::Status st = loaded.status();
-  if (st.ok()) st = CublasRoundTrip(*loaded);
-  if (st.ok()) return *std::move(loaded);
-  why->emplace_back(st.message());
-  return std::nullopt;
-}
-
-bool AlreadyLoaded(const char* library) {
-  void* handle = ::dlopen(library, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-  if (handle == nullptr) return false;
-  ::dlclose(handle);  // drops the reference NOLOAD took; the process's own stays
-  return true;
+// `library` loaded and round-tripped, or why not.
+absl::StatusOr<CublasApi> LoadWorking(const std::string& library) {
+  ASSIGN_OR_RETURN(CublasApi api, LoadCublas(library));
+  RETURN_IF_ERROR(CublasRoundTrip(api));
+  return api;
 }
 
 }  // namespace
 
 absl::StatusOr<CublasApi> ChooseCublas(absl::Span<const CublasCandidate> candidates,
                                        int driver_version) {
-  std::vector<std::string> why;
-  std::vector<bool> tried(candidates.size(), false);
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (!AlreadyLoaded(candidates[i].library)) continue;
-    tried[i] = true;
-    if (auto api = Try(candidates[i].library, &why)) return *std::move(api);
-  }
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (tried[i]) continue;
-    const CublasCandidate& c = candidates[i];
-    if (driver_version < c.driver_needed) {
-      why.push_back(absl::StrCat(c.library, " needs CUDA driver ", c.driver_needed / 1000, ".",
-                                 c.driver_needed % 1000 / 10, " or newer; the driver is ",
-                                 driver_version / 1000, ".", driver_version % 1000 / 10));
-      continue;
-    }
-    if (auto api = Try(c.library, &why)) return *std::move(api);
-  }
+  std::vector<DlCandidate> choices;
   std::vector<std::string> names;
-  for (const CublasCandidate& c : candidates) names.emplace_back(c.library);
+  for (const CublasCandidate& c : candidates) {
+    names.emplace_back(c.library);
+    absl::Status usable;
+    if (driver_version < c.driver_needed) {
+      usable = absl::FailedPreconditionError(
+          absl::StrCat(c.library, " needs CUDA driver ", c.driver_needed / 1000, ".",
+                       c.driver_needed % 1000 / 10, " or newer; the driver is ",
+                       driver_version / 1000, ".", driver_version % 1000 / 10));
+    }
+    choices.push_back({c.library, std::move(usable)});
+  }
+  std::vector<std::string> why;
+  if (std::optional<CublasApi> api =
+          DlLoadFirst<CublasApi>(choices, /*prefer_loaded=*/true, LoadWorking, &why)) {
+    return *std::move(api);
+  }
   return absl::FailedPreconditionError(
       absl::StrCat("the fused matmuls on CUDA buffers need cuBLAS (", absl::StrJoin(names, " or "),
                    ", from the CUDA toolkit or the nvidia-cublas wheel; ", kCublasLibraryEnv,
@@ -101,11 +85,11 @@ absl::StatusOr<const CublasApi*> Cublas(int driver_version) {
   static const absl::StatusOr<CublasApi> api = [&]() -> absl::StatusOr<CublasApi> {
     const char* env = std::getenv(kCublasLibraryEnv);
     if (env == nullptr || *env == '\0') return ChooseCublas(kCublasLibraries, driver_version);
-    std::vector<std::string> why;
-    if (auto loaded = Try(env, &why)) return *std::move(loaded);
+    absl::StatusOr<CublasApi> loaded = LoadWorking(env);
+    if (loaded.ok()) return loaded;
     return absl::FailedPreconditionError(
         absl::StrCat("the fused matmuls on CUDA buffers need cuBLAS: ", kCublasLibraryEnv, "=", env,
-                     ": ", why.front()));
+                     ": ", loaded.status().message()));
   }();
   if (!api.ok()) return api.status();
   return &*api;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/scoped_env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -22,17 +23,6 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { ::unsetenv(name_); }
-
- private:
-  const char* name_;
-};
 
 // Copies of the fake cuBLAS as <dir>/libcublas.so.13 and .so.12, in a directory of the test's
 // own: a library dlopen()ed by one test stays loaded for the process, so each test has new

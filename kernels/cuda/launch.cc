@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "kernels/comm_view_check.h"
 #include "kernels/cuda/collectives.h"
 #include "kernels/host/plan.h"
 #include "kernels/signal_layout.h"
@@ -108,29 +109,21 @@ absl::Status PlaceAndLaunch(const CudaCommView& v, LaunchArgs a, cudaStream_t st
   return Launch(v, a, stream);
 }
 
+// Each thread block synchronises on its own channel.
+constexpr CommViewRules kCudaRules{
+    .max_world_size = kCudaMaxWorldSize,
+    .needed_pad_slots = [](int world_size) { return PadSlot(kCudaBlocks, 0, world_size); },
+    .pad_layout = [](int) { return absl::StrCat(kCudaBlocks, " blocks x world size"); }};
+
 }  // namespace
 
 absl::Status ValidateCudaCommView(const CudaCommView& v) {
-  if (v.world_size < 1 || v.world_size > kCudaMaxWorldSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("world size ", v.world_size, " is out of range [1, ", kCudaMaxWorldSize, "]"));
-  }
-  if (v.rank < 0 || v.rank >= v.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", v.rank, " is out of range [0, ", v.world_size - 1, "]"));
-  }
-  for (int p = 0; p < v.world_size; ++p) {
-    if (v.data[p] == nullptr || v.pads[p] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("rank ", p, "'s data or pad pointer is null"));
-    }
-  }
-  const size_t needed = PadSlot(kCudaBlocks, 0, v.world_size);
-  if (v.pad_slots < needed) {
-    return absl::InvalidArgumentError(absl::StrCat("signal pad of ", v.pad_slots,
-                                                   " slots is too small; need at least ", needed,
-                                                   " (", kCudaBlocks, " blocks x world size)"));
-  }
-  return absl::OkStatus();
+  return CheckCommView({.rank = v.rank,
+                        .world_size = v.world_size,
+                        .data = v.data,
+                        .pads = v.pads,
+                        .pad_slots = v.pad_slots},
+                       kCudaRules);
 }
 
 absl::Status LaunchBarrier(const CudaCommView& view, cudaStream_t stream) {

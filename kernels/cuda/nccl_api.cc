@@ -1,13 +1,12 @@
 #include "kernels/cuda/nccl_api.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "kernels/cuda/dl_library.h"
+#include "common/dl_library.h"
+#include "common/status_macros.h"
 
 namespace commd::kernels {
 namespace {
@@ -24,31 +23,27 @@ std::string VersionText(int code) {
 }  // namespace
 
 absl::StatusOr<NcclApi> LoadNccl(const std::string& library) {
-  absl::StatusOr<void*> handle = DlOpen(library);
-  if (!handle.ok()) return handle.status();
+  ASSIGN_OR_RETURN(DlLibrary lib, DlLibrary::Open(library));
   NcclApi api;
   api.library = library;
-  absl::Status missing;
-#define COMMD_NCCL_RESOLVE_(member, symbol, type) \
-  DlResolve(*handle, #symbol, library, "NCCL (2.14 or later)", &api.member, &missing);
-  COMMD_NCCL_FUNCTIONS(COMMD_NCCL_RESOLVE_)
-#undef COMMD_NCCL_RESOLVE_
-  if (missing.ok()) {
-    if (const ncclResult_t r = api.get_version(&api.version); r != ncclSuccess) {
-      missing = absl::UnavailableError(
-          absl::StrCat(library, ": ncclGetVersion failed (", static_cast<int>(r), ")"));
-    } else if (api.version < kNcclFloor) {
-      missing = absl::UnavailableError(absl::StrCat(
-          library, " is NCCL ", VersionText(api.version), " (", api.version,
-          "); commd needs 2.14 or later (nonblocking communicators, so that an abort ends a "
-          "rank blocked in NCCL)"));
-    }
+  const DlSymbol table[] = {
+#define COMMD_NCCL_SYMBOL_(member, symbol, type) {#symbol, DlAddress(&api.member)},
+      COMMD_NCCL_FUNCTIONS(COMMD_NCCL_SYMBOL_)
+#undef COMMD_NCCL_SYMBOL_
+  };
+  RETURN_IF_ERROR(lib.Resolve(table, "a usable NCCL (2.14 or later)"));
+  if (const ncclResult_t r = api.get_version(&api.version); r != ncclSuccess) {
+    return absl::UnavailableError(
+        absl::StrCat(library, ": ncclGetVersion failed (", static_cast<int>(r), ")"));
   }
-  if (!missing.ok()) {
-    ::dlclose(*handle);
-    return missing;
+  if (api.version < kNcclFloor) {
+    return absl::UnavailableError(absl::StrCat(
+        library, " is NCCL ", VersionText(api.version), " (", api.version,
+        "); commd needs 2.14 or later (nonblocking communicators, so that an abort ends a "
+        "rank blocked in NCCL)"));
   }
-  return api;  // stays loaded: communicators live in it
+  lib.KeepLoaded();  // communicators live in it
+  return api;
 }
 
 absl::StatusOr<const NcclApi*> Nccl() {

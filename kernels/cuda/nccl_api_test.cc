@@ -16,29 +16,11 @@
 
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/testing/scoped_env.h"
 #include "gtest/gtest.h"
 
 namespace commd::kernels {
 namespace {
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_.empty()) {
-      ::unsetenv(name_);
-    } else {
-      ::setenv(name_, old_.c_str(), 1);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-};
 
 // The fake's call log, one call a line.
 class NcclApiTest : public ::testing::Test {

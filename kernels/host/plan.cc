@@ -169,38 +169,6 @@ absl::Status AssignOffsets(const HostCommView& view, CollectiveOp kind, StagingP
 
 }  // namespace
 
-absl::Status ValidateHostCommView(const HostCommView& view) {
-  if (view.world_size < 1 || view.world_size > kMaxWorldSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("world size ", view.world_size, " is out of range [1, ", kMaxWorldSize, "]"));
-  }
-  if (view.rank < 0 || view.rank >= view.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", view.rank, " is out of range [0, ", view.world_size - 1, "]"));
-  }
-  if (view.data == nullptr || view.pads == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the view's ", view.data == nullptr ? "data" : "pads",
-                     " array is null; allowed: ", view.world_size, " non-null pointers"));
-  }
-  for (int p = 0; p < view.world_size; ++p) {
-    if (view.data[p] == nullptr || view.pads[p] == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", p, "'s ", view.data[p] == nullptr ? "data region" : "signal pad",
-          " pointer is null; allowed: non-null for every rank in [0, ", view.world_size - 1, "]"));
-    }
-  }
-  // The CPU path's channels and the exchange area after every channel (symmetric_layout.h).
-  const size_t needed = SignalPadBytes(view.world_size) / sizeof(uint32_t);
-  if (view.pad_slots < needed) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("signal pad of ", view.pad_slots, " slots is too small; need at least ",
-                     needed, " (", kSignalPadChannels, " channels x world size ", view.world_size,
-                     ", then an exchange area of one line and ", 2 * view.world_size, " slots of ",
-                     ExchangeSlotBytes(view.world_size), " bytes)"));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<StagingPlan> PlanCollective(const HostCommView& view, CollectiveOp kind,
                                            absl::Span<const TensorArgs> tensors) {
