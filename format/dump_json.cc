@@ -13,7 +13,7 @@
 namespace commd {
 
 std::string ProfilingName(const std::string& lib, const RecordedEntry& e, int32_t rank) {
-  std::string name = absl::StrCat(lib, ":", RecordOpTorchName(static_cast<uint32_t>(e.op)));
+  std::string name = absl::StrCat(lib, ":", CollectiveName(e.op));
   if (e.op == CollectiveOp::kSend) absl::StrAppend(&name, " ", rank, "->", e.peer);
   if (e.op == CollectiveOp::kRecv) absl::StrAppend(&name, " ", rank, "<-", e.peer);
   return name;

@@ -21,14 +21,6 @@
 
 namespace commd::kernels {
 
-// The vocabulary's names, also as kernels:: (kernels::DataType is commd::DataType).
-using ::commd::DataType;
-using ::commd::DataTypeName;
-using ::commd::DataTypeSize;
-using ::commd::IsFloatingPoint;
-using ::commd::ReduceOp;
-using ::commd::ReduceOpName;
-
 // One-shot: every rank reads every rank's whole input and reduces it (one pass, latency
 // bound; best for small messages). Two-shot: reduce-scatter then all-gather (each rank
 // reduces 1/world of the data; best for large messages). See ChooseAllReduceAlgorithm.

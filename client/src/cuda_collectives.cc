@@ -43,8 +43,8 @@ kernels::CudaMatmulArgs MatmulArgs(const CollectiveCall& call, kernels::NanCheck
   return {.gather = call.kind == CollectiveOp::kAllGatherMatmul,
           .rows = m.rows,
           .k = m.k,
-          .dtype = static_cast<kernels::DataType>(call.dtype),
-          .op = static_cast<kernels::ReduceOp>(call.op),
+          .dtype = call.dtype,
+          .op = call.op,
           .bs = absl::MakeConstSpan(bs.data(), std::min(m.bs.size(), bs.size())),
           .row_scale = m.row_scale,
           .gathered = m.gathered,
@@ -71,13 +71,12 @@ size_t ScratchBytes(const kernels::CudaCommView& v, const CheckedCall& c, size_t
   if (c.algorithm != kernels::Algorithm::kOneShot) return 0;
   const CollectiveCall& call = c.call;
   if (call.kind == CollectiveOp::kAllReduce) {
-    return call.count * kernels::DataTypeSize(static_cast<kernels::DataType>(call.dtype));
+    return call.count * DataTypeSize(call.dtype);
   }
   size_t bytes = 0;
   if (call.kind != CollectiveOp::kAllReduceCoalesced) return 0;
   for (const CoalescedTensor& t : call.tensors) {
-    bytes =
-        std::max(bytes, t.count * kernels::DataTypeSize(static_cast<kernels::DataType>(t.dtype)));
+    bytes = std::max(bytes, t.count * DataTypeSize(t.dtype));
   }
   return bytes;
 }
@@ -118,8 +117,8 @@ absl::Status Launch(const kernels::CudaCommView& v, const CheckedCall& c, kernel
                     void* scratch, const kernels::CublasContext& blas, cudaStream_t stream,
                     int* enqueued) {
   const CollectiveCall& call = c.call;
-  const auto dtype = static_cast<kernels::DataType>(call.dtype);
-  const auto op = static_cast<kernels::ReduceOp>(call.op);
+  const auto dtype = call.dtype;
+  const auto op = call.op;
   std::byte* in = v.data[v.rank];
   absl::Status st;
   switch (call.kind) {
@@ -134,9 +133,8 @@ absl::Status Launch(const kernels::CudaCommView& v, const CheckedCall& c, kernel
       for (const CoalescedTensor& t : call.tensors) {
         if (t.count == 0) continue;  // nothing launched for it
         std::byte* p = in + t.offset;
-        RETURN_IF_ERROR(kernels::LaunchAllReduce(v, p, p, t.count,
-                                                 static_cast<kernels::DataType>(t.dtype), op,
-                                                 c.algorithm, nan, scratch, stream));
+        RETURN_IF_ERROR(kernels::LaunchAllReduce(v, p, p, t.count, t.dtype, op, c.algorithm, nan,
+                                                 scratch, stream));
         ++*enqueued;
       }
       return absl::OkStatus();
@@ -160,8 +158,8 @@ absl::Status Launch(const kernels::CudaCommView& v, const CheckedCall& c, kernel
                                          enqueued);
     }
     default:
-      return absl::UnimplementedError(absl::StrCat(
-          RecordOpTorchName(static_cast<uint32_t>(call.kind)), " has no CUDA kernel in this SDK"));
+      return absl::UnimplementedError(
+          absl::StrCat(CollectiveName(call.kind), " has no CUDA kernel in this SDK"));
   }
   if (st.ok()) ++*enqueued;
   return st;

@@ -70,7 +70,7 @@ struct Buffers {
 // A stream-ordered device copy (the driver's, so a peer's region is reached through its
 // mapping here).
 absl::Status Copy(const SpanStep& st, const Buffers& b, cudaStream_t stream) {
-  const size_t bytes = st.count * kernels::DataTypeSize(st.dtype);
+  const size_t bytes = st.count * DataTypeSize(st.dtype);
   ASSIGN_OR_RETURN(std::byte * from, b.At(st.buffer, st.src_owner, st.offset, bytes));
   ASSIGN_OR_RETURN(std::byte * to, b.At(st.dst, st.dst_owner, st.dst_offset, bytes));
   ASSIGN_OR_RETURN(const CudaDriverApi* cu, CudaDriver());
@@ -114,8 +114,8 @@ class CudaSpanPartImpl : public CudaSpanPart {
         call.matmul != nullptr ? absl::UnimplementedError(Unsupported(call)) : PlanOf(call);
     if (plan.ok()) return plan;
     return absl::Status(plan.status().code(),
-                        absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)),
-                                     " on group ", s_.group, ": ", plan.status().message()));
+                        absl::StrCat(CollectiveName(call.kind), " on group ", s_.group, ": ",
+                                     plan.status().message()));
   }
 
   absl::Status Launch(const kernels::SpanPlan& plan, const kernels::CudaCommView& v,
@@ -147,8 +147,8 @@ class CudaSpanPartImpl : public CudaSpanPart {
  private:
   // The plan of `call` (no fused matmul), the same on every rank.
   absl::StatusOr<kernels::SpanPlan> PlanOf(const CollectiveCall& call) const {
-    const auto dtype = static_cast<kernels::DataType>(call.dtype);
-    const auto op = static_cast<kernels::ReduceOp>(call.op);
+    const auto dtype = call.dtype;
+    const auto op = call.op;
     switch (call.kind) {
       case CollectiveOp::kAllReduce:
         return kernels::PlanSpanAllReduce(shape_, 0, call.count, dtype, op,
@@ -157,8 +157,7 @@ class CudaSpanPartImpl : public CudaSpanPart {
         kernels::SpanPlan all;
         for (const CoalescedTensor& t : call.tensors) {
           absl::StatusOr<kernels::SpanPlan> plan = kernels::PlanSpanAllReduce(
-              shape_, t.offset, t.count, static_cast<kernels::DataType>(t.dtype), op,
-              kernels::kSpanLaneMinBytes);
+              shape_, t.offset, t.count, t.dtype, op, kernels::kSpanLaneMinBytes);
           if (!plan.ok()) return plan;
           kernels::AppendSpanPlan(all, *plan);
         }
@@ -192,7 +191,7 @@ class CudaSpanPartImpl : public CudaSpanPart {
       case SpanStepKind::kLocalBarrier:
         return kernels::LaunchBarrier(v, stream);
       case SpanStepKind::kLocalAllReduce: {
-        const size_t bytes = st.count * kernels::DataTypeSize(st.dtype);
+        const size_t bytes = st.count * DataTypeSize(st.dtype);
         const kernels::Algorithm a =
             kernels::ChooseAllReduceAlgorithm(bytes, st.count, v.world_size, thresholds);
         return kernels::LaunchAllReduce(v, at, at, st.count, st.dtype, st.local_op, a, step_nan,
@@ -211,7 +210,7 @@ class CudaSpanPartImpl : public CudaSpanPart {
       case SpanStepKind::kLocalCopy:
         return Copy(st, b, stream);
       case SpanStepKind::kCountNonFinite: {
-        const size_t bytes = st.count * kernels::DataTypeSize(st.dtype);
+        const size_t bytes = st.count * DataTypeSize(st.dtype);
         ASSIGN_OR_RETURN(std::byte * in, b.At(kernels::SpanBuffer::kIn, -1, st.offset, bytes));
         return kernels::LaunchCountNonFinite(v, in, st.count, st.dtype, stream);
       }
@@ -228,7 +227,7 @@ class CudaSpanPartImpl : public CudaSpanPart {
   // One group of sends and receives on this rank's lane (see SpanStepKind::kNcclSendRecv),
   // every transfer's address checked first.
   absl::Status SendRecv(const SpanStep& st, const Buffers& b, cudaStream_t stream) {
-    const size_t es = kernels::DataTypeSize(st.dtype);
+    const size_t es = DataTypeSize(st.dtype);
     std::vector<std::byte*> at;
     for (const kernels::SpanTransfer& x : st.transfers) {
       ASSIGN_OR_RETURN(std::byte * p, b.At(x.buffer, x.owner, x.offset, x.count * es));
@@ -270,7 +269,7 @@ size_t SpanScratchBytes(const kernels::SpanPlan& plan, int local,
   if (local == 1) return bytes;  // no node-local step runs
   for (const SpanStep& st : plan.steps) {
     if (st.kind != SpanStepKind::kLocalAllReduce) continue;
-    const size_t b = st.count * kernels::DataTypeSize(st.dtype);
+    const size_t b = st.count * DataTypeSize(st.dtype);
     if (kernels::ChooseAllReduceAlgorithm(b, st.count, local, thresholds) ==
         kernels::Algorithm::kOneShot) {
       bytes = std::max(bytes, b);

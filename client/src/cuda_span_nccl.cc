@@ -18,15 +18,15 @@ using kernels::SpanNcclOp;
 using kernels::SpanStep;
 using kernels::SpanStepKind;
 
-ncclDataType_t NcclType(kernels::DataType t) {
+ncclDataType_t NcclType(DataType t) {
   switch (t) {
-    case kernels::DataType::kFloat16:
+    case DataType::kFloat16:
       return ncclFloat16;
-    case kernels::DataType::kBFloat16:
+    case DataType::kBFloat16:
       return ncclBfloat16;
-    case kernels::DataType::kInt32:
+    case DataType::kInt32:
       return ncclInt32;
-    case kernels::DataType::kInt64:
+    case DataType::kInt64:
       return ncclInt64;
     default:
       return ncclFloat32;
@@ -38,13 +38,13 @@ ncclDataType_t NcclType(kernels::DataType t) {
 struct Scalar {
   alignas(8) unsigned char bytes[8] = {};
 };
-Scalar InverseOf(int n, kernels::DataType t) {
+Scalar InverseOf(int n, DataType t) {
   Scalar s;
   const float f = 1.0f / static_cast<float>(n);
-  if (t == kernels::DataType::kFloat16) {
+  if (t == DataType::kFloat16) {
     const uint16_t bits = kernels::FloatToHalf(f).bits;
     std::memcpy(s.bytes, &bits, sizeof(bits));
-  } else if (t == kernels::DataType::kBFloat16) {
+  } else if (t == DataType::kBFloat16) {
     const uint16_t bits = kernels::FloatToBFloat16(f).bits;
     std::memcpy(s.bytes, &bits, sizeof(bits));
   } else {

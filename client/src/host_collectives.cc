@@ -69,8 +69,8 @@ class HostBackend : public CollectiveBackend {
     std::byte* region = v.data[v.rank];
     const void* in = call.host_memory ? call.input : region;
     void* out = call.host_memory ? call.output : c.out_views->host.data[v.rank];
-    const auto dtype = static_cast<kernels::DataType>(call.dtype);
-    const auto op = static_cast<kernels::ReduceOp>(call.op);
+    const auto dtype = call.dtype;
+    const auto op = call.op;
     switch (call.kind) {
       case CollectiveOp::kBarrier:
         return kernels::Barrier(v);
@@ -94,7 +94,7 @@ class HostBackend : public CollectiveBackend {
         args.reserve(call.tensors.size());
         for (const CoalescedTensor& t : call.tensors) {
           std::byte* p = region + t.offset;
-          args.push_back({p, p, t.count, static_cast<kernels::DataType>(t.dtype)});
+          args.push_back({p, p, t.count, t.dtype});
         }
         return kernels::AllReduceCoalesced(v, args, op, c.algorithm, nan, r);
       }
@@ -111,8 +111,7 @@ class HostBackend : public CollectiveBackend {
         return LaunchMatmul(v, call, nan, r);
       default:
         return absl::UnimplementedError(
-            absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)),
-                         " has no host kernel in this SDK"));
+            absl::StrCat(CollectiveName(call.kind), " has no host kernel in this SDK"));
     }
   }
 
@@ -123,7 +122,7 @@ class HostBackend : public CollectiveBackend {
     for (size_t i = 0; i < m.bs.size(); ++i) {
       bs[i] = {m.bs[i].data, m.bs[i].n, m.bs[i].out, m.bs[i].col_scale};
     }
-    const auto dtype = static_cast<kernels::DataType>(call.dtype);
+    const auto dtype = call.dtype;
     if (call.kind == CollectiveOp::kAllGatherMatmul) {
       return kernels::AllGatherMatmul(v,
                                       {.rows = m.rows,
@@ -139,7 +138,7 @@ class HostBackend : public CollectiveBackend {
                                          .rows = m.rows,
                                          .k = m.k,
                                          .dtype = dtype,
-                                         .op = static_cast<kernels::ReduceOp>(call.op),
+                                         .op = call.op,
                                          .b = bs[0],
                                          .row_scale = m.row_scale},
                                         nan, r);

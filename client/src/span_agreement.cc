@@ -219,7 +219,7 @@ absl::Status Settle(const std::string& group, const CollectiveCall& call, const 
   out.group_nonfinite = a.group_nonfinite;
   if (a.signature_min == a.signature_max) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      RecordOpTorchName(static_cast<uint32_t>(call.kind)), " on group ", group,
+      CollectiveName(call.kind), " on group ", group,
       ": the ranks' calls differ (collective, count, type, op, root or tensors; signatures "
       "from ",
       absl::Hex(a.signature_min), " to ", absl::Hex(a.signature_max),
@@ -387,10 +387,9 @@ absl::Status SpanAgreement::Guarded(CollectiveOp kind, absl::FunctionRef<absl::S
     // few milliseconds (docs/cluster.md), and the abort's reason says more than a closed
     // connection. Wait for it a little.
     for (int i = 0; i < 100 && !Aborted(); ++i) absl::SleepFor(absl::Milliseconds(10));
-    const std::string what =
-        absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(kind)), " on group ", s_.group,
-                     ": the exchange between nodes (node ", node_name(), ", ", s_.layout.size(),
-                     " nodes) failed: ", e.what());
+    const std::string what = absl::StrCat(CollectiveName(kind), " on group ", s_.group,
+                                          ": the exchange between nodes (node ", node_name(), ", ",
+                                          s_.layout.size(), " nodes) failed: ", e.what());
     return Aborted() ? absl::AbortedError(what) : absl::UnavailableError(what);
   }
 }

@@ -23,8 +23,6 @@ namespace {
 
 using Bytes = std::byte;
 
-size_t ElementSize(DataType t) { return kernels::DataTypeSize(static_cast<kernels::DataType>(t)); }
-
 // One rank's input and output of a call, in bytes, and its element's size.
 struct Sizes {
   size_t es = 1;
@@ -33,7 +31,7 @@ struct Sizes {
 };
 
 Sizes SizesOf(const CollectiveCall& call, int global_world_size) {
-  const size_t es = call.kind == CollectiveOp::kBarrier ? 1 : ElementSize(call.dtype);
+  const size_t es = call.kind == CollectiveOp::kBarrier ? 1 : DataTypeSize(call.dtype);
   const auto g = static_cast<size_t>(global_world_size);
   const bool wide_in =
       call.kind == CollectiveOp::kReduceScatter || call.kind == CollectiveOp::kAllToAll;
@@ -90,7 +88,7 @@ class HostSpanBackend : public CollectiveBackend {
     const SpanSetup& s = agreement_.setup();
     if (call.matmul != nullptr) {
       return absl::UnimplementedError(
-          absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)), " on group ", s.group,
+          absl::StrCat(CollectiveName(call.kind), " on group ", s.group,
                        ": the fused matmuls run on groups within one node only (this one spans ",
                        s.layout.size(), " nodes)"));
     }
@@ -110,7 +108,7 @@ class HostSpanBackend : public CollectiveBackend {
       if (Words(c, 0).lanes != 0) {
         for (int l = 0; l < view.world_size; ++l) lane = std::max(lane, Words(c, l).lane_ns);
       }
-      profile_->Call(call, call.count * ElementSize(call.dtype), start, across + lane);
+      profile_->Call(call, call.count * DataTypeSize(call.dtype), start, across + lane);
     }
     return entry.Finish(std::move(st), result);
   }
@@ -164,13 +162,11 @@ class HostSpanBackend : public CollectiveBackend {
     uint64_t nonfinite = 0;
     if (call.kind == CollectiveOp::kAllReduceCoalesced) {
       for (const CoalescedTensor& t : call.tensors) {
-        nonfinite += kernels::CopyIn(static_cast<kernels::DataType>(t.dtype), own + t.offset,
-                                     own + t.offset, t.count, nan);
+        nonfinite += kernels::CopyIn(t.dtype, own + t.offset, own + t.offset, t.count, nan);
       }
     } else if (call.kind != CollectiveOp::kBarrier && holds_input) {
       const auto* src = call.host_memory ? static_cast<const Bytes*>(call.input) : own;
-      nonfinite = kernels::CopyIn(static_cast<kernels::DataType>(call.dtype), src, own,
-                                  z.in_bytes / z.es, nan);
+      nonfinite = kernels::CopyIn(call.dtype, src, own, z.in_bytes / z.es, nan);
     }
     return nonfinite;
   }
@@ -214,12 +210,12 @@ class HostSpanBackend : public CollectiveBackend {
 
   bool UsesLanes(const CollectiveCall& call, int local) const {
     return call.kind == CollectiveOp::kAllReduce && uniform_ && local > 1 &&
-           call.count * ElementSize(call.dtype) >= kLaneMinBytes;
+           call.count * DataTypeSize(call.dtype) >= kLaneMinBytes;
   }
   // A small all-reduce rides in the agreement's gather (SpanExchange::FillInline).
   bool InlineAllReduce(const CollectiveCall& call) const {
     return call.kind == CollectiveOp::kAllReduce &&
-           call.count * ElementSize(call.dtype) <= agreement_.InlineBytes();
+           call.count * DataTypeSize(call.dtype) <= agreement_.InlineBytes();
   }
 
   // The leader's part, between the barriers: the agreement, and unless the lanes take over

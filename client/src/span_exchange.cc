@@ -20,13 +20,11 @@ namespace {
 using Bytes = std::byte;
 
 // kAvg is summed, then divided once by the global world size.
-kernels::ReduceOp SumForAvg(ReduceOp op) {
-  return op == ReduceOp::kAvg ? kernels::ReduceOp::kSum : static_cast<kernels::ReduceOp>(op);
-}
+ReduceOp SumForAvg(ReduceOp op) { return op == ReduceOp::kAvg ? ReduceOp::kSum : op; }
 
 // dst = the node's ranks' elements at `offset` reduced in local-rank order (kAvg: summed;
 // the caller divides).
-void Reduce(Bytes* const* regions, int local, size_t offset, size_t count, kernels::DataType dtype,
+void Reduce(Bytes* const* regions, int local, size_t offset, size_t count, DataType dtype,
             Bytes* dst, ReduceOp op) {
   absl::InlinedVector<const Bytes*, 16> srcs;
   for (int l = 0; l < local; ++l) srcs.push_back(regions[l] + offset);
@@ -34,9 +32,9 @@ void Reduce(Bytes* const* regions, int local, size_t offset, size_t count, kerne
 }
 
 // `count` elements at `data` divided in place by `world` (kAvg's last step).
-void Average(Bytes* data, size_t count, kernels::DataType dtype, int world) {
+void Average(Bytes* data, size_t count, DataType dtype, int world) {
   const Bytes* src = data;
-  kernels::ReduceInto(dtype, kernels::ReduceOp::kAvg, &src, 1, 0, count, data, world);
+  kernels::ReduceInto(dtype, ReduceOp::kAvg, &src, 1, 0, count, data, world);
 }
 
 }  // namespace
@@ -63,11 +61,11 @@ absl::Status SpanExchange::Run(const CheckedCall& c, const kernels::HostCommView
   Bytes* const* regions = v.data;
   switch (call.kind) {
     case CollectiveOp::kAllReduce:
-      AllReduce(c, regions, local, 0, call.count, static_cast<kernels::DataType>(call.dtype));
+      AllReduce(c, regions, local, 0, call.count, call.dtype);
       return absl::OkStatus();
     case CollectiveOp::kAllReduceCoalesced:
       for (const CoalescedTensor& t : call.tensors) {
-        AllReduce(c, regions, local, t.offset, t.count, static_cast<kernels::DataType>(t.dtype));
+        AllReduce(c, regions, local, t.offset, t.count, t.dtype);
       }
       return absl::OkStatus();
     case CollectiveOp::kBroadcast:
@@ -83,18 +81,17 @@ absl::Status SpanExchange::Run(const CheckedCall& c, const kernels::HostCommView
       AllToAll(c, regions, local, in_bytes);
       return absl::OkStatus();
     default:
-      return absl::UnimplementedError(
-          absl::StrCat(RecordOpTorchName(static_cast<uint32_t>(call.kind)),
-                       " has no implementation across nodes in this SDK"));
+      return absl::UnimplementedError(absl::StrCat(
+          CollectiveName(call.kind), " has no implementation across nodes in this SDK"));
   }
 }
 
 // In place at `offset` of every region: the node's reduction into the leader's region, the
 // nodes' over gloo, then copied to every local rank's output.
 void SpanExchange::AllReduce(const CheckedCall& c, Bytes* const* regions, int local, size_t offset,
-                             size_t count, kernels::DataType dtype) {
+                             size_t count, DataType dtype) {
   if (count == 0) return;
-  const size_t bytes = count * kernels::DataTypeSize(dtype);
+  const size_t bytes = count * DataTypeSize(dtype);
   Bytes* mine = regions[0] + offset;
   Reduce(regions, local, offset, count, dtype, mine, c.call.op);
   AcrossNodes(mine, count, dtype, c.call.op);
@@ -145,7 +142,7 @@ void SpanExchange::AllGather(const CheckedCall& c, Bytes* const* regions, int lo
 void SpanExchange::ReduceScatter(const CheckedCall& c, Bytes* const* regions, int local,
                                  size_t in_bytes, size_t block, size_t es) {
   const size_t elems = in_bytes / es;
-  const auto dtype = static_cast<kernels::DataType>(c.call.dtype);
+  const auto dtype = c.call.dtype;
   std::vector<Bytes>& sum = Scratch(0, in_bytes);
   Reduce(regions, local, 0, elems, dtype, sum.data(), c.call.op);
   AcrossNodes(sum.data(), elems, dtype, c.call.op);
@@ -194,27 +191,26 @@ void SpanExchange::AllToAll(const CheckedCall& c, Bytes* const* regions, int loc
 }
 
 void SpanExchange::FillInline(const CheckedCall& c, const kernels::HostCommView& v, Bytes* slot) {
-  Reduce(v.data, v.world_size, 0, c.call.count, static_cast<kernels::DataType>(c.call.dtype), slot,
-         c.call.op);
+  Reduce(v.data, v.world_size, 0, c.call.count, c.call.dtype, slot, c.call.op);
 }
 
 void SpanExchange::FinishInline(const CheckedCall& c, const kernels::HostCommView& v,
                                 const SpanAgreement::Parts& parts) {
   const CollectiveCall& call = c.call;
-  const auto dtype = static_cast<kernels::DataType>(call.dtype);
+  const auto dtype = call.dtype;
   Bytes* result = v.data[0];
   kernels::ReduceInto(dtype, SumForAvg(call.op), parts.data(), static_cast<int>(parts.size()), 0,
                       call.count, result, 1);
   if (call.op == ReduceOp::kAvg) Average(result, call.count, dtype, s_.global_world_size);
-  const size_t bytes = call.count * kernels::DataTypeSize(dtype);
+  const size_t bytes = call.count * DataTypeSize(dtype);
   for (int l = 1; l < v.world_size; ++l) std::memcpy(Dest(c, l), result, bytes);
 }
 
 void SpanExchange::Lane(const CheckedCall& c, const kernels::HostCommView& v, size_t begin,
                         size_t n) {
   const CollectiveCall& call = c.call;
-  const auto dtype = static_cast<kernels::DataType>(call.dtype);
-  const size_t es = kernels::DataTypeSize(dtype);
+  const auto dtype = call.dtype;
+  const size_t es = DataTypeSize(dtype);
   Bytes* slice = v.data[v.rank] + begin * es;
   Reduce(v.data, v.world_size, begin * es, n, dtype, slice, call.op);
   AcrossNodes(slice, n, dtype, call.op);
@@ -231,10 +227,10 @@ void SpanExchange::Lane(const CheckedCall& c, const kernels::HostCommView& v, si
 // The nodes' reduction of `count` elements at `data` (in place), divided for kAvg by the
 // global world size. Gloo splits the data at element boundaries of the type it is given, so
 // it is given an unsigned type of the element's size, and our reduction.
-void SpanExchange::AcrossNodes(Bytes* data, size_t count, kernels::DataType dtype, ReduceOp op) {
-  const kernels::ReduceOp k = SumForAvg(op);
+void SpanExchange::AcrossNodes(Bytes* data, size_t count, DataType dtype, ReduceOp op) {
+  const ReduceOp k = SumForAvg(op);
   gloo::AllreduceOptions opts(agreement_.context());
-  switch (kernels::DataTypeSize(dtype)) {
+  switch (DataTypeSize(dtype)) {
     case 2:
       opts.setOutput(reinterpret_cast<uint16_t*>(data), count);
       break;

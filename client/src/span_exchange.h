@@ -58,13 +58,13 @@ class SpanExchange {
 
  private:
   void AllReduce(const CheckedCall& c, std::byte* const* regions, int local, size_t offset,
-                 size_t count, kernels::DataType dtype);
+                 size_t count, DataType dtype);
   void Broadcast(const CheckedCall& c, std::byte* const* regions, int local, size_t bytes);
   void AllGather(const CheckedCall& c, std::byte* const* regions, int local, size_t block);
   void ReduceScatter(const CheckedCall& c, std::byte* const* regions, int local, size_t in_bytes,
                      size_t block, size_t es);
   void AllToAll(const CheckedCall& c, std::byte* const* regions, int local, size_t in_bytes);
-  void AcrossNodes(std::byte* data, size_t count, kernels::DataType dtype, ReduceOp op);
+  void AcrossNodes(std::byte* data, size_t count, DataType dtype, ReduceOp op);
   std::vector<std::byte>& Scratch(int which, size_t bytes);
 
   SpanAgreement& agreement_;

@@ -21,8 +21,7 @@ SpanProfile::~SpanProfile() {
     std::fprintf(stderr,
                  "commd span profile: group %s global rank %d: %s %zu B %s: %llu calls, "
                  "%.1f us per call, %.1f us of it between nodes\n",
-                 group_.c_str(), global_rank_,
-                 std::string(RecordOpTorchName(static_cast<uint32_t>(kind))).c_str(), bytes,
+                 group_.c_str(), global_rank_, std::string(CollectiveName(kind)).c_str(), bytes,
                  staged ? "staged" : "in place", static_cast<unsigned long long>(t.calls),
                  static_cast<double>(t.total_ns) / 1e3 / static_cast<double>(t.calls),
                  static_cast<double>(t.across_ns) / 1e3 / static_cast<double>(t.calls));

@@ -102,6 +102,9 @@ class ClusterStore final : public store::StoreBackend {
   // bytes its writes may carry together (etcd refuses requests over --max-request-bytes,
   // 1.5 MiB by default); a write larger than that goes alone.
   static constexpr size_t kKeysPerBatch = 100;
+  // Keys per read transaction: etcd accepts at most 128 operations per transaction
+  // (--max-txn-ops).
+  static constexpr size_t kKeysPerRead = 100;
   static constexpr size_t kBytesPerBatch = 1 << 20;
 
  private:

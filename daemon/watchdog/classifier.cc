@@ -67,7 +67,7 @@ v1::Diagnosis Base(const GroupView& view, v1::DiagnosisKind kind, uint64_t seq, 
     auto it = r.entries.find(seq);
     if (it == r.entries.end()) continue;
     const EntryView& e = it->second;
-    out->set_op(RecordOpTorchName(static_cast<uint32_t>(e.op)));
+    out->set_op(CollectiveName(e.op));
     for (const auto& dims : e.input_sizes) out->add_input_sizes(SizesText(dims));
     for (DataType t : e.input_dtypes) {
       const char* name = DataTypeInfo(t).scalar;

@@ -169,7 +169,6 @@ absl::Status AssignOffsets(const HostCommView& view, CollectiveOp kind, StagingP
 
 }  // namespace
 
-
 absl::StatusOr<StagingPlan> PlanCollective(const HostCommView& view, CollectiveOp kind,
                                            absl::Span<const TensorArgs> tensors) {
   RETURN_IF_ERROR(ValidateHostCommView(view));

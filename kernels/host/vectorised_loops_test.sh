@@ -27,7 +27,7 @@ expect() {
     echo "ok: $count instructions matching /$2/ in $1"
   fi
 }
-op='(commd::kernels::ReduceOp)'
+op='(commd::ReduceOp)'
 expect "ReduceAvx2<float, ${op}0>" 'vaddps.*%ymm'
 expect "ReduceAvx2<float, ${op}2>" 'vblendvps.*%ymm'
 expect "ReduceAvx2<long, ${op}0>" 'vpaddq.*%ymm'

@@ -235,9 +235,9 @@ PYBIND11_MODULE(_commd, m) {
   m.attr("MAX_GLOBAL_WORLD_SIZE") = commd::kMaxGlobalWorldSize;
   // The vocabulary's rows (commd/vocabulary.h) Python code names: the types the collectives
   // take and the reduce ops, by their names.
-  py::list types, ops;
+  cp::py::list types, ops;
   for (commd::DataType t : commd::kCollectiveTypes) types.append(commd::DataTypeName(t));
   for (const auto& r : commd::vocabulary::kReduceOps) ops.append(r.name);
-  m.attr("COLLECTIVE_TYPES") = py::tuple(types);
-  m.attr("REDUCE_OPS") = py::tuple(ops);
+  m.attr("COLLECTIVE_TYPES") = cp::py::tuple(types);
+  m.attr("REDUCE_OPS") = cp::py::tuple(ops);
 }

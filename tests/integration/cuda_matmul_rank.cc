@@ -132,10 +132,10 @@ void Write(void* p, size_t i, cudaDataType t, float x) {
     static_cast<float*>(p)[i] = x;
   }
 }
-cudaDataType TypeOf(k::DataType t) {
-  return t == k::DataType::kFloat16    ? CUDA_R_16F
-         : t == k::DataType::kBFloat16 ? CUDA_R_16BF
-                                       : CUDA_R_32F;
+cudaDataType TypeOf(::commd::DataType t) {
+  return t == ::commd::DataType::kFloat16    ? CUDA_R_16F
+         : t == ::commd::DataType::kBFloat16 ? CUDA_R_16BF
+                                             : CUDA_R_32F;
 }
 
 // The collectives' kernels: none may run in a fused matmul (logged, and failing).
@@ -185,7 +185,7 @@ cudaError_t FakeFused(const k::CudaCommView& v, const FusedLaunchArgs& a, cudaSt
         float acc = 0;
         for (int p = 0; p < v.world_size; ++p)
           acc += static_cast<const float*>(a.src)[p * a.count + i];
-        Write(a.dst, i, t, a.op == k::ReduceOp::kAvg ? acc / v.world_size : acc);
+        Write(a.dst, i, t, a.op == ::commd::ReduceOp::kAvg ? acc / v.world_size : acc);
       }
       return cudaSuccess;
     default:

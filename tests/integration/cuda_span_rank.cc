@@ -88,7 +88,7 @@ const char* Name(commd::CollectiveOp op) {
 // driver's device memory and mapped host words are this process's). fp32 only, as the modes.
 void FakeCount(const commd::kernels::CudaCommView& v, const LaunchArgs& a) {
   if (a.nan_check != commd::kernels::NanCheck::kOn || v.nonfinite_count == nullptr ||
-      a.dtype != commd::kernels::DataType::kFloat32 || a.input == nullptr) {
+      a.dtype != commd::DataType::kFloat32 || a.input == nullptr) {
     return;
   }
   size_t n = a.count;

@@ -8,7 +8,7 @@ namespace commd::testing {
 
 namespace k = commd::kernels;
 
-size_t Size(DataType t) { return k::DataTypeSize(static_cast<k::DataType>(t)); }
+size_t Size(DataType t) { return ::commd::DataTypeSize(static_cast<::commd::DataType>(t)); }
 
 void Store(void* p, size_t i, DataType t, double v) {
   switch (t) {

@@ -16,7 +16,7 @@
 namespace commd::bench {
 namespace {
 
-size_t TypeSize(const Options& o) { return kernels::DataTypeSize(o.dtype); }
+size_t TypeSize(const Options& o) { return DataTypeSize(o.dtype); }
 
 // Group's collectives, as an application calls them. The NaN check is off on both paths
 // (the daemon's default), so a daemon configured otherwise does not skew the comparison.

@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
                                                                    : " per rank";
     commd::bench::BadFlag(absl::StrCat("no size in -b ", o.min_bytes, " .. -e ", o.max_bytes,
                                        " holds a whole element", unit, " of ",
-                                       commd::kernels::DataTypeName(o.dtype)));
+                                       commd::DataTypeName(o.dtype)));
   }
 
   commd::testing::TempDir tmp("commd-bench");  // removed with its contents at the end

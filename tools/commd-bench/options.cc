@@ -303,7 +303,7 @@ std::vector<Size> Sizes(const Options& o) {
     out.push_back({0, 0, 0});
     return out;
   }
-  const size_t ts = kernels::DataTypeSize(o.dtype);
+  const size_t ts = DataTypeSize(o.dtype);
   size_t unit = ts;
   const bool split = o.op == CollectiveOp::kAllGather || o.op == CollectiveOp::kReduceScatter ||
                      o.op == CollectiveOp::kAllToAll;

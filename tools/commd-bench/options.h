@@ -34,8 +34,8 @@ struct Options {
   double factor = 2;
   int warmup = 5;
   int iters = 20;
-  kernels::DataType dtype = kernels::DataType::kFloat32;
-  kernels::ReduceOp redop = kernels::ReduceOp::kSum;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp redop = ReduceOp::kSum;
   CollectiveOp op = CollectiveOp::kAllReduce;  // one that --op names
   Path path = Path::kSdk;
   // --path sdk,kernel: both paths in one run on the same daemon, group and buffers, in

@@ -19,9 +19,6 @@
 namespace commd::bench {
 namespace {
 
-using kernels::DataType;
-using kernels::ReduceOp;
-
 // ---------------------------------------------------------------------------------------
 // Check values: small integers, exact in every type and in every sum of up to 64 ranks.
 
@@ -116,7 +113,7 @@ struct BufferSizes {
 
 BufferSizes Need(const Options& o, const std::vector<Size>& sizes) {
   BufferSizes need;
-  const size_t ts = kernels::DataTypeSize(o.dtype);
+  const size_t ts = DataTypeSize(o.dtype);
   for (const Size& s : sizes) {
     switch (o.op) {
       case CollectiveOp::kAllReduce:
@@ -329,7 +326,7 @@ class Rank {
   const char* AlgoName(Path path, const Size& s) const {
     if (o_.op != CollectiveOp::kAllReduce && o_.op != CollectiveOp::kAllReduceCoalesced) return "-";
     if (path == Path::kSdk && !o_.runtime_dir.empty()) return "auto";
-    const size_t ts = kernels::DataTypeSize(o_.dtype);
+    const size_t ts = DataTypeSize(o_.dtype);
     const size_t min_count =
         o_.op == CollectiveOp::kAllReduce ? s.per_rank : s.per_rank / o_.tensors;
     return AllReduceAlgorithm(o_, s.per_rank * ts, min_count) == kernels::Algorithm::kOneShot
@@ -352,8 +349,8 @@ class Rank {
       factor *= 2;
     if (o_.op == CollectiveOp::kBroadcast) factor = 1;
     const bool bw = o_.op != CollectiveOp::kBarrier;
-    const char* type = bw ? kernels::DataTypeName(o_.dtype) : "-";
-    const char* redop = Reduces(o_.op) ? kernels::ReduceOpName(o_.redop) : "-";
+    const char* type = bw ? DataTypeName(o_.dtype) : "-";
+    const char* redop = Reduces(o_.op) ? ReduceOpName(o_.redop) : "-";
     shared_->wrong += wrong;
     const std::string wrong_text = o_.check && bw ? absl::StrCat(wrong) : "N/A";
     const double busbw = bw ? algbw * factor : 0.0;
@@ -388,8 +385,8 @@ class Rank {
     for (int r = 0; r < o_.ranks; ++r) wrong += shared_->row.wrong[r];
     shared_->wrong += wrong;
     const bool bw = o_.op != CollectiveOp::kBarrier;
-    const char* type = bw ? kernels::DataTypeName(o_.dtype) : "-";
-    const char* redop = Reduces(o_.op) ? kernels::ReduceOpName(o_.redop) : "-";
+    const char* type = bw ? DataTypeName(o_.dtype) : "-";
+    const char* redop = Reduces(o_.op) ? ReduceOpName(o_.redop) : "-";
     const std::string wrong_text = o_.check && bw ? absl::StrCat(wrong) : "N/A";
     const double sdk_us = Median(sdk) * 1e6, kernel_us = Median(kernel) * 1e6;
     const auto [lo, hi] = std::minmax_element(ratio.begin(), ratio.end());
