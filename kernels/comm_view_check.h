@@ -4,8 +4,7 @@
 // what differs between the paths (the largest world, the signal pad each needs) comes in
 // CommViewRules.
 //
-//   RETURN_IF_ERROR(CheckCommView({.rank = v.rank, .world_size = v.world_size, .data = v.data,
-//                                  .pads = v.pads, .pad_slots = v.pad_slots}, kRules));
+//   RETURN_IF_ERROR(CheckCommView(ShapeOfView(v), kRules));
 #ifndef COMMD_KERNELS_COMM_VIEW_CHECK_H_
 #define COMMD_KERNELS_COMM_VIEW_CHECK_H_
 
@@ -25,6 +24,16 @@ struct CommViewShape {
   uint32_t* const* pads = nullptr;   // [world_size]
   size_t pad_slots = 0;
 };
+
+// The shape of either path's view (its fields have the same names).
+template <typename View>
+CommViewShape ShapeOfView(const View& v) {
+  return {.rank = v.rank,
+          .world_size = v.world_size,
+          .data = v.data,
+          .pads = v.pads,
+          .pad_slots = v.pad_slots};
+}
 
 struct CommViewRules {
   int max_world_size = 0;

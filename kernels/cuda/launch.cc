@@ -118,12 +118,7 @@ constexpr CommViewRules kCudaRules{
 }  // namespace
 
 absl::Status ValidateCudaCommView(const CudaCommView& v) {
-  return CheckCommView({.rank = v.rank,
-                        .world_size = v.world_size,
-                        .data = v.data,
-                        .pads = v.pads,
-                        .pad_slots = v.pad_slots},
-                       kCudaRules);
+  return CheckCommView(ShapeOfView(v), kCudaRules);
 }
 
 absl::Status LaunchBarrier(const CudaCommView& view, cudaStream_t stream) {

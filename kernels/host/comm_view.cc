@@ -24,12 +24,7 @@ constexpr CommViewRules kHostRules{
 }  // namespace
 
 absl::Status ValidateHostCommView(const HostCommView& view) {
-  return CheckCommView({.rank = view.rank,
-                        .world_size = view.world_size,
-                        .data = view.data,
-                        .pads = view.pads,
-                        .pad_slots = view.pad_slots},
-                       kHostRules);
+  return CheckCommView(ShapeOfView(view), kHostRules);
 }
 
 }  // namespace commd::kernels
