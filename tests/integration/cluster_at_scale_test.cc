@@ -43,7 +43,7 @@ class ClusterAtScaleTest : public ::testing::Test {
       GTEST_SKIP() << kEtcd << " is missing: install Debian's etcd-server (scripts/install-deps)";
     }
     etcd_ = std::make_unique<Etcd>(tmp_.Join("etcd"));
-    ASSERT_TRUE(etcd_->Start().ok());
+    ASSERT_EQ(etcd_->Start(), absl::OkStatus());
     proxy_ = std::make_unique<TcpProxy>(PortOf(etcd_->endpoint()));
   }
   void TearDown() override {
@@ -124,6 +124,10 @@ TEST_P(CompactionTest, AWatchThatMissedACompactionReadsAgainAndGoesOn) {
   DaemonProcess* b = StartNode("node-b", etcd_->endpoint());
   ASSERT_TRUE(a != nullptr && b != nullptr);
   ASSERT_TRUE(Eventually([&] { return ListedLive(*a, "node-b"); }));
+  // A's dumps watch must have opened (and so have a revision to resume from) before the cut:
+  // a watch that never opened starts from whatever is current when it first does.
+  ASSERT_TRUE(Eventually([&] { return MetricValue(*a, "commd_cluster_job_dumps_watching") == 1; }))
+      << a->Log();
 
   proxy_->Cut();
   ASSERT_TRUE(Eventually([&] { return !Connected(*a); })) << a->Log();

@@ -81,7 +81,7 @@ cluster {
   }
   // etcd, and two nodes connected to it (ASSERT inside: check HasFatalFailure after).
   void StartTwoNodes(DaemonProcess** a, DaemonProcess** b, const std::string& extra_config = "") {
-    ASSERT_TRUE(etcd_->Start().ok());
+    ASSERT_EQ(etcd_->Start(), absl::OkStatus());
     *a = StartNode("node-a", extra_config);
     *b = StartNode("node-b", extra_config);
     ASSERT_NE(*a, nullptr);
@@ -185,7 +185,7 @@ TEST_F(ClusterTest, StartsWithoutEtcdServesItsNodeAndConnectsWhenEtcdComes) {
   const std::vector<std::string> pieces = absl::StrSplit(log, "cluster: disconnected");
   EXPECT_EQ(pieces.size(), 2u) << log;
 
-  ASSERT_TRUE(etcd_->Start().ok());
+  ASSERT_EQ(etcd_->Start(), absl::OkStatus());
   ASSERT_TRUE(Eventually([&] { return Connected(*node); })) << node->Log();
   EXPECT_THAT(StatusJson(*node), HasSubstr("\"connected\""));
   EXPECT_THAT(etcd_->Keys(NodeKey("node-a")), ::testing::ElementsAre(NodeKey("node-a")));
@@ -194,7 +194,7 @@ TEST_F(ClusterTest, StartsWithoutEtcdServesItsNodeAndConnectsWhenEtcdComes) {
 }
 
 TEST_F(ClusterTest, EtcdLostLeavesNodeWorkAloneAndReconnectsWhenBack) {
-  ASSERT_TRUE(etcd_->Start().ok());
+  ASSERT_EQ(etcd_->Start(), absl::OkStatus());
   DaemonProcess* node = StartNode("node-a");
   ASSERT_NE(node, nullptr);
   ASSERT_TRUE(Eventually([&] { return Connected(*node); })) << node->Log();
@@ -227,7 +227,7 @@ TEST_F(ClusterTest, EtcdLostLeavesNodeWorkAloneAndReconnectsWhenBack) {
   EXPECT_EQ(client->store().Get("before").status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(LocalGroupWorks(*client, "local-2").ok());
 
-  ASSERT_TRUE(etcd_->Start().ok());  // same data dir, same port
+  ASSERT_EQ(etcd_->Start(), absl::OkStatus());  // same data dir, same port
   ASSERT_TRUE(Eventually([&] { return Connected(*node); })) << node->Log();
   EXPECT_THAT(etcd_->Keys(NodeKey("node-a")), ::testing::ElementsAre(NodeKey("node-a")));
   EXPECT_GT(MetricValue(*node, "commd_cluster_lease_remaining_seconds"), 0);
@@ -237,7 +237,7 @@ TEST_F(ClusterTest, EtcdLostLeavesNodeWorkAloneAndReconnectsWhenBack) {
 }
 
 TEST_F(ClusterTest, NodeKeyGoesWithItsDaemon) {
-  ASSERT_TRUE(etcd_->Start().ok());
+  ASSERT_EQ(etcd_->Start(), absl::OkStatus());
   DaemonProcess* killed = StartNode("node-killed");
   DaemonProcess* stopped = StartNode("node-stopped");
   ASSERT_NE(killed, nullptr);
@@ -440,7 +440,7 @@ TEST_F(ClusterTest, ListingNodesIsBoundedAndAsksEtcdNothing) {
 }
 
 TEST_F(ClusterTest, ASecondDaemonWithTheSameNodeNameIsRefused) {
-  ASSERT_TRUE(etcd_->Start().ok());
+  ASSERT_EQ(etcd_->Start(), absl::OkStatus());
   DaemonProcess* first = StartNode("twin");
   ASSERT_NE(first, nullptr);
   ASSERT_TRUE(Eventually([&] { return Connected(*first); }));
@@ -878,7 +878,7 @@ TEST_F(ClusterTest, TlsToEtcdWithClientCertificates) {
   auto files = MakeTlsFiles(tmp_.path());
   ASSERT_TRUE(files.ok()) << files.status();
   etcd_->UseTls(*files);
-  ASSERT_TRUE(etcd_->Start().ok());
+  ASSERT_EQ(etcd_->Start(), absl::OkStatus());
   const std::string tls =
       absl::StrCat("  tls { enabled: true ca_file: \"", files->ca, "\" cert_file: \"",
                    files->client_cert, "\" key_file: \"", files->client_key, "\" }\n");

@@ -7,6 +7,7 @@
 
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,7 +32,10 @@ int FreePort() {
 Etcd::Etcd(std::string dir)
     : dir_(std::move(dir)), client_port_(FreePort()), peer_port_(FreePort()) {}
 
-std::string Etcd::endpoint() const { return absl::StrCat("127.0.0.1:", client_port_); }
+std::string Etcd::endpoint() const {
+  endpoint_given_ = true;
+  return absl::StrCat("127.0.0.1:", client_port_);
+}
 
 absl::StatusOr<TlsFiles> MakeTlsFiles(const std::string& dir) {
   const TlsFiles f{.ca = dir + "/ca.pem",
@@ -63,8 +67,21 @@ absl::StatusOr<TlsFiles> MakeTlsFiles(const std::string& dir) {
 }
 
 absl::Status Etcd::Start() {
+  absl::Status s = StartOnce();
+  for (int attempt = 0; !s.ok() && !started_ && !endpoint_given_ && attempt < 3 &&
+                        absl::StrContains(s.message(), "address already in use");
+       ++attempt) {
+    client_port_ = FreePort();
+    peer_port_ = FreePort();
+    s = StartOnce();
+  }
+  started_ = started_ || s.ok();
+  return s;
+}
+
+absl::Status Etcd::StartOnce() {
   const std::string scheme = tls_.has_value() ? "https://" : "http://";
-  const std::string client = scheme + endpoint();
+  const std::string client = scheme + absl::StrCat("127.0.0.1:", client_port_);
   const std::string peer = absl::StrCat("http://127.0.0.1:", peer_port_);
   std::vector<std::string> argv = {kEtcd,      "--name",
                                    "t",        "--data-dir",

@@ -49,6 +49,8 @@ class Etcd {
   // Before Start: serve clients over TLS with `files`' server certificate, and ask every
   // client for a certificate signed by its CA (--client-cert-auth).
   void UseTls(TlsFiles files) { tls_ = std::move(files); }
+  // A first start whose ports another process took meanwhile (FreePort's pick is not held)
+  // tries new ones, unless the endpoint was already handed out; a start again keeps them.
   absl::Status Start();
   void Kill();
   // SIGSTOP / SIGCONT: etcd stops answering (calls wait for their deadline) and then goes on.
@@ -78,8 +80,13 @@ class Etcd {
 
   std::string dir_;
   std::optional<TlsFiles> tls_;
+  // Starts etcd once on the current ports.
+  absl::Status StartOnce();
+
   int client_port_;
   int peer_port_;
+  mutable bool endpoint_given_ = false;  // endpoint() was called
+  bool started_ = false;                 // a start succeeded
   std::unique_ptr<ChildProcess> process_;
 };
 

@@ -261,7 +261,7 @@ TEST_F(SpanAbortTest, WithoutEtcdTheAbortIsLocalUntilEtcdAnswersAgain) {
   EXPECT_TRUE(NoneAborted({ranks[1]})) << ranks[1]->Log();
   EXPECT_EQ(MetricValue(*n[1], kSent), 0);
 
-  ASSERT_TRUE(etcd_->Start().ok());  // same data dir and port: the nodes' leases live on
+  ASSERT_EQ(etcd_->Start(), absl::OkStatus());  // same data dir and port: the nodes' leases live on
   ASSERT_TRUE(ranks[1]->WaitForLog("aborted ", absl::Seconds(30))) << ranks[1]->Log();
   EXPECT_THAT(Line(ranks[1]->Log(), "aborted "), HasSubstr("aborted on node node-a"));
   EXPECT_THAT(Line(ranks[1]->Log(), "aborted "), HasSubstr("etcd is gone"));

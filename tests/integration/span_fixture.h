@@ -109,7 +109,7 @@ class SpanFixture : public ::testing::Test {
   std::string lease_ttl_ms_ = "2000";
   void StartNodes(const std::vector<std::string>& names, std::vector<DaemonProcess*>* nodes,
                   const std::string& extra_config = "") {
-    ASSERT_TRUE(etcd_->Start().ok());
+    ASSERT_EQ(etcd_->Start(), absl::OkStatus());
     for (const std::string& name : names) {
       DaemonProcess* d = StartNode(name, extra_config);
       ASSERT_NE(d, nullptr);

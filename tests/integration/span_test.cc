@@ -719,7 +719,7 @@ TEST_F(SpanTest, WithEtcdGoneAHangIsDumpedWithThisNodesDiagnosisSayingSo) {
     ASSERT_NE(client, nullptr);
     EXPECT_TRUE(client->Abort("g", "the test is done").ok());
   }
-  ASSERT_TRUE(etcd_->Start().ok());  // the ranks' leave goes through it
+  ASSERT_EQ(etcd_->Start(), absl::OkStatus());  // the ranks' leave goes through it
 }
 
 // With etcd slow to answer (paused: the cluster still counts itself connected for a while),
