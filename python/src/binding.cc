@@ -103,13 +103,6 @@ const ElementType& ParseElementType(const py::handle& dtype) {
       absl::StrCat("unknown dtype '", name, "' (one of: ", absl::StrJoin(names, ", "), ")"));
 }
 
-const ElementType& ElementTypeOf(DataType dtype) {
-  for (const ElementType& t : kElementTypes) {
-    if (t.recorded == dtype) return t;
-  }
-  ThrowInvalid(absl::StrCat("data type ", static_cast<int>(dtype), " has no Python name"));
-}
-
 std::string CollectiveTypeNames() {
   std::string out;
   for (DataType t : kCollectiveTypes)

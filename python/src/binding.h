@@ -54,7 +54,6 @@ std::string CollectiveTypeNames();
 // "float32", "torch.float32", numpy.dtype("float32"), ...: anything whose str() ends in a
 // known name. InvalidArgumentError listing the names otherwise.
 const ElementType& ParseElementType(const py::handle& dtype);
-const ElementType& ElementTypeOf(DataType dtype);
 // The type of a buffer-protocol format ("f", "<e", "l" of 8 bytes, ...); nullptr if none.
 const ElementType* ElementTypeOfFormat(std::string_view format, size_t itemsize);
 ReduceOp ParseReduceOp(const py::handle& op);

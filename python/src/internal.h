@@ -1,10 +1,8 @@
 // INTERNAL, not a public API: how commd._commd (this binding, built with Debian's pybind11)
-// hands the SDK objects behind a Group, a SymmetricBuffer and a SymmetricRegistry to
-// commd._c10d, the C++
+// hands the SDK objects behind a Group and a SymmetricRegistry to commd._c10d, the C++
 // torch.distributed backend (built with torch's own pybind11, so no pybind11 type can cross
 // between the two modules). They meet through PyCapsules of the structs below, made by
-// Group._internal_handle(), SymmetricBuffer._internal_handle() and
-// SymmetricRegistry._internal_handle(). Both modules come from one
+// Group._internal_handle() and SymmetricRegistry._internal_handle(). Both modules come from one
 // build of one tree (one compiler, one libstdc++, one SDK); `abi` guards against a mix of
 // builds. Whoever reads a capsule copies the shared_ptrs out: the SDK objects then live as
 // long as the copy, whatever Python does with its Group (close) or buffer.
@@ -27,7 +25,6 @@ namespace commd::python::internal {
 // Bumped whenever a struct below changes.
 inline constexpr uint32_t kAbi = 2;
 inline constexpr char kGroupCapsule[] = "commd._commd.GroupHandle";
-inline constexpr char kBufferCapsule[] = "commd._commd.SymmetricBufferHandle";
 inline constexpr char kRegistryCapsule[] = "commd._commd.SymmetricRegistryHandle";
 
 struct GroupHandle {
@@ -41,13 +38,6 @@ struct GroupHandle {
   absl::Status (*run_blocking)(const GroupHandle& handle, const char* call,
                                absl::Status (*fn)(Group& group, void* arg), void* arg,
                                bool* interrupted) = nullptr;
-};
-
-struct BufferHandle {
-  uint32_t abi = kAbi;
-  std::shared_ptr<SymmetricBuffer> buffer;  // keeps the binding's mapping alive too
-  char* data = nullptr;                     // this rank's bytes
-  size_t size = 0;                          // bytes per rank
 };
 
 // The registry of a process group's zero-copy tensors (symmetric_registry.h). commd._c10d

@@ -384,20 +384,6 @@ void BindMemory(py::module_& m) {
           "id", [](const SymmetricBufferObject& b) { return b.memory->symmetric->id(); })
       .def_property_readonly(
           "device", [](const SymmetricBufferObject& b) { return b.memory->device.ToString(); })
-      .def(
-          "_internal_handle",
-          [](const SymmetricBufferObject& b) {
-            auto* handle = new internal::BufferHandle;
-            // Aliasing: the handle keeps the whole Memory (and so the SDK buffer) alive.
-            handle->buffer = std::shared_ptr<commd::SymmetricBuffer>(b.memory, b.memory->symmetric);
-            handle->data = b.memory->ranks[b.memory->self];
-            handle->size = b.memory->size;
-            return py::capsule(handle, internal::kBufferCapsule, [](PyObject* capsule) {
-              delete static_cast<internal::BufferHandle*>(
-                  PyCapsule_GetPointer(capsule, internal::kBufferCapsule));
-            });
-          },
-          "Internal (commd.torch's C++ backend): a capsule holding the SDK buffer.")
       .def("__repr__", [](const SymmetricBufferObject& b) {
         return absl::StrCat("commd.SymmetricBuffer(size=", b.memory->size,
                             ", rank=", b.memory->self, ", world_size=", b.memory->ranks.size(),
