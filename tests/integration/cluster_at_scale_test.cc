@@ -58,25 +58,30 @@ class ClusterAtScaleTest : public ::testing::Test {
   }
 
   // (Re)starts the daemon of node `node` on its own runtime dir (the same one each time, so a
-  // restart is the same daemon's), reaching etcd at `endpoint`; `in_cluster` goes inside its
+  // restart is the same daemon's), reaching etcd at `endpoints`; `in_cluster` goes inside its
   // cluster section.
-  DaemonProcess* StartNode(const std::string& node, const std::string& endpoint,
+  DaemonProcess* StartNode(const std::string& node, const std::vector<std::string>& endpoints,
                            const std::string& in_cluster = "lease_ttl_ms: 2000\n") {
     std::unique_ptr<TempDir>& dir = dirs_[node];
     if (dir == nullptr) {
       dir = std::make_unique<TempDir>("commd-node");
       ::chmod(dir->path().c_str(), 0755);
     }
-    const std::string config =
-        absl::StrCat("socket_group: \"nogroup\"\ncluster {\n  etcd_endpoints: \"", endpoint,
-                     "\"\n  node_name: \"", node, "\"\n  prefix: \"", kPrefix,
-                     "\"\n  call_timeout_ms: 2000\n  retry_initial_ms: 50\n  retry_max_ms: 400\n",
-                     in_cluster, "}\n");
+    std::string config = "socket_group: \"nogroup\"\ncluster {\n";
+    for (const std::string& e : endpoints)
+      absl::StrAppend(&config, "  etcd_endpoints: \"", e, "\"\n");
+    absl::StrAppend(&config, "  node_name: \"", node, "\"\n  prefix: \"", kPrefix,
+                    "\"\n  call_timeout_ms: 2000\n  retry_initial_ms: 50\n  retry_max_ms: 400\n",
+                    in_cluster, "}\n");
     auto d = StartDaemonWithConfig(*dir, config);
     EXPECT_TRUE(d.ok()) << d.status();
     if (!d.ok()) return nullptr;
     daemons_[node] = std::move(*d);
     return daemons_[node].get();
+  }
+  DaemonProcess* StartNode(const std::string& node, const std::string& endpoint,
+                           const std::string& in_cluster = "lease_ttl_ms: 2000\n") {
+    return StartNode(node, std::vector<std::string>{endpoint}, in_cluster);
   }
   static bool Connected(const DaemonProcess& d) {
     return MetricValue(d, "commd_cluster_connected") == 1;
@@ -133,7 +138,9 @@ TEST_P(CompactionTest, AWatchThatMissedACompactionReadsAgainAndGoesOn) {
   ASSERT_TRUE(Eventually([&] { return !Connected(*a); })) << a->Log();
   ASSERT_TRUE(b->Stop(SIGKILL).ok());
   ASSERT_TRUE(Eventually([&] { return etcd_->Keys(NodeKey("node-b")).empty(); }));
-  if (past_the_deletion) ASSERT_TRUE(etcd_->Put("/elsewhere", "a later revision").ok());
+  if (past_the_deletion) {
+    ASSERT_TRUE(etcd_->Put("/elsewhere", "a later revision").ok());
+  }
   const absl::StatusOr<int64_t> compacted = etcd_->Compact();
   ASSERT_TRUE(compacted.ok()) << compacted.status();
   proxy_->Resume();
@@ -275,6 +282,123 @@ TEST_F(ClusterAtScaleTest, ManyWritersOfOneUidAtOnceAllSucceedAndNoAddIsLost) {
       etcd_->Keys(absl::StrCat(kPrefix, "/usage/")),
       ::testing::UnorderedElementsAre(absl::StrCat(kPrefix, "/usage/", ::getuid(), "/j/node-a"),
                                       absl::StrCat(kPrefix, "/usage/", ::getuid(), "/j/node-b")));
+}
+
+// A three-member etcd loses its leader, then one member more, and so its quorum. Without the
+// leader, the two others elect a new one: every node keeps its registration and lease, nobody is
+// told a node is gone, and the watches go on delivering (a node that comes afterwards appears).
+// Without a quorum etcd answers nothing: the nodes say they are cut off, and still nobody is
+// told a node is gone, since no lease ends without a leader to end it. When the members come
+// back, every node is connected again on the lease it had and its watches deliver again.
+class EtcdMembersTest : public ClusterAtScaleTest {
+ protected:
+  void SetUp() override {
+    if (::access(kEtcd, X_OK) != 0) {
+      GTEST_SKIP() << kEtcd << " is missing: install Debian's etcd-server (scripts/install-deps)";
+    }
+    auto members = Etcd::StartCluster(tmp_.Join("etcd"), 3);
+    ASSERT_TRUE(members.ok()) << members.status();
+    members_ = std::move(*members);
+    for (const auto& m : members_) endpoints_.push_back(m->endpoint());
+  }
+  void TearDown() override {
+    ClusterAtScaleTest::TearDown();
+    for (auto& m : members_) m->Kill();
+  }
+  // Every node in `nodes` lists every node in `names` live, on the lease in `leases` if given.
+  bool AllListLive(const std::vector<DaemonProcess*>& nodes, const std::vector<std::string>& names,
+                   const std::map<std::string, nlohmann::json>& leases = {}) {
+    for (DaemonProcess* d : nodes) {
+      for (const std::string& name : names) {
+        const nlohmann::json n = Listed(*d, name);
+        if (!n.is_object() || n["live"] != true) return false;
+        auto it = leases.find(name);
+        if (it != leases.end() && n["lease_id"] != it->second) return false;
+      }
+    }
+    return true;
+  }
+  static double Keepalives(const DaemonProcess& d, const std::string& result) {
+    return MetricValue(
+        d, absl::StrCat(R"(commd_cluster_lease_keepalives_total{result=")", result, R"("})"));
+  }
+
+  std::vector<std::unique_ptr<Etcd>> members_;
+  std::vector<std::string> endpoints_;
+};
+
+TEST_F(EtcdMembersTest, LosingTheLeaderChangesNothingAndLosingQuorumOnlyCutsNodesOff) {
+  size_t leader = members_.size();
+  ASSERT_TRUE(Eventually([&] {
+    for (size_t m = 0; m < members_.size(); ++m) {
+      if (members_[m]->IsLeader()) leader = m;
+    }
+    return leader < members_.size();
+  }));
+  // The nodes talk to the leader first (a daemon starts with its first endpoint), so that
+  // losing it makes them move to another member.
+  std::vector<std::string> leader_first = {endpoints_[leader]}, left;
+  for (size_t m = 0; m < members_.size(); ++m) {
+    if (m != leader) left.push_back(endpoints_[m]);
+  }
+  leader_first.insert(leader_first.end(), left.begin(), left.end());
+  // A short lease (keep-alives every 2 s): one that ran out during the losses would show.
+  const std::string in_cluster = "lease_ttl_ms: 6000\n";
+  DaemonProcess* a = StartNode("node-a", leader_first, in_cluster);
+  DaemonProcess* b = StartNode("node-b", leader_first, in_cluster);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  ASSERT_TRUE(Eventually([&] { return AllListLive({a, b}, {"node-a", "node-b"}); }));
+  const std::map<std::string, nlohmann::json> leases = {
+      {"node-a", Listed(*b, "node-a")["lease_id"]}, {"node-b", Listed(*a, "node-b")["lease_id"]}};
+  const auto none_gone = [&] {
+    for (DaemonProcess* d : {a, b}) {
+      EXPECT_THAT(d->Log(), ::testing::Not(HasSubstr(" is gone"))) << d->Log();
+    }
+  };
+
+  const double a_ok = Keepalives(*a, "ok"), b_ok = Keepalives(*b, "ok");
+  members_[leader]->Kill();
+  // A node that comes afterwards, told only of the members left, appears in both views.
+  ASSERT_NE(StartNode("node-c", left, in_cluster), nullptr);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return AllListLive({a, b}, {"node-c"});
+      },
+      absl::Seconds(60)))
+      << a->Log() << b->Log();
+  // A lease's worth of keep-alives answered since the leader went, on the same leases.
+  EXPECT_TRUE(Eventually(
+      [&] { return Keepalives(*a, "ok") >= a_ok + 3 && Keepalives(*b, "ok") >= b_ok + 3; },
+      absl::Seconds(60)));
+  EXPECT_TRUE(AllListLive({a, b}, {"node-a", "node-b"}, leases));
+  EXPECT_TRUE(Connected(*a) && Connected(*b));
+  none_gone();
+
+  // One member more goes: no quorum.
+  const size_t second = leader == 0 ? 1 : 0;
+  members_[second]->Kill();
+  EXPECT_TRUE(Eventually([&] { return !Connected(*a) && !Connected(*b); }, absl::Seconds(60)))
+      << a->Log() << b->Log();
+  // Past the lease's TTL without a quorum (three keep-alives unanswered): nothing ends.
+  const double a_failed = Keepalives(*a, "failed");
+  EXPECT_TRUE(
+      Eventually([&] { return Keepalives(*a, "failed") >= a_failed + 3; }, absl::Seconds(60)));
+  none_gone();
+
+  // Both come back (each with the data it had): the nodes reconnect on their leases, and
+  // their watches deliver again.
+  for (size_t m : {leader, second}) ASSERT_EQ(members_[m]->Start(), absl::OkStatus());
+  EXPECT_TRUE(Eventually([&] { return Connected(*a) && Connected(*b); }, absl::Seconds(60)))
+      << a->Log() << b->Log();
+  EXPECT_TRUE(Eventually([&] { return AllListLive({a, b}, {"node-a", "node-b"}, leases); }));
+  ASSERT_NE(StartNode("node-d", endpoints_, in_cluster), nullptr);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return AllListLive({a, b}, {"node-d"});
+      },
+      absl::Seconds(60)))
+      << a->Log() << b->Log();
+  none_gone();
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace commd::testing {
 
@@ -79,27 +80,74 @@ absl::Status Etcd::Start() {
   return s;
 }
 
+absl::StatusOr<std::vector<std::unique_ptr<Etcd>>> Etcd::StartCluster(const std::string& dir,
+                                                                      int members) {
+  std::vector<std::unique_ptr<Etcd>> out;
+  std::vector<std::string> peers;
+  for (int m = 0; m < members; ++m) {
+    out.push_back(std::make_unique<Etcd>(absl::StrCat(dir, "/m", m)));
+    out.back()->name_ = absl::StrCat("m", m);
+    out.back()->endpoint_given_ = true;  // the peers' addresses are in every member's flags
+    peers.push_back(absl::StrCat("m", m, "=http://127.0.0.1:", out.back()->peer_port_));
+  }
+  for (auto& e : out) {
+    e->initial_cluster_ = absl::StrJoin(peers, ",");
+    RETURN_IF_ERROR(e->Launch());
+  }
+  for (auto& e : out) RETURN_IF_ERROR(e->WaitReady());
+  for (auto& e : out) e->started_ = true;
+  return out;
+}
+
 absl::Status Etcd::StartOnce() {
+  RETURN_IF_ERROR(Launch());
+  return WaitReady();
+}
+
+absl::Status Etcd::Launch() {
   const std::string scheme = tls_.has_value() ? "https://" : "http://";
   const std::string client = scheme + absl::StrCat("127.0.0.1:", client_port_);
   const std::string peer = absl::StrCat("http://127.0.0.1:", peer_port_);
-  std::vector<std::string> argv = {kEtcd,      "--name",
-                                   "t",        "--data-dir",
-                                   dir_,       "--listen-client-urls",
-                                   client,     "--advertise-client-urls",
-                                   client,     "--listen-peer-urls",
-                                   peer,       "--initial-advertise-peer-urls",
-                                   peer,       "--initial-cluster",
-                                   "t=" + peer};
+  std::vector<std::string> argv = {
+      kEtcd,
+      "--name",
+      name_,
+      "--data-dir",
+      dir_,
+      "--listen-client-urls",
+      client,
+      "--advertise-client-urls",
+      client,
+      "--listen-peer-urls",
+      peer,
+      "--initial-advertise-peer-urls",
+      peer,
+      "--initial-cluster",
+      initial_cluster_.empty() ? name_ + "=" + peer : initial_cluster_};
   if (tls_.has_value()) {
     argv.insert(argv.end(), {"--cert-file", tls_->server_cert, "--key-file", tls_->server_key,
                              "--trusted-ca-file", tls_->ca, "--client-cert-auth"});
   }
   ASSIGN_OR_RETURN(process_, ChildProcess::Start(argv));
+  return absl::OkStatus();
+}
+
+absl::Status Etcd::WaitReady() {
   if (!process_->WaitForLog("ready to serve client requests", absl::Seconds(60))) {
     return absl::UnavailableError("etcd did not start: " + process_->Log());
   }
   return absl::OkStatus();
+}
+
+bool Etcd::IsLeader() const {
+  // [{"Endpoint":"...","Status":{"header":{"member_id":N,...},"leader":N,...}}]
+  const ProcessResult r = RunProcess(Etcdctl({"endpoint", "status", "-w", "json"}),
+                                     absl::Seconds(30), {"ETCDCTL_API=3"});
+  const nlohmann::json status = nlohmann::json::parse(r.output, nullptr, false);
+  if (r.exit_code != 0 || !status.is_array() || status.empty()) return false;
+  const nlohmann::json& s = status[0]["Status"];
+  return s.is_object() && s.contains("leader") && s["header"].is_object() &&
+         s["leader"] == s["header"]["member_id"];
 }
 
 void Etcd::Pause(bool paused) {

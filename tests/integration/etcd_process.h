@@ -45,6 +45,10 @@ absl::StatusOr<TlsFiles> MakeTlsFiles(const std::string& dir);
 class Etcd {
  public:
   explicit Etcd(std::string dir);
+  // `members` members of one etcd cluster, their data in dir/m0, dir/m1, ..., started together
+  // (a member serves clients only once a quorum of them is up). Start a killed one again alone.
+  static absl::StatusOr<std::vector<std::unique_ptr<Etcd>>> StartCluster(const std::string& dir,
+                                                                         int members);
   std::string endpoint() const;
   // Before Start: serve clients over TLS with `files`' server certificate, and ask every
   // client for a certificate signed by its CA (--client-cert-auth).
@@ -55,6 +59,8 @@ class Etcd {
   void Kill();
   // SIGSTOP / SIGCONT: etcd stops answering (calls wait for their deadline) and then goes on.
   void Pause(bool paused);
+  // This member leads its cluster now (`etcdctl endpoint status`).
+  bool IsLeader() const;
   // The keys under `prefix`, as etcdctl lists them.
   std::vector<std::string> Keys(const std::string& prefix) const;
   // The value of `key` ("" when absent).
@@ -80,8 +86,12 @@ class Etcd {
 
   std::string dir_;
   std::optional<TlsFiles> tls_;
-  // Starts etcd once on the current ports.
+  std::string name_ = "t";
+  std::string initial_cluster_;  // --initial-cluster; "" for a cluster of this member alone
+  // Starts etcd once on the current ports: Launch, then WaitReady.
   absl::Status StartOnce();
+  absl::Status Launch();
+  absl::Status WaitReady();
 
   int client_port_;
   int peer_port_;
