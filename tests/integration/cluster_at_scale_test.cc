@@ -1,9 +1,10 @@
 // The cluster against what breaks it on the way to hundreds of nodes, with a real etcd on
 // loopback and real daemons as nodes: a compaction that cancels a watch while its node was cut
-// off, a half-open connection to etcd, a daemon restarted within its lease's TTL, and many
-// writers of one uid's store at once. Node A reaches etcd through a TcpProxy the test cuts or
-// silences; the others connect directly. After a break, a watch must go on delivering: a node
-// that comes afterwards must appear in node A's view, and a node that went must be told gone.
+// off, a half-open connection to etcd, a daemon restarted within its lease's TTL, many writers
+// of one uid's store at once, and a three-member etcd losing its leader and then its quorum. Node A
+// reaches etcd through a TcpProxy the test cuts or silences; the others connect directly. After a
+// break, a watch must go on delivering: a node that comes afterwards must appear in node A's view,
+// and a node that went must be told gone.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
