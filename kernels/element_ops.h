@@ -6,15 +6,16 @@
 //   acc = Combine<ReduceOp::kMax>(acc, ToAcc(b[i]));
 //   out[i] = FromAcc<Half>(Finalize<ReduceOp::kMax>(acc, world_size));
 //
-// Accumulators: float for fp32, fp16 and bf16; int64 for int32 (so kAvg is exact); int64 with
-// wrapping (two's complement) arithmetic for int64. Integer sums wrap, as NCCL's do. kMin and
-// kMax propagate NaN. Every rank reduces in rank order 0..world-1, so all ranks get
+// Accumulators: float for fp32, fp16 and bf16; double for fp64; int64 for int32 (so kAvg is
+// exact); int64 with wrapping (two's complement) arithmetic for int64. Integer sums wrap, as NCCL's
+// do. kMin and kMax propagate NaN. Every rank reduces in rank order 0..world-1, so all ranks get
 // bit-identical results.
 #ifndef COMMD_KERNELS_ELEMENT_OPS_H_
 #define COMMD_KERNELS_ELEMENT_OPS_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/float16.h"
 #include "kernels/host_device.h"
@@ -40,6 +41,11 @@ struct ElementTraits<BFloat16> {
   static constexpr DataType kType = DataType::kBFloat16;
 };
 template <>
+struct ElementTraits<double> {
+  using Acc = double;
+  static constexpr DataType kType = DataType::kFloat64;
+};
+template <>
 struct ElementTraits<int32_t> {
   using Acc = int64_t;
   static constexpr DataType kType = DataType::kInt32;
@@ -55,6 +61,7 @@ using AccType = typename ElementTraits<T>::Acc;
 COMMD_HOST_DEVICE inline float ToAcc(float v) { return v; }
 COMMD_HOST_DEVICE inline float ToAcc(Half v) { return HalfToFloat(v); }
 COMMD_HOST_DEVICE inline float ToAcc(BFloat16 v) { return BFloat16ToFloat(v); }
+COMMD_HOST_DEVICE inline double ToAcc(double v) { return v; }
 COMMD_HOST_DEVICE inline int64_t ToAcc(int32_t v) { return v; }
 COMMD_HOST_DEVICE inline int64_t ToAcc(int64_t v) { return v; }
 
@@ -73,6 +80,10 @@ COMMD_HOST_DEVICE inline BFloat16 FromAcc<BFloat16>(float a) {
   return FloatToBFloat16(a);
 }
 template <>
+COMMD_HOST_DEVICE inline double FromAcc<double>(double a) {
+  return a;
+}
+template <>
 COMMD_HOST_DEVICE inline int32_t FromAcc<int32_t>(int64_t a) {
   // Keeps the low 32 bits: the wrapped int32 sum.
   return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(a)));
@@ -83,9 +94,11 @@ COMMD_HOST_DEVICE inline int64_t FromAcc<int64_t>(int64_t a) {
 }
 
 COMMD_HOST_DEVICE inline bool IsNan(float a) { return a != a; }
+COMMD_HOST_DEVICE inline bool IsNan(double a) { return a != a; }
 COMMD_HOST_DEVICE inline bool IsNan(int64_t) { return false; }
 
 COMMD_HOST_DEVICE inline float AddAcc(float a, float b) { return a + b; }
+COMMD_HOST_DEVICE inline double AddAcc(double a, double b) { return a + b; }
 COMMD_HOST_DEVICE inline int64_t AddAcc(int64_t a, int64_t b) {
   // Unsigned arithmetic: wraps instead of overflowing (undefined for signed types).
   return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
@@ -127,6 +140,15 @@ COMMD_HOST_DEVICE inline T ReduceElement(const T* const* srcs, int n, size_t i, 
 COMMD_HOST_DEVICE inline bool IsNonFinite(float v) {
   return (FloatBits(v) & 0x7f800000u) == 0x7f800000u;
 }
+COMMD_HOST_DEVICE inline bool IsNonFinite(double v) {
+#if defined(__CUDA_ARCH__)
+  const uint64_t bits = static_cast<uint64_t>(__double_as_longlong(v));
+#else
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+#endif
+  return (bits & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+}
 COMMD_HOST_DEVICE inline bool IsNonFinite(Half v) { return (v.bits & 0x7c00u) == 0x7c00u; }
 COMMD_HOST_DEVICE inline bool IsNonFinite(BFloat16 v) { return (v.bits & 0x7f80u) == 0x7f80u; }
 COMMD_HOST_DEVICE inline bool IsNonFinite(int32_t) { return false; }
@@ -145,6 +167,9 @@ COMMD_HOST_DEVICE inline bool DispatchType(DataType t, F&& f) {
       return true;
     case DataType::kBFloat16:
       f.template operator()<BFloat16>();
+      return true;
+    case DataType::kFloat64:
+      f.template operator()<double>();
       return true;
     case DataType::kInt32:
       f.template operator()<int32_t>();

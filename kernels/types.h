@@ -35,8 +35,8 @@ COMMD_HOST_DEVICE constexpr bool IsValid(Algorithm a) {
 }
 
 #ifndef __CUDACC__
-// OK for a type the kernels take, else INVALID_ARGUMENT "data type float64 (5) is not one of
-// float32, float16, bfloat16, int32, int64" (the list from the vocabulary's rows).
+// OK for a type the kernels take, else INVALID_ARGUMENT "data type int16 (9) is not one of
+// float32, float16, bfloat16, int32, int64, float64" (the list from the vocabulary's rows).
 absl::Status CheckCollectiveType(DataType t);
 // OK for a reduce op of the vocabulary, else INVALID_ARGUMENT "reduce op 9 is not one of
 // sum, avg, min, max".

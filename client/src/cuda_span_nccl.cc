@@ -24,11 +24,14 @@ ncclDataType_t NcclType(DataType t) {
       return ncclFloat16;
     case DataType::kBFloat16:
       return ncclBfloat16;
+    case DataType::kFloat64:
+      return ncclFloat64;
     case DataType::kInt32:
       return ncclInt32;
     case DataType::kInt64:
       return ncclInt64;
-    default:
+    case DataType::kFloat32:
+    default:  // not a collective type: the SDK's checks refused it before any plan
       return ncclFloat32;
   }
 }
@@ -47,6 +50,9 @@ Scalar InverseOf(int n, DataType t) {
   } else if (t == DataType::kBFloat16) {
     const uint16_t bits = kernels::FloatToBFloat16(f).bits;
     std::memcpy(s.bytes, &bits, sizeof(bits));
+  } else if (t == DataType::kFloat64) {
+    const double d = 1.0 / static_cast<double>(n);
+    std::memcpy(s.bytes, &d, sizeof(d));
   } else {
     std::memcpy(s.bytes, &f, sizeof(f));
   }

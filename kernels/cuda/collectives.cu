@@ -363,6 +363,9 @@ cudaError_t LaunchKernel(const CudaCommView& view, const LaunchArgs& args, cudaS
     case DataType::kBFloat16:
       LaunchWithOp<BFloat16>(view, args, stream);
       break;
+    case DataType::kFloat64:
+      LaunchWithOp<double>(view, args, stream);
+      break;
     case DataType::kInt32:
       LaunchWithOp<int32_t>(view, args, stream);
       break;
@@ -379,7 +382,7 @@ cudaError_t PreloadKernels() {
   cudaFuncAttributes attr;
   cudaError_t err = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&BarrierKernel));
   for (cudaError_t e : {PreloadTyped<float>(), PreloadTyped<Half>(), PreloadTyped<BFloat16>(),
-                        PreloadTyped<int32_t>(), PreloadTyped<int64_t>()}) {
+                        PreloadTyped<double>(), PreloadTyped<int32_t>(), PreloadTyped<int64_t>()}) {
     if (err == cudaSuccess) err = e;
   }
   return err;
@@ -389,8 +392,8 @@ cudaError_t MinResidentBlocksPerSm(int* blocks_per_sm) {
   int least = 1 << 30;
   cudaError_t err = FoldOccupancy({reinterpret_cast<const void*>(&BarrierKernel)}, &least);
   for (cudaError_t e : {OccupancyTyped<float>(&least), OccupancyTyped<Half>(&least),
-                        OccupancyTyped<BFloat16>(&least), OccupancyTyped<int32_t>(&least),
-                        OccupancyTyped<int64_t>(&least)}) {
+                        OccupancyTyped<BFloat16>(&least), OccupancyTyped<double>(&least),
+                        OccupancyTyped<int32_t>(&least), OccupancyTyped<int64_t>(&least)}) {
     if (err == cudaSuccess) err = e;
   }
   *blocks_per_sm = err == cudaSuccess ? least : 0;

@@ -22,6 +22,11 @@ bool IsNanBits(DataType t, const std::byte* p) {
       std::memcpy(&u, p, 4);
       return (u & 0x7fffffffu) > 0x7f800000u;
     }
+    case DataType::kFloat64: {
+      uint64_t u;
+      std::memcpy(&u, p, 8);
+      return (u & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
+    }
     case DataType::kFloat16: {
       uint16_t u;
       std::memcpy(&u, p, 2);

@@ -256,6 +256,10 @@ double InputValue(DataType type, uint64_t seed, int rank, size_t index) {
       const double unit = static_cast<double>(bits >> 11 & ((1ull << 40) - 1)) / (1ull << 40);
       return sign * static_cast<double>(static_cast<float>(0.1 + 9.9 * unit));
     }
+    case DataType::kFloat64: {
+      const double unit = static_cast<double>(bits >> 11 & ((1ull << 52) - 1)) / (1ull << 52);
+      return sign * (0.1 + 9.9 * unit);
+    }
     case DataType::kFloat16:
       return DecodeHalf(RandomHalfBits(bits));
     case DataType::kBFloat16:
@@ -289,6 +293,11 @@ void FillInputs(DataType type, uint64_t seed, int rank, size_t first, size_t cou
         std::memcpy(dst + 2 * i, &b, 2);
         break;
       }
+      case DataType::kFloat64: {
+        const double v = InputValue(type, seed, rank, index);
+        std::memcpy(dst + 8 * i, &v, 8);
+        break;
+      }
       case DataType::kInt32: {
         const int32_t v = static_cast<int32_t>(InputValue(type, seed, rank, index));
         std::memcpy(dst + 4 * i, &v, 4);
@@ -319,6 +328,11 @@ double LoadAsDouble(DataType type, const std::byte* base, size_t i) {
       uint16_t b;
       std::memcpy(&b, base + 2 * i, 2);
       return DecodeBFloat16(b);
+    }
+    case DataType::kFloat64: {
+      double v;
+      std::memcpy(&v, base + 8 * i, 8);
+      return v;
     }
     case DataType::kInt32: {
       int32_t v;
@@ -368,8 +382,9 @@ Reference ReferenceAt(DataType type, ReduceOp op, uint64_t seed, int world_size,
 
 double Tolerance(DataType type, ReduceOp op, int world_size, const Reference& ref) {
   if (!IsFloatingPoint(type) || op == ReduceOp::kMin || op == ReduceOp::kMax) return 0;
-  const double u = std::ldexp(1.0, -24);  // fp32 unit roundoff
-  // Order-dependent float32 sum of world_size terms, then (avg) one division.
+  // The unit roundoff of the accumulator: fp64's for float64, fp32's for the others.
+  const double u = std::ldexp(1.0, type == DataType::kFloat64 ? -53 : -24);
+  // Order-dependent sum of world_size terms, then (avg) one division.
   double err = world_size * u * ref.sum_abs;
   if (op == ReduceOp::kAvg) err = err / world_size + u * std::fabs(ref.value);
   if (type == DataType::kFloat16) {

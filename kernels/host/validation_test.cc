@@ -114,12 +114,13 @@ TEST_F(ValidationTest, NullPointers) {
 
 TEST_F(ValidationTest, BadEnumsAndPlacement) {
   // A type of the vocabulary the kernels have no case for, and a value outside it.
-  ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, DataType::kUInt8, ReduceOp::kSum,
-                          Algorithm::kOneShot, NanCheck::kOff, nullptr),
-                {"data type uint8 (7) is not one of float32, float16, bfloat16, int32, int64"});
+  ExpectInvalid(
+      AllReduce(view_, in_, out_.data(), 4, DataType::kUInt8, ReduceOp::kSum, Algorithm::kOneShot,
+                NanCheck::kOff, nullptr),
+      {"data type uint8 (7) is not one of float32, float16, bfloat16, int32, int64, float64"});
   ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, static_cast<DataType>(99), ReduceOp::kSum,
                           Algorithm::kOneShot, NanCheck::kOff, nullptr),
-                {"data type 99 is not one of float32, float16, bfloat16, int32, int64"});
+                {"data type 99 is not one of float32, float16, bfloat16, int32, int64, float64"});
   ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, DataType::kFloat32, static_cast<ReduceOp>(9),
                           Algorithm::kOneShot, NanCheck::kOff, nullptr),
                 {"reduce op 9 is not one of sum, avg, min, max"});
@@ -180,8 +181,9 @@ TEST_F(ValidationTest, BroadcastAndAllToAll) {
                 {"output overlaps rank 1", "allowed: memory outside every data region"});
   ExpectInvalid(AllToAll(view_, data_[0], data_[0], 4, DataType::kFloat32, NanCheck::kOff, nullptr),
                 {"output overlaps rank 0"});
-  ExpectInvalid(AllToAll(view_, in_, out_.data(), 4, DataType::kInt8, NanCheck::kOff, nullptr),
-                {"data type int8 (6) is not one of float32, float16, bfloat16, int32, int64"});
+  ExpectInvalid(
+      AllToAll(view_, in_, out_.data(), 4, DataType::kInt8, NanCheck::kOff, nullptr),
+      {"data type int8 (6) is not one of float32, float16, bfloat16, int32, int64, float64"});
 }
 
 TEST_F(ValidationTest, EmptyCollectiveIsANoOp) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fails when the reduction loops of the shipped build are scalar again: disassembles the
-# library holding element_loops.cc and looks for packed instructions in the float and int64
-# sum/min loops of the AVX2 clone (ymm registers) and in the float sum of the baseline clone
+# library holding element_loops.cc and looks for packed instructions in the float, double and
+# int64 sum/min loops of the AVX2 clone (ymm registers) and in the float sum of the baseline clone
 # (SSE2 xmm). GCC at -O2 leaves these loops scalar (addss), so a lost per-file -O3 in
 # kernels/CMakeLists.txt or kernels/BUILD.bazel, or a loop the vectoriser gives up on, fails.
 # Usage: vectorised_loops_test.sh LIBRARY_OR_OBJECT...
@@ -30,6 +30,7 @@ expect() {
 op='(commd::ReduceOp)'
 expect "ReduceAvx2<float, ${op}0>" 'vaddps.*%ymm'
 expect "ReduceAvx2<float, ${op}2>" 'vblendvps.*%ymm'
+expect "ReduceAvx2<double, ${op}0>" 'vaddpd.*%ymm'
 expect "ReduceAvx2<long, ${op}0>" 'vpaddq.*%ymm'
 expect "ReduceAvx2<long, ${op}3>" 'vpcmpgtq.*%ymm'
 expect "ReduceAvx2<int, ${op}0>" 'vpaddq.*%ymm'

@@ -49,7 +49,7 @@ struct ElementType {
   std::optional<DataType> recorded;  // the vocabulary's type of this name
   std::optional<DataType> commd;     // the same, when the collectives take it
 };
-// "float32, float16, bfloat16, int32, int64": the collective types, for messages.
+// "float32, float16, bfloat16, int32, int64, float64": the collective types, for messages.
 std::string CollectiveTypeNames();
 // "float32", "torch.float32", numpy.dtype("float32"), ...: anything whose str() ends in a
 // known name. InvalidArgumentError listing the names otherwise.

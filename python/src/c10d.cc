@@ -51,21 +51,14 @@ const T& FromCapsule(const py::handle& capsule, const char* name) {
   return handle;
 }
 
+// c10's ScalarType names ("Float", "Double", "BFloat16", ...) are the vocabulary's `scalar`
+// column: the collective types from their rows, nullopt for the others.
 std::optional<DataType> CommdType(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      return DataType::kFloat32;
-    case at::kHalf:
-      return DataType::kFloat16;
-    case at::kBFloat16:
-      return DataType::kBFloat16;
-    case at::kInt:
-      return DataType::kInt32;
-    case at::kLong:
-      return DataType::kInt64;
-    default:
-      return std::nullopt;
+  DataType d;
+  if (!DataTypeFromName(c10::toString(t.scalar_type()), &d) || !IsCollectiveType(d)) {
+    return std::nullopt;
   }
+  return d;
 }
 
 // PRODUCT (an all-gather and a product in Python) and the ops commd has not: nullopt.

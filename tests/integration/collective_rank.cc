@@ -52,6 +52,8 @@ double Input(const Run& run, int r, uint64_t tag, size_t i, DataType t) {
     case DataType::kFloat32:
       return static_cast<float>((static_cast<double>(v >> 11) / 9007199254740992.0 + 0.01) *
                                 (nz > 0 ? 1 : -1));
+    case DataType::kFloat64:
+      return (static_cast<double>(v >> 11) / 9007199254740992.0 + 0.01) * (nz > 0 ? 1 : -1);
     case DataType::kFloat16:
     case DataType::kBFloat16:
       return nz / 4.0;
@@ -90,7 +92,10 @@ bool Close(const Run& run, double got, double want, double abs_sum, DataType t, 
   if (t == DataType::kInt32 || t == DataType::kInt64) return got == want;
   if (op == ReduceOp::kMin || op == ReduceOp::kMax) return got == want;
   // Any summation order: |error| <= (n - 1) * u * sum|x| plus the final rounding.
-  const double u = t == DataType::kFloat32 ? 0x1p-24 : t == DataType::kFloat16 ? 0x1p-11 : 0x1p-8;
+  const double u = t == DataType::kFloat64   ? 0x1p-53
+                   : t == DataType::kFloat32 ? 0x1p-24
+                   : t == DataType::kFloat16 ? 0x1p-11
+                                             : 0x1p-8;
   return std::fabs(got - want) <= (run.args.world + 1) * u * abs_sum + u * std::fabs(want) + 1e-30;
 }
 
@@ -220,11 +225,9 @@ void AllToAllOne(Run& run, size_t n, DataType t) {
 // fp32 (broadcast from the first and the last rank); then a barrier and a coalesced all-reduce of
 // three tensors of different types.
 void Matrix(Run& run) {
-  const DataType types[] = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
-                            DataType::kInt32, DataType::kInt64};
   const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax};
   for (size_t n : {size_t{1}, size_t{7}, size_t{4099}, size_t{1024}}) {
-    for (DataType t : types) {
+    for (DataType t : commd::kCollectiveTypes) {
       for (ReduceOp op : ops) {
         AllReduceOne(run, n, t, op);
         ReduceScatterOne(run, n, t, op);
@@ -314,10 +317,10 @@ void Invalid(Run& run) {
   ExpectInvalid(run, "count too large",
                 g.AllReduce(run.in, too_many, DataType::kInt32, ReduceOp::kSum), "at most");
   ExpectInvalid(run, "bad dtype", g.AllReduce(run.in, 1, static_cast<DataType>(99), ReduceOp::kSum),
-                "data type 99 is not one of float32, float16, bfloat16, int32, int64");
-  ExpectInvalid(run, "recorded-only dtype",
-                g.AllReduce(run.in, 1, DataType::kFloat64, ReduceOp::kSum),
-                "data type float64 (5) is not one of float32, float16, bfloat16, int32, int64");
+                "data type 99 is not one of float32, float16, bfloat16, int32, int64, float64");
+  ExpectInvalid(
+      run, "recorded-only dtype", g.AllReduce(run.in, 1, DataType::kInt16, ReduceOp::kSum),
+      "data type int16 (9) is not one of float32, float16, bfloat16, int32, int64, float64");
   ExpectInvalid(run, "bad op", g.AllReduce(run.in, 1, DataType::kInt32, static_cast<ReduceOp>(7)),
                 "reduce op 7 is not one of sum, avg, min, max");
   ExpectInvalid(run, "same buffer", g.AllGather(run.in, run.in, 1, DataType::kInt32),

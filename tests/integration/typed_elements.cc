@@ -21,6 +21,9 @@ void Store(void* p, size_t i, DataType t, double v) {
     case DataType::kBFloat16:
       static_cast<k::BFloat16*>(p)[i] = k::FloatToBFloat16(static_cast<float>(v));
       break;
+    case DataType::kFloat64:
+      static_cast<double*>(p)[i] = v;
+      break;
     case DataType::kInt32:
       static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
       break;
@@ -38,6 +41,8 @@ double Load(const void* p, size_t i, DataType t) {
       return k::HalfToFloat(static_cast<const k::Half*>(p)[i]);
     case DataType::kBFloat16:
       return k::BFloat16ToFloat(static_cast<const k::BFloat16*>(p)[i]);
+    case DataType::kFloat64:
+      return static_cast<const double*>(p)[i];
     case DataType::kInt32:
       return static_cast<const int32_t*>(p)[i];
     case DataType::kInt64:

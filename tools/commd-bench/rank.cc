@@ -32,6 +32,8 @@ double ReadAs(DataType t, const std::byte* p, size_t i) {
       return kernels::HalfToFloat(reinterpret_cast<const kernels::Half*>(p)[i]);
     case DataType::kBFloat16:
       return kernels::BFloat16ToFloat(reinterpret_cast<const kernels::BFloat16*>(p)[i]);
+    case DataType::kFloat64:
+      return reinterpret_cast<const double*>(p)[i];
     case DataType::kInt32:
       return reinterpret_cast<const int32_t*>(p)[i];
     case DataType::kInt64:
@@ -50,6 +52,9 @@ void WriteAs(DataType t, std::byte* p, size_t i, double v) {
       return;
     case DataType::kBFloat16:
       reinterpret_cast<kernels::BFloat16*>(p)[i] = kernels::FloatToBFloat16(static_cast<float>(v));
+      return;
+    case DataType::kFloat64:
+      reinterpret_cast<double*>(p)[i] = v;
       return;
     case DataType::kInt32:
       reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);

@@ -81,7 +81,7 @@
   X(BFloat16, 2, "bfloat16", "BFloat16", 2, "bfloat16", "bf16", kFloat | kCollectiveType) \
   X(Int32, 3, "int32", "Int", 4, "int32", "int", kCollectiveType)                         \
   X(Int64, 4, "int64", "Long", 8, "int64", nullptr, kCollectiveType)                      \
-  X(Float64, 5, "float64", "Double", 8, "double", "fp64", kFloat)                         \
+  X(Float64, 5, "float64", "Double", 8, "double", "fp64", kFloat | kCollectiveType)       \
   X(Int8, 6, "int8", "Char", 1, "int8", nullptr, 0)                                       \
   X(UInt8, 7, "uint8", "Byte", 1, "uint8", nullptr, 0)                                    \
   X(Bool, 8, "bool", "Bool", 1, nullptr, nullptr, 0)                                      \

@@ -32,7 +32,7 @@ def run_ops(group, members: list[int], sizes, dtypes) -> int:
         for i, dtype in enumerate(dtypes):
             what = f"group {members} n={n} {dtype}"
             for name, op, x, want in reductions(dtype, everyone):
-                t = x[me].to(dtype)
+                t = x[me].to(dtype, copy=True)  # reduced in place: never x itself
                 dist.all_reduce(t, op=op, group=group)
                 check(t, want, dtype, f"all_reduce {name} {what}")
                 checked += 1

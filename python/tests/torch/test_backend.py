@@ -140,7 +140,7 @@ def test_bad_arguments_raise_clear_errors(daemon, tmp_path):
     code, results = torchrun(daemon, tmp_path, "bad_arguments", 2)
     assert code == 0
     local = results[0]["local"]
-    assert "float64" in local["float64"] and "float32" in local["float64"]
+    assert "int16" in local["int16"] and "float64" in local["int16"]
     assert "uneven" in local["uneven all_to_all"]
     assert "send" in local["send"]
     for r in results:
