@@ -11,6 +11,7 @@
 #include <Python.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -51,14 +52,24 @@ const T& FromCapsule(const py::handle& capsule, const char* name) {
   return handle;
 }
 
-// c10's ScalarType names ("Float", "Double", "BFloat16", ...) are the vocabulary's `scalar`
-// column: the collective types from their rows, nullopt for the others.
+// The collective type of each c10 ScalarType, nullopt for the others: built once from the
+// vocabulary's rows, whose `scalar` column holds c10's names ("Float", "Double", ...).
 std::optional<DataType> CommdType(const at::Tensor& t) {
-  DataType d;
-  if (!DataTypeFromName(c10::toString(t.scalar_type()), &d) || !IsCollectiveType(d)) {
-    return std::nullopt;
-  }
-  return d;
+  using Table =
+      std::array<std::optional<DataType>, static_cast<size_t>(at::ScalarType::NumOptions)>;
+  static const Table table = [] {
+    Table m{};
+    for (size_t s = 0; s < m.size(); ++s) {
+      DataType d;
+      if (DataTypeFromName(c10::toString(static_cast<at::ScalarType>(s)), &d) &&
+          IsCollectiveType(d)) {
+        m[s] = d;
+      }
+    }
+    return m;
+  }();
+  const auto s = static_cast<size_t>(t.scalar_type());
+  return s < table.size() ? table[s] : std::nullopt;
 }
 
 // PRODUCT (an all-gather and a product in Python) and the ops commd has not: nullopt.
