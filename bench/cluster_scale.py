@@ -9,13 +9,16 @@ Measures, in one run:
   - a job dump asked on node 0 (commctl dump --job): the time until every node's files of
     that dump id are written (the announcement's watch fan-out to N-1 nodes);
   - a hang found by node 0's watchdog (rank 1 of a group there never enters a barrier): the
-    time from the diagnosis (detected_unix_ms in the dump) to every node's file written.
+    time from the diagnosis (detected_unix_ms in the dump) to every node's file written;
+  - the history etcd keeps for those writes until a compaction (its database in use, per
+    second and per write), and the size of one group's view (key and value).
 
 Usage: bench/cluster_scale.py BUILD_DIR [--nodes 32] [--ranks 1] [--seconds 10] [--dumps 3]
 Needs /usr/bin/etcd (Debian's etcd-server) and the Python binding built in BUILD_DIR.
 Everything listens on loopback and is stopped at the end.
 """
 import argparse
+import base64
 import json
 import os
 import re
@@ -204,7 +207,8 @@ def main():
                 sys.exit("a rank did not join")
 
         names = ["etcd_mvcc_put_total", "etcd_mvcc_delete_total", "etcd_mvcc_txn_total",
-                 "etcd_server_proposals_committed_total"]
+                 "etcd_server_proposals_committed_total",
+                 "etcd_mvcc_db_total_size_in_use_in_bytes"]
 
         def rates(label):
             before = scrape(etcd_metrics, names)
@@ -213,10 +217,15 @@ def main():
             after = scrape(etcd_metrics, names)
             dt = time.time() - t0
             row = {k: (after[k] - before[k]) / dt for k in names}
+            # History etcd keeps until a compaction: the growth of its database in use.
+            grown = row["etcd_mvcc_db_total_size_in_use_in_bytes"]
+            writes = row["etcd_mvcc_put_total"] + row["etcd_mvcc_delete_total"]
+            per_write = f"{grown / writes:6.0f}" if writes > 0 else "     -"
             print(f"{label:8s} puts/s {row['etcd_mvcc_put_total']:8.1f}  "
                   f"deletes/s {row['etcd_mvcc_delete_total']:6.1f}  "
                   f"txns/s {row['etcd_mvcc_txn_total']:8.1f}  "
-                  f"raft proposals/s {row['etcd_server_proposals_committed_total']:8.1f}")
+                  f"raft proposals/s {row['etcd_server_proposals_committed_total']:8.1f}  "
+                  f"db in use +{grown:8.0f} B/s ({per_write} B a write)")
             return row
 
         print(f"# {args.nodes} nodes x {args.ranks} rank(s), one etcd, {args.seconds:.0f} s "
@@ -267,6 +276,15 @@ def main():
               f"{t_all * 1e3 - detected_ms:7.1f} ms after the diagnosis")
         published = sum(n.value("commd_cluster_progress_writes_total") for n in nodes)
         print(f"views written by all nodes over the run: {published:.0f}")
+        # The size of one view as etcd holds it: node 0's key of group g.
+        out = subprocess.run(["/usr/bin/etcdctl", "--endpoints", etcd_endpoint, "get",
+                              "--prefix", "/scale/progress/", "-w", "json"],
+                             capture_output=True, text=True, env=dict(os.environ, ETCDCTL_API="3"))
+        kvs = json.loads(out.stdout).get("kvs", []) if out.returncode == 0 else []
+        if kvs:
+            sizes = [len(base64.b64decode(kv["key"])) + len(base64.b64decode(kv.get("value", "")))
+                     for kv in kvs]
+            print(f"a view's key and value: {min(sizes)}-{max(sizes)} B ({len(kvs)} views)")
     finally:
         for p in reversed(procs):
             if p.poll() is None:
