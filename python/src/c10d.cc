@@ -52,24 +52,19 @@ const T& FromCapsule(const py::handle& capsule, const char* name) {
   return handle;
 }
 
-// The collective type of each c10 ScalarType, nullopt for the others: built once from the
-// vocabulary's rows, whose `scalar` column holds c10's names ("Float", "Double", ...).
+// Each c10 ScalarType's collective type (nullopt: none), built once from the vocabulary's
+// rows, whose `scalar` column holds c10's names ("Float", "Double", ...).
 std::optional<DataType> CommdType(const at::Tensor& t) {
-  using Table =
-      std::array<std::optional<DataType>, static_cast<size_t>(at::ScalarType::NumOptions)>;
-  static const Table table = [] {
-    Table m{};
+  static const auto table = [] {
+    std::array<std::optional<DataType>, static_cast<size_t>(at::ScalarType::NumOptions)> m{};
     for (size_t s = 0; s < m.size(); ++s) {
       DataType d;
-      if (DataTypeFromName(c10::toString(static_cast<at::ScalarType>(s)), &d) &&
-          IsCollectiveType(d)) {
-        m[s] = d;
-      }
+      const bool named = DataTypeFromName(c10::toString(static_cast<at::ScalarType>(s)), &d);
+      if (named && IsCollectiveType(d)) m[s] = d;
     }
     return m;
   }();
-  const auto s = static_cast<size_t>(t.scalar_type());
-  return s < table.size() ? table[s] : std::nullopt;
+  return table[static_cast<size_t>(t.scalar_type())];
 }
 
 // PRODUCT (an all-gather and a product in Python) and the ops commd has not: nullopt.
