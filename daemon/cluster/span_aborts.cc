@@ -160,8 +160,26 @@ void SpanAborts::Watch(std::function<int(const watchdog::SpanAbortNotice&)> on_r
   on_remote_ = std::move(on_remote);
   watch_ = std::make_unique<PrefixWatch>(
       cluster_, cluster_->options().prefix + "/aborts/",
-      PrefixWatchCallbacks{.on_event = [this](const mvccpb::Event& e) { OnEvent(e); },
-                           .on_state = [this](bool open) { watching_->Set(open ? 1 : 0); }});
+      PrefixWatchCallbacks{
+          .on_event =
+              [this](const mvccpb::Event& e) {
+                // A DELETE is a key whose lease ended: nothing to do.
+                if (e.type() == mvccpb::Event::PUT) OnAnnounced(e.kv());
+              },
+          .on_state = [this](bool open) { watching_->Set(open ? 1 : 0); },
+          // The announcements made before this node watched (at its start, or while it was
+          // cut off beyond etcd's compaction): their keys live as long as their announcer's
+          // lease, so what is listed still stands. At most kMaxPendingSpanAborts.
+          .on_list =
+              [this](const pb::RangeResponse& r) {
+                for (const mvccpb::KeyValue& kv : r.kvs()) OnAnnounced(kv);
+                if (r.more()) {
+                  COMMD_LOG(WARNING, "cluster")
+                      << "more than " << kMaxPendingSpanAborts
+                      << " abort announcements stand in etcd; only the first were applied";
+                }
+              },
+          .list_limit = static_cast<int64_t>(kMaxPendingSpanAborts)});
 }
 
 void SpanAborts::Stop() {
@@ -229,11 +247,10 @@ void SpanAborts::Announce(watchdog::SpanAbortNotice notice) {
       });
 }
 
-void SpanAborts::OnEvent(const mvccpb::Event& e) {
-  if (e.type() != mvccpb::Event::PUT) return;  // a key's lease ended: nothing to do
+void SpanAborts::OnAnnounced(const mvccpb::KeyValue& kv) {
   absl::StatusOr<watchdog::SpanAbortNotice> n =
-      ParseSpanAbortKey(cluster_->options().prefix, e.kv().key());
-  absl::Status value = n.ok() ? ParseSpanAbortValue(e.kv().value(), &*n) : n.status();
+      ParseSpanAbortKey(cluster_->options().prefix, kv.key());
+  absl::Status value = n.ok() ? ParseSpanAbortValue(kv.value(), &*n) : n.status();
   if (!value.ok()) {
     rejected_->Increment();
     COMMD_LOG(WARNING, "cluster") << "skipped an abort announcement: " << value.message();

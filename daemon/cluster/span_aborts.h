@@ -11,9 +11,12 @@
 // The announcement is the key <prefix>/aborts/<uid>/<job>/<group>/<formation> (the group's '/'
 // written as %2F, as the rendezvous writes it) holding a v1::SpanAbort (node, reason, text), on
 // a lease of its own that expires after key_ttl: keys do not pile up, and a node cut off for
-// less than that still sees it when its watch resumes. The uid is the one the announcing daemon
-// saw on its socket, so a uid's abort reaches only that uid's groups; the formation (the etcd
-// revision the group formed at, the same on every node) keeps it from an older or a later
+// less than that still sees it when its watch resumes. The watch lists the announcements that
+// stand before it first opens (and after etcd compacted what it would resume from), so one
+// made before this node watched (a daemon starting, or one cut off at its start) is applied
+// too; a listed one of a formation not held here changes nothing. The uid is the one the announcing
+// daemon saw on its socket, so a uid's abort reaches only that uid's groups; the formation (the
+// etcd revision the group formed at, the same on every node) keeps it from an older or a later
 // formation of a group of the same name. Everything read from etcd is parsed untrustingly: a
 // key or value that does not parse is skipped, logged and counted (event "rejected").
 // An announcement that fails (etcd away) is kept and sent again when the node is connected
@@ -87,7 +90,8 @@ class SpanAborts final : public watchdog::AbortAnnouncer {
   void Announce(watchdog::SpanAbortNotice notice) override;
 
  private:
-  void OnEvent(const mvccpb::Event& event);
+  // One announcement: a watched PUT, or a key found by the list before the watch opens.
+  void OnAnnounced(const mvccpb::KeyValue& kv);
   void Failed(const watchdog::SpanAbortNotice& notice, const absl::Status& why);
   void ResendPending();
 

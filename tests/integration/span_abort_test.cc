@@ -373,6 +373,29 @@ TEST_F(SpanAbortTest, BadAnnouncementsAreSkippedNamingWhatIsWrong) {
   EXPECT_TRUE(Eventually([&] { return NothingLeft() && etcd_->Keys(root).empty(); }));
 }
 
+// Announcements made before a node watched (it was not running, or cut off at its start) are
+// heard when its watch first opens: listed, parsed as the watched ones are, and applied to the
+// formations this node holds (none here, so nothing is aborted).
+TEST_F(SpanAbortTest, AnnouncementsMadeBeforeANodeWatchedAreHeardWhenItStarts) {
+  const std::string root = absl::StrCat(kPrefix, "/aborts/");
+  ASSERT_EQ(etcd_->Start(), absl::OkStatus());
+  ASSERT_TRUE(etcd_->Put(AbortKey(0, "g", 7), AbortValue("node-c", "admin", "before")).ok());
+  ASSERT_TRUE(etcd_->Put(root + "x1/job/g/7", AbortValue("node-c", "admin", "bad")).ok());
+  etcd_->Kill();  // StartNodes starts it again, with its data
+  std::vector<DaemonProcess*> n;
+  StartNodes({"node-a", "node-b"}, &n);
+  if (HasFatalFailure()) return;
+  for (DaemonProcess* d : n) {
+    EXPECT_TRUE(Eventually([&] {
+      return MetricValue(*d, kReceived) == 1 && MetricValue(*d, kRejected) == 1;
+    })) << d->Log();
+    EXPECT_EQ(MetricValue(*d, kApplied), 0);
+    EXPECT_THAT(d->Log(), HasSubstr("uid \"x1\" is not a decimal number"));
+  }
+  etcd_->Delete(AbortKey(0, "g", 7));
+  etcd_->Delete(root + "x1/job/g/7");
+}
+
 // This node's own lease lost (revoked here, as etcd does when it expires): the other node
 // aborts its part for the lost node, and this node aborts its own, naming why; neither
 // announces it (each sees the loss).
