@@ -6,10 +6,12 @@
 //   acc = Combine<ReduceOp::kMax>(acc, ToAcc(b[i]));
 //   out[i] = FromAcc<Half>(Finalize<ReduceOp::kMax>(acc, world_size));
 //
-// Accumulators: float for fp32, fp16 and bf16; double for fp64; int64 for int32 (so kAvg is
-// exact); int64 with wrapping (two's complement) arithmetic for int64. Integer sums wrap, as NCCL's
-// do. kMin and kMax propagate NaN. Every rank reduces in rank order 0..world-1, so all ranks get
-// bit-identical results.
+// Accumulators: float for fp32, fp16 and bf16; double for fp64; int64 for the narrower integers
+// and bool (so kAvg is exact; the result keeps the low bits, so sums wrap at the type's width,
+// as NCCL's do); int64 with wrapping (two's complement) arithmetic for int64. bool loads any
+// nonzero byte as 1 and stores 0 or 1, so its sum is a logical or (commd/vocabulary.h defines
+// each op on each type). kMin and kMax propagate NaN. Every rank reduces in rank order 0..world-1,
+// so all ranks get bit-identical results.
 #ifndef COMMD_KERNELS_ELEMENT_OPS_H_
 #define COMMD_KERNELS_ELEMENT_OPS_H_
 
@@ -22,6 +24,11 @@
 #include "kernels/types.h"
 
 namespace commd::kernels {
+
+// bool's storage: one byte, read as true when nonzero (a C++ bool holding 2 is undefined).
+struct Bool8 {
+  uint8_t bits;
+};
 
 template <typename T>
 struct ElementTraits;
@@ -55,6 +62,26 @@ struct ElementTraits<int64_t> {
   using Acc = int64_t;
   static constexpr DataType kType = DataType::kInt64;
 };
+template <>
+struct ElementTraits<int8_t> {
+  using Acc = int64_t;
+  static constexpr DataType kType = DataType::kInt8;
+};
+template <>
+struct ElementTraits<uint8_t> {
+  using Acc = int64_t;
+  static constexpr DataType kType = DataType::kUInt8;
+};
+template <>
+struct ElementTraits<int16_t> {
+  using Acc = int64_t;
+  static constexpr DataType kType = DataType::kInt16;
+};
+template <>
+struct ElementTraits<Bool8> {
+  using Acc = int64_t;
+  static constexpr DataType kType = DataType::kBool;
+};
 template <typename T>
 using AccType = typename ElementTraits<T>::Acc;
 
@@ -64,6 +91,10 @@ COMMD_HOST_DEVICE inline float ToAcc(BFloat16 v) { return BFloat16ToFloat(v); }
 COMMD_HOST_DEVICE inline double ToAcc(double v) { return v; }
 COMMD_HOST_DEVICE inline int64_t ToAcc(int32_t v) { return v; }
 COMMD_HOST_DEVICE inline int64_t ToAcc(int64_t v) { return v; }
+COMMD_HOST_DEVICE inline int64_t ToAcc(int8_t v) { return v; }
+COMMD_HOST_DEVICE inline int64_t ToAcc(uint8_t v) { return v; }
+COMMD_HOST_DEVICE inline int64_t ToAcc(int16_t v) { return v; }
+COMMD_HOST_DEVICE inline int64_t ToAcc(Bool8 v) { return v.bits != 0 ? 1 : 0; }
 
 template <typename T>
 COMMD_HOST_DEVICE inline T FromAcc(AccType<T> a);
@@ -91,6 +122,23 @@ COMMD_HOST_DEVICE inline int32_t FromAcc<int32_t>(int64_t a) {
 template <>
 COMMD_HOST_DEVICE inline int64_t FromAcc<int64_t>(int64_t a) {
   return a;
+}
+// The low 8 or 16 bits, as int32's low 32.
+template <>
+COMMD_HOST_DEVICE inline int8_t FromAcc<int8_t>(int64_t a) {
+  return static_cast<int8_t>(static_cast<uint8_t>(static_cast<uint64_t>(a)));
+}
+template <>
+COMMD_HOST_DEVICE inline uint8_t FromAcc<uint8_t>(int64_t a) {
+  return static_cast<uint8_t>(static_cast<uint64_t>(a));
+}
+template <>
+COMMD_HOST_DEVICE inline int16_t FromAcc<int16_t>(int64_t a) {
+  return static_cast<int16_t>(static_cast<uint16_t>(static_cast<uint64_t>(a)));
+}
+template <>
+COMMD_HOST_DEVICE inline Bool8 FromAcc<Bool8>(int64_t a) {
+  return Bool8{static_cast<uint8_t>(a != 0 ? 1 : 0)};
 }
 
 COMMD_HOST_DEVICE inline bool IsNan(float a) { return a != a; }
@@ -153,6 +201,10 @@ COMMD_HOST_DEVICE inline bool IsNonFinite(Half v) { return (v.bits & 0x7c00u) ==
 COMMD_HOST_DEVICE inline bool IsNonFinite(BFloat16 v) { return (v.bits & 0x7f80u) == 0x7f80u; }
 COMMD_HOST_DEVICE inline bool IsNonFinite(int32_t) { return false; }
 COMMD_HOST_DEVICE inline bool IsNonFinite(int64_t) { return false; }
+COMMD_HOST_DEVICE inline bool IsNonFinite(int8_t) { return false; }
+COMMD_HOST_DEVICE inline bool IsNonFinite(uint8_t) { return false; }
+COMMD_HOST_DEVICE inline bool IsNonFinite(int16_t) { return false; }
+COMMD_HOST_DEVICE inline bool IsNonFinite(Bool8) { return false; }
 
 // Calls f.template operator()<T>() with T the storage type of `t`; returns false (without
 // calling) for a value outside the enum.
@@ -176,6 +228,18 @@ COMMD_HOST_DEVICE inline bool DispatchType(DataType t, F&& f) {
       return true;
     case DataType::kInt64:
       f.template operator()<int64_t>();
+      return true;
+    case DataType::kInt8:
+      f.template operator()<int8_t>();
+      return true;
+    case DataType::kUInt8:
+      f.template operator()<uint8_t>();
+      return true;
+    case DataType::kBool:
+      f.template operator()<Bool8>();
+      return true;
+    case DataType::kInt16:
+      f.template operator()<int16_t>();
       return true;
     default:  // not a collective type (IsCollectiveType)
       return false;

@@ -47,6 +47,28 @@ TEST(ElementOpsTest, CombineAndFinalize) {
   const int64_t big = std::numeric_limits<int64_t>::max();
   EXPECT_EQ((Combine<ReduceOp::kSum>(big, int64_t{1})), std::numeric_limits<int64_t>::min());
   EXPECT_EQ(FromAcc<int32_t>(int64_t{0x7fffffff} + 1), std::numeric_limits<int32_t>::min());
+  // The narrow integers accumulate in int64 and keep the low bits: 100 + 100 in int8 is -56,
+  // 200 + 100 in uint8 is 44, and avg divides before it wraps.
+  const int8_t i8[2] = {100, 100};
+  const int8_t* i8p[2] = {&i8[0], &i8[1]};
+  EXPECT_EQ((ReduceElement<int8_t, ReduceOp::kSum>(i8p, 2, 0, 2)), -56);
+  EXPECT_EQ((ReduceElement<int8_t, ReduceOp::kAvg>(i8p, 2, 0, 2)), 100);
+  const uint8_t u8[2] = {200, 100};
+  const uint8_t* u8p[2] = {&u8[0], &u8[1]};
+  EXPECT_EQ((ReduceElement<uint8_t, ReduceOp::kSum>(u8p, 2, 0, 2)), 44);
+  EXPECT_EQ((ReduceElement<uint8_t, ReduceOp::kMin>(u8p, 2, 0, 2)), 100);
+  const int16_t i16[2] = {-32768, -1};
+  const int16_t* i16p[2] = {&i16[0], &i16[1]};
+  EXPECT_EQ((ReduceElement<int16_t, ReduceOp::kSum>(i16p, 2, 0, 2)), 32767);
+  // bool: any nonzero byte is true; sum is or, min and, max or; results are 0 or 1.
+  const Bool8 b[3] = {{0}, {7}, {255}};
+  const Bool8* tf[2] = {&b[1], &b[0]};
+  const Bool8* tt[2] = {&b[1], &b[2]};
+  EXPECT_EQ((ReduceElement<Bool8, ReduceOp::kSum>(tf, 2, 0, 2).bits), 1);
+  EXPECT_EQ((ReduceElement<Bool8, ReduceOp::kSum>(tt, 2, 0, 2).bits), 1);
+  EXPECT_EQ((ReduceElement<Bool8, ReduceOp::kMin>(tf, 2, 0, 2).bits), 0);
+  EXPECT_EQ((ReduceElement<Bool8, ReduceOp::kMin>(tt, 2, 0, 2).bits), 1);
+  EXPECT_EQ((ReduceElement<Bool8, ReduceOp::kMax>(tf, 2, 0, 2).bits), 1);
   // fp16/bf16 accumulate in float: 2048 + 1 is not representable in half but the sum of
   // 2048 + 1 + 1 in float is, and rounds to 2050.
   const Half h2048 = FloatToHalf(2048), h1 = FloatToHalf(1);
@@ -83,6 +105,8 @@ void CheckLoopMatchesElement(std::mt19937_64& rng) {
         } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
           x = T{static_cast<uint16_t>(bits & 0xbfff)};  // finite and NaN-free mostly
           if (IsNonFinite(x)) x.bits = 0x3c00;
+        } else if constexpr (std::is_same_v<T, Bool8>) {
+          x = Bool8{static_cast<uint8_t>(bits % 3 == 0 ? 0 : bits)};  // true: any nonzero byte
         } else {
           x = static_cast<T>(bits);
         }
@@ -95,6 +119,7 @@ void CheckLoopMatchesElement(std::mt19937_64& rng) {
       typed.push_back(v.data());
     }
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax}) {
+      if (!ReduceOpApplies(op, kType)) continue;
       std::vector<T> want(kCount);
       for (size_t i = 0; i < kCount; ++i) {
         switch (op) {
@@ -134,6 +159,10 @@ TEST(ElementLoopsTest, ReduceIntoMatchesReduceElement) {
   CheckLoopMatchesElement<BFloat16>(rng);
   CheckLoopMatchesElement<int32_t>(rng);
   CheckLoopMatchesElement<int64_t>(rng);
+  CheckLoopMatchesElement<int8_t>(rng);
+  CheckLoopMatchesElement<uint8_t>(rng);
+  CheckLoopMatchesElement<int16_t>(rng);
+  CheckLoopMatchesElement<Bool8>(rng);
 }
 
 TEST(ElementLoopsTest, CopyInCountsNonFiniteInOnePass) {

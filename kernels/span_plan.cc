@@ -84,7 +84,9 @@ int GlobalSize(const SpanShape& s) {
   return g;
 }
 
-SpanNcclOp NcclOpOf(ReduceOp op) {
+// bool's sum is a logical or, which NCCL's sum of uint8 is not (1 + 1 = 2): its max is.
+SpanNcclOp NcclOpOf(ReduceOp op, DataType dtype) {
+  if (dtype == DataType::kBool && op == ReduceOp::kSum) return SpanNcclOp::kMax;
   switch (op) {
     case ReduceOp::kAvg:
       return SpanNcclOp::kPreMulSumAvg;
@@ -128,7 +130,7 @@ void LeadersAllReduce(const SpanShape& s, size_t offset, size_t count, DataType 
   if (s.local_rank == 0) {
     SpanStep nccl = base;
     nccl.kind = SpanStepKind::kNcclAllReduce;
-    nccl.nccl_op = NcclOpOf(op);
+    nccl.nccl_op = NcclOpOf(op, dtype);
     nccl.lane = 0;
     plan.steps.push_back(nccl);
     plan.uses_lane = true;
@@ -144,7 +146,12 @@ void LeadersAllReduce(const SpanShape& s, size_t offset, size_t count, DataType 
 absl::StatusOr<SpanPlan> PlanSpanAllReduce(const SpanShape& s, size_t offset, size_t count,
                                            DataType dtype, ReduceOp op, size_t lane_min_bytes) {
   if (absl::Status st = CheckShape(s); !st.ok()) return st;
-  if (op == ReduceOp::kAvg && (dtype == DataType::kInt32 || dtype == DataType::kInt64)) {
+  if (dtype == DataType::kInt16) {
+    return absl::UnimplementedError(
+        "reductions of int16 across nodes on CUDA memory: NCCL has no 16-bit integer type; "
+        "reduce int32 (or keep the group on host memory)");
+  }
+  if (op == ReduceOp::kAvg && !IsFloatingPoint(dtype)) {
     return absl::UnimplementedError(absl::StrCat(
         "avg of ", DataTypeName(dtype),
         " across nodes on CUDA memory: NCCL averages over its communicator (the nodes, not the "
@@ -170,7 +177,7 @@ absl::StatusOr<SpanPlan> PlanSpanAllReduce(const SpanShape& s, size_t offset, si
     SpanStep nccl = base;
     nccl.kind = SpanStepKind::kNcclAllReduce;
     nccl.offset = offset + static_cast<size_t>(s.local_rank) * chunk * es;
-    nccl.nccl_op = NcclOpOf(op);
+    nccl.nccl_op = NcclOpOf(op, dtype);
     nccl.lane = s.local_rank;
     nccl.from_scratch = true;
     plan.steps.push_back(nccl);

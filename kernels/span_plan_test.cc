@@ -557,18 +557,25 @@ TEST(SpanPlanTest, LargeAllReducesOnEvenNodesUseEveryLane) {
 }
 
 // The ops: node-local steps reduce with the op (avg: sum), NCCL with its op (avg: the sum
-// premultiplied by 1/global size, so uneven nodes weigh every rank alike); integers' avg is
-// refused; every step carries the call's type.
+// premultiplied by 1/global size, so uneven nodes weigh every rank alike); integers' avg and
+// int16's reductions (NCCL has no int16) are refused, bool's sum is NCCL's max; every step carries
+// the call's type.
 TEST(SpanPlanTest, OpsAndTypesReachEveryStep) {
   for (const std::vector<int>& sizes : {std::vector<int>{2, 2}, std::vector<int>{1, 3}}) {
     for (int local = 0; local < sizes[1]; ++local) {
       const SpanShape shape{.node_sizes = sizes, .node = 1, .local_rank = local};
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax}) {
-        for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
-                               DataType::kInt32, DataType::kInt64}) {
+        for (DataType dtype : kCollectiveTypes) {
+          if (!ReduceOpApplies(op, dtype)) continue;  // the SDK's checks refuse it first
           auto plan = PlanSpanAllReduce(shape, 0, 1001, dtype, op, 0);
-          const bool integer = dtype == DataType::kInt32 || dtype == DataType::kInt64;
-          if (op == ReduceOp::kAvg && integer) {
+          if (dtype == DataType::kInt16) {  // NCCL has no int16
+            ASSERT_FALSE(plan.ok());
+            EXPECT_EQ(plan.status().code(), absl::StatusCode::kUnimplemented);
+            EXPECT_NE(plan.status().message().find("NCCL has no 16-bit integer"), std::string::npos)
+                << plan.status();
+            continue;
+          }
+          if (op == ReduceOp::kAvg && !IsFloatingPoint(dtype)) {
             ASSERT_FALSE(plan.ok());
             EXPECT_EQ(plan.status().code(), absl::StatusCode::kUnimplemented);
             EXPECT_NE(plan.status().message().find("scalar 1/4"), std::string::npos)
@@ -577,10 +584,12 @@ TEST(SpanPlanTest, OpsAndTypesReachEveryStep) {
           }
           ASSERT_TRUE(plan.ok()) << plan.status();
           const ReduceOp local_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-          const SpanNcclOp nccl_op = op == ReduceOp::kAvg   ? SpanNcclOp::kPreMulSumAvg
-                                     : op == ReduceOp::kMin ? SpanNcclOp::kMin
-                                     : op == ReduceOp::kMax ? SpanNcclOp::kMax
-                                                            : SpanNcclOp::kSum;
+          // bool's sum (a logical or) is NCCL's max.
+          const bool bool_sum = dtype == DataType::kBool && op == ReduceOp::kSum;
+          const SpanNcclOp nccl_op = op == ReduceOp::kAvg               ? SpanNcclOp::kPreMulSumAvg
+                                     : op == ReduceOp::kMin             ? SpanNcclOp::kMin
+                                     : op == ReduceOp::kMax || bool_sum ? SpanNcclOp::kMax
+                                                                        : SpanNcclOp::kSum;
           for (const SpanStep& s : plan->steps) {
             EXPECT_EQ(s.dtype, dtype) << Describe(s);
             if (s.kind == SpanStepKind::kLocalAllReduce ||

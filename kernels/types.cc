@@ -16,14 +16,21 @@ absl::Status CheckCollectiveType(DataType t) {
   return absl::InvalidArgumentError(absl::StrCat("data type ", value, " is not one of ", allowed));
 }
 
-absl::Status CheckReduceOp(ReduceOp op) {
-  if (IsValid(op)) return absl::OkStatus();
+absl::Status CheckReduceOp(ReduceOp op, DataType t) {
+  if (IsValid(op) && (!IsCollectiveType(t) || ReduceOpApplies(op, t))) return absl::OkStatus();
   std::string allowed;
   for (const vocabulary::ReduceOpRow& r : vocabulary::kReduceOps) {
-    absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", r.name);
+    if (!IsValid(op) || ReduceOpApplies(r.op, t)) {
+      absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", r.name);
+    }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("reduce op ", static_cast<int>(op), " is not one of ", allowed));
+  if (!IsValid(op)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce op ", static_cast<int>(op), " is not one of ", allowed));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("reduce op ", ReduceOpName(op),
+                                                 " is not defined on ", DataTypeName(t),
+                                                 "; allowed on ", DataTypeName(t), ": ", allowed));
 }
 
 const char* AlgorithmWords(Algorithm a) {

@@ -35,12 +35,14 @@ COMMD_HOST_DEVICE constexpr bool IsValid(Algorithm a) {
 }
 
 #ifndef __CUDACC__
-// OK for a type the kernels take, else INVALID_ARGUMENT "data type int16 (9) is not one of
-// float32, float16, bfloat16, int32, int64, float64" (the list from the vocabulary's rows).
+// OK for a type the kernels take, else INVALID_ARGUMENT "data type float8_e4m3fn (10) is not
+// one of float32, float16, ..." (the list from the vocabulary's rows).
 absl::Status CheckCollectiveType(DataType t);
-// OK for a reduce op of the vocabulary, else INVALID_ARGUMENT "reduce op 9 is not one of
-// sum, avg, min, max".
-absl::Status CheckReduceOp(ReduceOp op);
+// OK for a reduce op of the vocabulary defined on `t` (ReduceOpApplies; any op when `t` is not
+// a collective type, which CheckCollectiveType refuses), else INVALID_ARGUMENT "reduce op 9 is
+// not one of sum, avg, min, max" or "reduce op avg is not defined on bool; allowed on bool:
+// sum, min, max".
+absl::Status CheckReduceOp(ReduceOp op, DataType t);
 #endif
 
 // "one_shot", ...; "?" for a value outside the enum.

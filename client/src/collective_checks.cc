@@ -212,6 +212,7 @@ absl::Status CheckBuffers(const CollectiveCall& c, const Shape& shape, bool owns
     for (size_t i = 0; i < c.tensors.size(); ++i) {
       const CoalescedTensor& t = c.tensors[i];
       RETURN_IF_ERROR(kernels::CheckCollectiveType(t.dtype));
+      RETURN_IF_ERROR(kernels::CheckReduceOp(c.op, t.dtype));
       RETURN_IF_ERROR(CheckFits(in, static_cast<long>(i), *c.in, t.offset, t.count, t.dtype));
     }
     return absl::OkStatus();
@@ -242,7 +243,7 @@ absl::Status CheckCall(const CollectiveCall& c, bool owns_in, bool owns_out, int
   if (shape.typed() && c.kind != CollectiveOp::kAllReduceCoalesced) {
     RETURN_IF_ERROR(kernels::CheckCollectiveType(c.dtype));
   }
-  if (shape.reduces()) RETURN_IF_ERROR(kernels::CheckReduceOp(c.op));
+  if (shape.reduces()) RETURN_IF_ERROR(kernels::CheckReduceOp(c.op, c.dtype));
   if (shape.rooted() && (c.root < 0 || c.root >= world_size)) {
     return absl::InvalidArgumentError(
         absl::StrCat(shape.words, ": root ", c.root, " is out of range [0, ", world_size - 1, "]"));

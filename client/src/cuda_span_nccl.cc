@@ -30,6 +30,13 @@ ncclDataType_t NcclType(DataType t) {
       return ncclInt32;
     case DataType::kInt64:
       return ncclInt64;
+    case DataType::kInt8:
+      return ncclInt8;
+    case DataType::kUInt8:
+    case DataType::kBool:  // its sum planned as a max (span_plan.cc)
+      return ncclUint8;
+    case DataType::kInt16:  // moved, never reduced (span_plan.cc refuses): the bits as fp16's
+      return ncclFloat16;
     case DataType::kFloat32:
     default:  // not a collective type: the SDK's checks refused it before any plan
       return ncclFloat32;

@@ -231,6 +231,9 @@ void SpanExchange::AcrossNodes(Bytes* data, size_t count, DataType dtype, Reduce
   const ReduceOp k = SumForAvg(op);
   gloo::AllreduceOptions opts(agreement_.context());
   switch (DataTypeSize(dtype)) {
+    case 1:
+      opts.setOutput(reinterpret_cast<uint8_t*>(data), count);
+      break;
     case 2:
       opts.setOutput(reinterpret_cast<uint16_t*>(data), count);
       break;

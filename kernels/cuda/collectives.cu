@@ -372,6 +372,18 @@ cudaError_t LaunchKernel(const CudaCommView& view, const LaunchArgs& args, cudaS
     case DataType::kInt64:
       LaunchWithOp<int64_t>(view, args, stream);
       break;
+    case DataType::kInt8:
+      LaunchWithOp<int8_t>(view, args, stream);
+      break;
+    case DataType::kUInt8:
+      LaunchWithOp<uint8_t>(view, args, stream);
+      break;
+    case DataType::kBool:
+      LaunchWithOp<Bool8>(view, args, stream);
+      break;
+    case DataType::kInt16:
+      LaunchWithOp<int16_t>(view, args, stream);
+      break;
     default:
       return cudaErrorInvalidValue;  // not a collective type: launch.cc refuses it first
   }
@@ -382,7 +394,9 @@ cudaError_t PreloadKernels() {
   cudaFuncAttributes attr;
   cudaError_t err = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(&BarrierKernel));
   for (cudaError_t e : {PreloadTyped<float>(), PreloadTyped<Half>(), PreloadTyped<BFloat16>(),
-                        PreloadTyped<double>(), PreloadTyped<int32_t>(), PreloadTyped<int64_t>()}) {
+                        PreloadTyped<double>(), PreloadTyped<int32_t>(), PreloadTyped<int64_t>(),
+                        PreloadTyped<int8_t>(), PreloadTyped<uint8_t>(), PreloadTyped<Bool8>(),
+                        PreloadTyped<int16_t>()}) {
     if (err == cudaSuccess) err = e;
   }
   return err;
@@ -393,7 +407,9 @@ cudaError_t MinResidentBlocksPerSm(int* blocks_per_sm) {
   cudaError_t err = FoldOccupancy({reinterpret_cast<const void*>(&BarrierKernel)}, &least);
   for (cudaError_t e : {OccupancyTyped<float>(&least), OccupancyTyped<Half>(&least),
                         OccupancyTyped<BFloat16>(&least), OccupancyTyped<double>(&least),
-                        OccupancyTyped<int32_t>(&least), OccupancyTyped<int64_t>(&least)}) {
+                        OccupancyTyped<int32_t>(&least), OccupancyTyped<int64_t>(&least),
+                        OccupancyTyped<int8_t>(&least), OccupancyTyped<uint8_t>(&least),
+                        OccupancyTyped<Bool8>(&least), OccupancyTyped<int16_t>(&least)}) {
     if (err == cudaSuccess) err = e;
   }
   *blocks_per_sm = err == cudaSuccess ? least : 0;

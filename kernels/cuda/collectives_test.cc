@@ -61,8 +61,14 @@ TEST(CudaValidationTest, RejectsBadViewsAndArguments) {
       LaunchAllGather(v, in.data(), v.data[1], 16, DataType::kFloat32, NanCheck::kOff, nullptr);
   EXPECT_TRUE(absl::StrContains(into_peer.message(), "output overlaps rank 1")) << into_peer;
   EXPECT_TRUE(absl::IsInvalidArgument(LaunchReduceScatter(v, in.data(), out.data(), 4,
-                                                          static_cast<DataType>(8), ReduceOp::kSum,
+                                                          DataType::kFloat8E4M3, ReduceOp::kSum,
                                                           NanCheck::kOff, nullptr)));
+  const absl::Status bool_avg = LaunchReduceScatter(v, in.data(), out.data(), 4, DataType::kBool,
+                                                    ReduceOp::kAvg, NanCheck::kOff, nullptr);
+  EXPECT_TRUE(absl::StrContains(bool_avg.message(),
+                                "reduce op avg is not defined on bool; allowed on bool: sum, "
+                                "min, max"))
+      << bool_avg;
 }
 
 TEST(CudaValidationTest, BroadcastAndAllToAll) {

@@ -39,7 +39,7 @@ bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 // host/collectives.h).
 absl::Status Place(const CudaCommView& v, const char* name, size_t in_bytes, size_t out_bytes,
                    bool output_may_be_input, LaunchArgs* a) {
-  for (absl::Status s : {CheckCollectiveType(a->dtype), CheckReduceOp(a->op)}) {
+  for (absl::Status s : {CheckCollectiveType(a->dtype), CheckReduceOp(a->op, a->dtype)}) {
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.message()));
   }
   if (in_bytes > v.data_bytes) {

@@ -63,10 +63,18 @@ uint64_t StagingDigest(const StagingPlan& plan) {
   return digest;
 }
 
-absl::Status CheckOp(CollectiveOp kind, ReduceOp op) {
-  absl::Status s = CheckReduceOp(op);
-  if (s.ok()) return s;
-  return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), ": ", s.message()));
+// The op, then that it is defined on each tensor's type (float32 takes every valid op).
+absl::Status CheckOp(CollectiveOp kind, ReduceOp op, absl::Span<const TensorArgs> tensors) {
+  if (absl::Status s = CheckReduceOp(op, DataType::kFloat32); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), ": ", s.message()));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (absl::Status s = CheckReduceOp(op, tensors[i].dtype); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(CollectiveName(kind), " tensor ", i, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // The view must have been validated.
@@ -312,7 +320,7 @@ absl::Status PrepareAllReduce(const HostCommView& view, absl::Span<const TensorA
                               ReduceOp op, Algorithm algorithm, PreparedCollective* out) {
   const CollectiveOp kind = CollectiveOp::kAllReduce;
   out->data = nullptr;
-  RETURN_IF_ERROR(CheckOp(kind, op));
+  RETURN_IF_ERROR(CheckOp(kind, op, tensors));
   if (!IsValid(algorithm)) {
     return absl::InvalidArgumentError(absl::StrCat("all_reduce: algorithm ",
                                                    static_cast<int>(algorithm),
@@ -353,7 +361,7 @@ absl::Status AllGatherCoalesced(const HostCommView& view, absl::Span<const Tenso
 absl::Status ReduceScatterCoalesced(const HostCommView& view, absl::Span<const TensorArgs> tensors,
                                     ReduceOp op, NanCheck nan_check, CollectiveResult* result) {
   const CollectiveOp kind = CollectiveOp::kReduceScatter;
-  RETURN_IF_ERROR(CheckOp(kind, op));
+  RETURN_IF_ERROR(CheckOp(kind, op, tensors));
   PreparedCollective p;
   RETURN_IF_ERROR(Prepare(view, CallSignature{.kind = kind, .op = op, .tensors = tensors}, &p));
   if (result != nullptr) *result = CollectiveResult{};

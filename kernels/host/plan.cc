@@ -80,7 +80,7 @@ absl::Status CheckPointer(CollectiveOp kind, size_t index, const TensorArgs& t, 
   return absl::OkStatus();
 }
 
-// "all_reduce tensor 0: data type int16 (9) is not one of float32, ...", or OK.
+// "all_reduce tensor 0: data type float8_e4m3fn (10) is not one of float32, ...", or OK.
 absl::Status CheckTensorType(CollectiveOp kind, size_t index, DataType t) {
   absl::Status s = CheckCollectiveType(t);
   if (s.ok()) return s;

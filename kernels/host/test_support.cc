@@ -268,8 +268,18 @@ double InputValue(DataType type, uint64_t seed, int rank, size_t index) {
       return sign * static_cast<double>(1 + (bits >> 8) % 1000000);
     case DataType::kInt64:
       return sign * static_cast<double>(1 + (bits >> 8) % (1ull << 40));
+    // The narrow integers over their whole range, so sums wrap (the reference wraps too).
+    case DataType::kInt8:
+      return static_cast<int8_t>(bits >> 8);
+    case DataType::kUInt8:
+      return static_cast<uint8_t>(bits >> 8);
+    case DataType::kInt16:
+      return static_cast<int16_t>(bits >> 8);
+    case DataType::kBool:
+      return (bits >> 8) & 1;
+    default:
+      return 0;
   }
-  return 0;
 }
 
 void FillInputs(DataType type, uint64_t seed, int rank, size_t first, size_t count,
@@ -308,6 +318,21 @@ void FillInputs(DataType type, uint64_t seed, int rank, size_t first, size_t cou
         std::memcpy(dst + 8 * i, &v, 8);
         break;
       }
+      case DataType::kInt8:
+      case DataType::kUInt8:
+        dst[i] = static_cast<std::byte>(bits >> 8);
+        break;
+      case DataType::kInt16: {
+        const uint16_t v = static_cast<uint16_t>(bits >> 8);
+        std::memcpy(dst + 2 * i, &v, 2);
+        break;
+      }
+      case DataType::kBool:  // true as any nonzero byte, which the kernels must read as true
+        dst[i] = static_cast<std::byte>(
+            InputValue(type, seed, rank, index) != 0 ? 1 + (bits >> 16) % 255 : 0);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -344,11 +369,42 @@ double LoadAsDouble(DataType type, const std::byte* base, size_t i) {
       std::memcpy(&v, base + 8 * i, 8);
       return static_cast<double>(v);
     }
+    case DataType::kInt8:
+      return static_cast<int8_t>(base[i]);
+    case DataType::kUInt8:
+      return static_cast<uint8_t>(base[i]);
+    case DataType::kInt16: {
+      int16_t v;
+      std::memcpy(&v, base + 2 * i, 2);
+      return v;
+    }
+    case DataType::kBool:
+      return base[i] != std::byte{0} ? 1 : 0;
+    default:
+      return NAN;
   }
-  return NAN;
 }
 
 namespace {
+
+// An integer result as the type stores it: its low bits (bool: nonzero is 1).
+double Wrap(DataType type, int64_t v) {
+  const uint64_t u = static_cast<uint64_t>(v);
+  switch (type) {
+    case DataType::kInt8:
+      return static_cast<int8_t>(static_cast<uint8_t>(u));
+    case DataType::kUInt8:
+      return static_cast<uint8_t>(u);
+    case DataType::kInt16:
+      return static_cast<int16_t>(static_cast<uint16_t>(u));
+    case DataType::kInt32:
+      return static_cast<int32_t>(static_cast<uint32_t>(u));
+    case DataType::kBool:
+      return v != 0 ? 1 : 0;
+    default:
+      return static_cast<double>(v);
+  }
+}
 
 struct Reference {
   double value;
@@ -369,9 +425,9 @@ Reference ReferenceAt(DataType type, ReduceOp op, uint64_t seed, int world_size,
   }
   switch (op) {
     case ReduceOp::kSum:
-      return {integer ? static_cast<double>(isum) : sum, sum_abs};
+      return {integer ? Wrap(type, isum) : sum, sum_abs};
     case ReduceOp::kAvg:
-      return {integer ? static_cast<double>(isum / world_size) : sum / world_size, sum_abs};
+      return {integer ? Wrap(type, isum / world_size) : sum / world_size, sum_abs};
     case ReduceOp::kMin:
       return {lo, sum_abs};
     case ReduceOp::kMax:

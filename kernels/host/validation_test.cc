@@ -114,13 +114,19 @@ TEST_F(ValidationTest, NullPointers) {
 
 TEST_F(ValidationTest, BadEnumsAndPlacement) {
   // A type of the vocabulary the kernels have no case for, and a value outside it.
-  ExpectInvalid(
-      AllReduce(view_, in_, out_.data(), 4, DataType::kUInt8, ReduceOp::kSum, Algorithm::kOneShot,
-                NanCheck::kOff, nullptr),
-      {"data type uint8 (7) is not one of float32, float16, bfloat16, int32, int64, float64"});
+  ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, DataType::kFloat8E4M3, ReduceOp::kSum,
+                          Algorithm::kOneShot, NanCheck::kOff, nullptr),
+                {"data type float8_e4m3fn (10) is not one of float32, float16, bfloat16, int32, "
+                 "int64, float64, int8, uint8, bool, int16"});
+  // An op the type does not define: avg of bool (sum, min and max are or, and, or).
+  ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, DataType::kBool, ReduceOp::kAvg,
+                          Algorithm::kOneShot, NanCheck::kOff, nullptr),
+                {"all_reduce tensor 0: reduce op avg is not defined on bool; allowed on bool: "
+                 "sum, min, max"});
   ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, static_cast<DataType>(99), ReduceOp::kSum,
                           Algorithm::kOneShot, NanCheck::kOff, nullptr),
-                {"data type 99 is not one of float32, float16, bfloat16, int32, int64, float64"});
+                {"data type 99 is not one of float32, float16, bfloat16, int32, int64, float64, "
+                 "int8, uint8, bool, int16"});
   ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, DataType::kFloat32, static_cast<ReduceOp>(9),
                           Algorithm::kOneShot, NanCheck::kOff, nullptr),
                 {"reduce op 9 is not one of sum, avg, min, max"});
@@ -182,8 +188,9 @@ TEST_F(ValidationTest, BroadcastAndAllToAll) {
   ExpectInvalid(AllToAll(view_, data_[0], data_[0], 4, DataType::kFloat32, NanCheck::kOff, nullptr),
                 {"output overlaps rank 0"});
   ExpectInvalid(
-      AllToAll(view_, in_, out_.data(), 4, DataType::kInt8, NanCheck::kOff, nullptr),
-      {"data type int8 (6) is not one of float32, float16, bfloat16, int32, int64, float64"});
+      AllToAll(view_, in_, out_.data(), 4, DataType::kFloat8E5M2, NanCheck::kOff, nullptr),
+      {"data type float8_e5m2 (11) is not one of float32, float16, bfloat16, int32, int64, "
+       "float64, int8, uint8, bool, int16"});
 }
 
 TEST_F(ValidationTest, EmptyCollectiveIsANoOp) {

@@ -30,7 +30,9 @@ def test_binding_argument_errors(client):
     buf = group.allocate_symmetric(1024)
     out = group.allocate_symmetric(1024)
     cases = [
-        (lambda: group.all_reduce(buf.view("uint8", 8)), "dtype uint8 is not a collective type"),
+        (lambda: group.all_reduce(buf.view("uint16", 8)), "dtype uint16 is not a collective type"),
+        (lambda: group.all_reduce(buf.view("bool", 8), op="avg"),
+         "reduce op avg is not defined on bool; allowed on bool: sum, min, max"),
         (lambda: group.all_reduce(buf.view("float32", 8), dtype="int32"),
          "dtype int32 differs from a view's float32"),
         (lambda: group.all_reduce(buf.view("float32", 10), count=100),

@@ -100,7 +100,7 @@ def refused(client, rank, world):
     expect("'s part of staging buffer",
            lambda: group.all_reduce(np.asarray(staging.view("float32", 8)), staging=staging))
     expect("not a collective type",
-           lambda: group.all_reduce(np.zeros(8, np.int16), staging=staging))
+           lambda: group.all_reduce(np.zeros(8, np.uint16), staging=staging))
     expect("exceeds the host memory",
            lambda: group.all_gather(np.zeros(8, np.float32), np.zeros(8, np.float32), 8,
                                     staging=staging))

@@ -376,7 +376,8 @@ TEST_F(CollectiveTest, ACallOnABufferIsCheckedWhateverPassedOnItBefore) {
   EXPECT_THAT(st.message(), ::testing::HasSubstr("17 elements of 4 bytes"));
   EXPECT_EQ(g.AllReduce(b, 9, DataType::kInt64, sum).code(), invalid);
   EXPECT_EQ(g.AllReduce(b, 4, static_cast<DataType>(99), sum).code(), invalid);
-  EXPECT_EQ(g.AllReduce(b, 4, DataType::kBool, sum).code(), invalid);
+  EXPECT_EQ(g.AllReduce(b, 4, DataType::kFloat8E4M3, sum).code(), invalid);
+  EXPECT_EQ(g.AllReduce(b, 4, DataType::kBool, ReduceOp::kAvg).code(), invalid);
   EXPECT_EQ(g.AllReduce(b, 4, f32, static_cast<ReduceOp>(9)).code(), invalid);
   // The shape that passed, with bad options: still refused.
   EXPECT_EQ(g.AllReduce(b, 4, f32, sum, {.nan_check = static_cast<CollectiveOptions::NanCheck>(7)})

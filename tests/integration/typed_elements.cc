@@ -30,6 +30,20 @@ void Store(void* p, size_t i, DataType t, double v) {
     case DataType::kInt64:
       static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
       break;
+    case DataType::kInt8:
+      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+      break;
+    case DataType::kUInt8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kInt16:
+      static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v);
+      break;
+    case DataType::kBool:
+      static_cast<uint8_t*>(p)[i] = v != 0 ? 1 : 0;
+      break;
+    default:
+      break;
   }
 }
 
@@ -47,8 +61,17 @@ double Load(const void* p, size_t i, DataType t) {
       return static_cast<const int32_t*>(p)[i];
     case DataType::kInt64:
       return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DataType::kInt8:
+      return static_cast<const int8_t*>(p)[i];
+    case DataType::kUInt8:
+      return static_cast<const uint8_t*>(p)[i];
+    case DataType::kInt16:
+      return static_cast<const int16_t*>(p)[i];
+    case DataType::kBool:
+      return static_cast<const uint8_t*>(p)[i] != 0 ? 1 : 0;
+    default:
+      return 0;
   }
-  return 0;
 }
 
 }  // namespace commd::testing

@@ -13,56 +13,40 @@
 
 #include "absl/strings/str_cat.h"
 #include "commd/commd.h"
-#include "kernels/float16.h"
+#include "kernels/element_ops.h"
 #include "tools/commd-bench/collective_path.h"
 
 namespace commd::bench {
 namespace {
 
 // ---------------------------------------------------------------------------------------
-// Check values: small integers, exact in every type and in every sum of up to 64 ranks.
+// Check values: small integers, exact in every type and in every sum of up to 64 ranks (the
+// narrow integers and bool compare with the sum as they store it: wrapped, or 0 or 1).
 
 double InputValue(int rank, size_t i) { return static_cast<double>((rank * 7 + i * 13) % 17 + 1); }
 
+// Element i of type t at p, through the kernels' own accumulator conversions: integers and
+// bool as int64 (stored as their low bits; bool as 0 or 1), floating types through float or
+// double.
 double ReadAs(DataType t, const std::byte* p, size_t i) {
-  switch (t) {
-    case DataType::kFloat32:
-      return reinterpret_cast<const float*>(p)[i];
-    case DataType::kFloat16:
-      return kernels::HalfToFloat(reinterpret_cast<const kernels::Half*>(p)[i]);
-    case DataType::kBFloat16:
-      return kernels::BFloat16ToFloat(reinterpret_cast<const kernels::BFloat16*>(p)[i]);
-    case DataType::kFloat64:
-      return reinterpret_cast<const double*>(p)[i];
-    case DataType::kInt32:
-      return reinterpret_cast<const int32_t*>(p)[i];
-    case DataType::kInt64:
-      return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
-  }
-  return 0;
+  double v = 0;
+  kernels::DispatchType(t, [&]<typename T>() {
+    v = static_cast<double>(kernels::ToAcc(reinterpret_cast<const T*>(p)[i]));
+  });
+  return v;
 }
 
 void WriteAs(DataType t, std::byte* p, size_t i, double v) {
-  switch (t) {
-    case DataType::kFloat32:
-      reinterpret_cast<float*>(p)[i] = static_cast<float>(v);
-      return;
-    case DataType::kFloat16:
-      reinterpret_cast<kernels::Half*>(p)[i] = kernels::FloatToHalf(static_cast<float>(v));
-      return;
-    case DataType::kBFloat16:
-      reinterpret_cast<kernels::BFloat16*>(p)[i] = kernels::FloatToBFloat16(static_cast<float>(v));
-      return;
-    case DataType::kFloat64:
-      reinterpret_cast<double*>(p)[i] = v;
-      return;
-    case DataType::kInt32:
-      reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-      return;
-    case DataType::kInt64:
-      reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-      return;
-  }
+  kernels::DispatchType(t, [&]<typename T>() {
+    reinterpret_cast<T*>(p)[i] = kernels::FromAcc<T>(static_cast<kernels::AccType<T>>(v));
+  });
+}
+
+// `v` as type t holds it, read back: what a copy of it must read.
+double AsStored(DataType t, double v) {
+  alignas(8) std::byte b[8];
+  WriteAs(t, b, 0, v);
+  return ReadAs(t, b, 0);
 }
 
 double Expected(ReduceOp op, DataType t, int world, size_t i) {
@@ -75,15 +59,14 @@ double Expected(ReduceOp op, DataType t, int world, size_t i) {
   }
   switch (op) {
     case ReduceOp::kSum:
-      return sum;
+      return AsStored(t, sum);
     case ReduceOp::kMin:
-      return lo;
+      return AsStored(t, lo);
     case ReduceOp::kMax:
-      return hi;
+      return AsStored(t, hi);
     case ReduceOp::kAvg:
-      if (t == DataType::kInt32 || t == DataType::kInt64) {
-        return static_cast<double>(static_cast<int64_t>(sum) / world);
-      }
+      if (!IsFloatingPoint(t))
+        return AsStored(t, static_cast<double>(static_cast<int64_t>(sum) / world));
       return sum / world;
   }
   return 0;
@@ -293,7 +276,7 @@ class Rank {
           for (size_t i = 0; i < s.per_rank; ++i) {
             const double got =
                 ReadAs(o_.dtype, static_cast<const std::byte*>(out_->data()), p * s.per_rank + i);
-            if (got != InputValue(p, i)) ++wrong;
+            if (got != AsStored(o_.dtype, InputValue(p, i))) ++wrong;
           }
         }
         break;
@@ -306,7 +289,8 @@ class Rank {
         break;
       case CollectiveOp::kBroadcast:  // rank 0's input everywhere
         for (size_t i = 0; i < s.per_rank; ++i) {
-          if (ReadAs(o_.dtype, static_cast<const std::byte*>(in_->data()), i) != InputValue(0, i))
+          if (ReadAs(o_.dtype, static_cast<const std::byte*>(in_->data()), i) !=
+              AsStored(o_.dtype, InputValue(0, i)))
             ++wrong;
         }
         break;
@@ -315,7 +299,7 @@ class Rank {
           for (size_t i = 0; i < s.per_rank; ++i) {
             const double got =
                 ReadAs(o_.dtype, static_cast<const std::byte*>(out_->data()), p * s.per_rank + i);
-            if (got != InputValue(p, rank_ * s.per_rank + i)) ++wrong;
+            if (got != AsStored(o_.dtype, InputValue(p, rank_ * s.per_rank + i))) ++wrong;
           }
         }
         break;

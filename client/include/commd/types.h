@@ -2,7 +2,7 @@
 // commd::ReduceOp, rows of commd/vocabulary.h, which this header re-exports.
 //
 //   commd::DataTypeSize(commd::DataType::kBFloat16)      // 2
-//   commd::IsCollectiveType(commd::DataType::kInt16)     // false: recordable, not reducible
+//   commd::IsCollectiveType(commd::DataType::kFloat8E4M3)  // false: recordable, not reducible
 //
 // Every DataType can describe a recorded tensor (Recorder::Begin); the collectives take the
 // types IsCollectiveType names and refuse the others with INVALID_ARGUMENT.

@@ -82,19 +82,23 @@
   X(Int32, 3, "int32", "Int", 4, "int32", "int", kCollectiveType)                         \
   X(Int64, 4, "int64", "Long", 8, "int64", nullptr, kCollectiveType)                      \
   X(Float64, 5, "float64", "Double", 8, "double", "fp64", kFloat | kCollectiveType)       \
-  X(Int8, 6, "int8", "Char", 1, "int8", nullptr, 0)                                       \
-  X(UInt8, 7, "uint8", "Byte", 1, "uint8", nullptr, 0)                                    \
-  X(Bool, 8, "bool", "Bool", 1, nullptr, nullptr, 0)                                      \
-  X(Int16, 9, "int16", "Short", 2, nullptr, nullptr, 0)                                   \
+  X(Int8, 6, "int8", "Char", 1, "int8", nullptr, kCollectiveType)                         \
+  X(UInt8, 7, "uint8", "Byte", 1, "uint8", nullptr, kCollectiveType)                      \
+  X(Bool, 8, "bool", "Bool", 1, nullptr, nullptr, kCollectiveType)                        \
+  X(Int16, 9, "int16", "Short", 2, nullptr, nullptr, kCollectiveType)                     \
   X(Float8E4M3, 10, "float8_e4m3fn", "Float8_e4m3fn", 1, "f8e4m3", nullptr, kFloat)       \
   X(Float8E5M2, 11, "float8_e5m2", "Float8_e5m2", 1, "f8e5m2", nullptr, kFloat)
 
 // Reductions. X(Name, value, name, applies): `applies` is which element types it is defined
-// on (kAnyType: every collective type; sums and products wrap on integers, avg truncates the
-// sum's quotient toward zero).
+// on (kAnyType: every collective type; kNotBool: all but bool, as in NCCL and PyTorch).
+// Integers (int8 to int64, uint8) accumulate in int64 and are stored back as the result's low
+// bits, so sums wrap at the type's width as NCCL's do; avg divides the int64 sum by the world
+// size, truncating toward zero, before it is stored. bool reads any nonzero byte as true and
+// writes 0 or 1: sum is logical or (as NCCL's bool sum, which PyTorch maps to max), min is
+// logical and, max is logical or.
 #define COMMD_REDUCE_OPS(X)  \
   X(Sum, 0, "sum", kAnyType) \
-  X(Avg, 1, "avg", kAnyType) \
+  X(Avg, 1, "avg", kNotBool) \
   X(Min, 2, "min", kAnyType) \
   X(Max, 3, "max", kAnyType)
 
@@ -118,7 +122,7 @@ enum CollectiveFlags : uint8_t {
   kWideOut = 1u << 5,
 };
 enum DataTypeFlags : uint8_t { kFloat = 1u << 0, kCollectiveType = 1u << 1 };
-enum ReduceApplies : uint8_t { kAnyType };
+enum ReduceApplies : uint8_t { kAnyType, kNotBool };
 
 struct CollectiveRow {
   CollectiveOp op;
@@ -251,7 +255,8 @@ constexpr bool IsFloatingPoint(DataType t) { return DataTypeInfo(t).is_float(); 
 constexpr bool IsCollectiveType(DataType t) { return DataTypeInfo(t).collective(); }
 // Whether `op` is defined on `t` (a collective type).
 constexpr bool ReduceOpApplies(ReduceOp op, DataType t) {
-  return IsValid(op) && IsCollectiveType(t) && ReduceOpInfo(op).applies == vocabulary::kAnyType;
+  if (!IsValid(op) || !IsCollectiveType(t)) return false;
+  return ReduceOpInfo(op).applies == vocabulary::kAnyType || t != DataType::kBool;
 }
 
 // One tensor argument of a recorded collective (Recorder::Begin, the ring's writer): `dims`
