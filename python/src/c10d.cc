@@ -67,20 +67,19 @@ std::optional<DataType> CommdType(const at::Tensor& t) {
   return table[static_cast<size_t>(t.scalar_type())];
 }
 
-// PRODUCT (an all-gather and a product in Python) and the ops commd has not: nullopt.
-std::optional<ReduceOp> CommdOp(const c10d::ReduceOp& op) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      return ReduceOp::kSum;
-    case c10d::ReduceOp::AVG:
-      return ReduceOp::kAvg;
-    case c10d::ReduceOp::MIN:
-      return ReduceOp::kMin;
-    case c10d::ReduceOp::MAX:
-      return ReduceOp::kMax;
-    default:
-      return std::nullopt;
+// The op on t's dtype; nullopt for PRODUCT (an all-gather and a product in Python), the ops
+// commd has not, and AVG of bool (Python raises TypeError, as torch's NCCL backend does).
+std::optional<ReduceOp> CommdOp(const c10d::ReduceOp& op, const at::Tensor& t) {
+  static constexpr std::pair<c10d::ReduceOp::RedOpType, ReduceOp> kOps[] = {
+      {c10d::ReduceOp::SUM, ReduceOp::kSum},
+      {c10d::ReduceOp::AVG, ReduceOp::kAvg},
+      {c10d::ReduceOp::MIN, ReduceOp::kMin},
+      {c10d::ReduceOp::MAX, ReduceOp::kMax}};
+  const auto dtype = CommdType(t);
+  for (const auto& [torch_op, commd_op] : kOps) {
+    if (op.op_ == torch_op && dtype && ReduceOpApplies(commd_op, *dtype)) return commd_op;
   }
+  return std::nullopt;
 }
 
 // What the Python backend's Works are: complete at return (host collectives run
@@ -203,7 +202,7 @@ class CommdBackend final : public c10d::Backend {
     if (tensors.size() == 1) {
       const at::Tensor& t = tensors[0];
       const auto dtype = CommdType(t);
-      const auto op = CommdOp(opts.reduceOp);
+      const auto op = CommdOp(opts.reduceOp, t);
       SymmetricBuffer* buf = dtype && op ? Find(t) : nullptr;
       if (buf != nullptr) {
         struct Args {
@@ -268,7 +267,7 @@ class CommdBackend final : public c10d::Backend {
   // reduce_scatter_tensor (torch calls one of the two names).
   c10::intrusive_ptr<Work> reduce_scatter_single(at::Tensor& output, at::Tensor& input,
                                                  const c10d::ReduceScatterOptions& opts) override {
-    const auto op = CommdOp(opts.reduceOp);
+    const auto op = CommdOp(opts.reduceOp, input);
     if (auto pair = op ? Pair(input, output, output.numel(), input.numel()) : std::nullopt) {
       pair->op = *op;
       Run("reduce_scatter_tensor", "reduce_scatter", &*pair, [](Group& g, void* p) {

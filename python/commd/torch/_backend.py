@@ -200,10 +200,11 @@ def _dispatching(name: str) -> Callable[..., dist.Work]:
 
 
 # torch's entry points that take tensors; barrier and what commd does not do stay as they are.
-for _name in ("allreduce", "allreduce_coalesced", "broadcast", "allgather",
+for _name in ("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather",
               "all_gather_single", "_allgather_base", "all_gather_single_coalesced",
-              "allgather_into_tensor_coalesced", "reduce_scatter", "reduce_scatter_single",
-              "_reduce_scatter_base", "reduce_scatter_single_coalesced",
-              "reduce_scatter_tensor_coalesced", "all_to_all_single", "alltoall_base"):
+              "allgather_into_tensor_coalesced", "allgather_coalesced", "gather", "scatter",
+              "reduce_scatter", "reduce_scatter_single", "_reduce_scatter_base",
+              "reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced",
+              "all_to_all_single", "alltoall_base", "alltoall"):
     setattr(ProcessGroupCommd, _name, _dispatching(_name))
 del _name

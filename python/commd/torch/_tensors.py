@@ -35,9 +35,14 @@ def _commd_dtype(t: torch.Tensor, op: str) -> str:
             f"commd {op}: tensor dtype {t.dtype} is not supported; allowed {allowed}") from None
 
 
-def _reduce_op_name(op: Any, what: str) -> str:
+def _reduce_op_name(op: Any, what: str, dtype: torch.dtype) -> str:
+    """commd's name of torch's reduce op on `dtype`: NotImplementedError for an op commd has
+    not, TypeError for AVG of bool (as PyTorch's NCCL backend raises)."""
     for torch_op, name in _REDUCE_OPS:
         if op == torch_op:
+            if name == "avg" and dtype == torch.bool:
+                raise TypeError(f"commd {what}: ReduceOp.AVG is not defined on bool; allowed "
+                                "SUM (or), MIN (and), MAX (or), PRODUCT (and)")
             return name
     # torch hands a ReduceOp object whose repr names no op; its `op` (a RedOpType) does.
     name = getattr(getattr(op, "op", op), "name", op)

@@ -28,15 +28,15 @@ def run_ops(group, members: list[int], sizes, dtypes) -> int:
     me, world = members.index(dist.get_rank()), len(members)
     checked = 0
     for n in sizes:
-        everyone = torch.stack([inputs(r, n) for r in range(world)])
         for i, dtype in enumerate(dtypes):
+            everyone = torch.stack([inputs(r, n, dtype) for r in range(world)])
             what = f"group {members} n={n} {dtype}"
             for name, op, x, want in reductions(dtype, everyone):
                 t = x[me].to(dtype, copy=True)  # reduced in place: never x itself
                 dist.all_reduce(t, op=op, group=group)
                 check(t, want, dtype, f"all_reduce {name} {what}")
                 checked += 1
-            t = inputs(me, n).to(dtype)
+            t = inputs(me, n, dtype).to(dtype)
             outs = [torch.empty(n, dtype=dtype) for _ in range(world)]
             dist.all_gather(outs, t, group=group)
             check(torch.stack(outs), everyone, dtype, f"all_gather {what}")
@@ -44,8 +44,9 @@ def run_ops(group, members: list[int], sizes, dtypes) -> int:
             dist.all_gather_into_tensor(out, t, group=group)
             check(out, everyone.reshape(-1), dtype, f"all_gather_into_tensor {what}")
             # Block c of group rank r's input is inputs(r * world + c).
-            blocks = torch.stack([torch.stack([inputs(r * world + c, n) for c in range(world)])
-                                  for r in range(world)])
+            blocks = torch.stack([
+                torch.stack([inputs(r * world + c, n, dtype) for c in range(world)])
+                for r in range(world)])
             out = torch.empty(n, dtype=dtype)
             dist.reduce_scatter_tensor(out, blocks[me].reshape(-1).to(dtype), group=group)
             check(out, blocks.sum(0)[me], dtype, f"reduce_scatter_tensor {what}")
@@ -54,18 +55,18 @@ def run_ops(group, members: list[int], sizes, dtypes) -> int:
                                 group=group)
             check(out, blocks.max(0).values[me], dtype, f"reduce_scatter max {what}")
             root = (i + 1) % world  # roots on either node
-            t = inputs(me, n).to(dtype) if me == root else torch.zeros(n, dtype=dtype)
+            t = inputs(me, n, dtype).to(dtype) if me == root else torch.zeros(n, dtype=dtype)
             dist.broadcast(t, group_src=root, group=group)
-            check(t, inputs(root, n), dtype, f"broadcast from group rank {root} {what}")
+            check(t, inputs(root, n, dtype), dtype, f"broadcast from group rank {root} {what}")
             recv = torch.empty(world * n, dtype=dtype)
             dist.all_to_all_single(recv, blocks[me].reshape(-1).to(dtype), group=group)
             check(recv, blocks[:, me].reshape(-1), dtype, f"all_to_all_single {what}")
-            a, b = inputs(me, 3).to(dtype), inputs(me + 1, n).to(dtype)
+            a, b = inputs(me, 3, dtype).to(dtype), inputs(me + 1, n, dtype).to(dtype)
             with dist._coalescing_manager(group=group):
                 dist.all_reduce(a, group=group)
                 dist.all_reduce(b, group=group)
             for got, shift, m in ((a, 0, 3), (b, 1, n)):
-                want = torch.stack([inputs(r + shift, m) for r in range(world)]).sum(0)
+                want = torch.stack([inputs(r + shift, m, dtype) for r in range(world)]).sum(0)
                 check(got, want, dtype, f"coalesced all_reduce {what}")
             checked += 8
     dist.barrier(group=group)

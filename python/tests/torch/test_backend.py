@@ -67,6 +67,16 @@ def test_coalescing_manager_is_one_flight_recorder_entry(daemon, tmp_path):
 
 
 @pytest.mark.parametrize("world", [2, 3])
+def test_rooted_uneven_and_object_collectives_and_checkpoint(daemon, tmp_path, world):
+    code, results = torchrun(daemon, tmp_path, "rooted_and_objects", world)
+    assert code == 0
+    # 5 dtypes x world roots x (4 or 5 reduce ops + gather + scatter), then 8 more.
+    ops = {torch.float32: 5, torch.bfloat16: 5, torch.int64: 4, torch.uint8: 4, torch.bool: 4}
+    want = sum(world * (n + 2) for n in ops.values()) + 8
+    assert [r["checked"] for r in results] == [want] * world, results
+
+
+@pytest.mark.parametrize("world", [2, 3])
 def test_chunked_entries_one_flight_recorder_entry_per_torch_call(daemon, tmp_path, world):
     """Tensors larger than the staging buffer go through it in several commd calls, recorded
     as parts of one entry with the whole collective's sizes, as one call would record it."""
@@ -140,8 +150,9 @@ def test_bad_arguments_raise_clear_errors(daemon, tmp_path):
     code, results = torchrun(daemon, tmp_path, "bad_arguments", 2)
     assert code == 0
     local = results[0]["local"]
-    assert "int16" in local["int16"] and "float64" in local["int16"]
-    assert "uneven" in local["uneven all_to_all"]
+    assert "uint16" in local["uint16"] and "bool" in local["uint16"]
+    assert "summing to the output's" in local["bad splits"]
+    assert "gather list has" in local["short gather list"]
     assert "send" in local["send"]
     for r in results:
         assert r["mismatch"]["raised"] == "DistBackendError", results

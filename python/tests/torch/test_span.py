@@ -182,7 +182,7 @@ def test_every_op_across_two_nodes(nodes, tmp_path):
                                        "layout": []}, results[r]
     # Checks per rank: the default group's, then each subgroup the rank is in (span_worker).
     memberships = [1, 1, 3, 2]
-    assert [res["checked"] for res in results] == [191 + 86 * m for m in memberships]
+    assert [res["checked"] for res in results] == [287 + 86 * m for m in memberships]
 
 
 def test_ddp_across_two_nodes_reaches_the_same_parameters_as_gloo(nodes, tmp_path):

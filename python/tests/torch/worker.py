@@ -19,9 +19,11 @@ import commd
 import commd.torch as ct
 
 # Integer-valued inputs keep every sum exact in every dtype (bf16 has 8 bits of mantissa:
-# values stay within +-8, sums within +-32 on 4 ranks); averages and products get a tolerance.
+# values stay within +-8, sums within +-32 on 4 ranks; int8's within its range); averages and
+# products get a tolerance. uint8 and bool take values in [0, 8] (see inputs).
 TOLERANCE = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1e-2,
-             torch.int32: 0, torch.int64: 0, torch.float64: 1e-12}
+             torch.int32: 0, torch.int64: 0, torch.float64: 1e-12, torch.int8: 0,
+             torch.uint8: 0, torch.int16: 0, torch.bool: 0}
 DTYPES = list(TOLERANCE)
 OPS = {
     "sum": (dist.ReduceOp.SUM, lambda x: x.sum(0)),
@@ -40,22 +42,40 @@ def FACTORS(x: torch.Tensor) -> torch.Tensor:  # noqa: N802
 
 def reductions(dtype: torch.dtype, everyone: torch.Tensor):
     """For each reduce op `dtype` takes: (name, op, every rank's inputs, their float64
-    reduction). AVG is for floating types only; PRODUCT gets inputs whose products stay exact."""
+    reduction). AVG is for floating types only; PRODUCT gets inputs whose products stay exact
+    (uint8 and bool: their own non-negative inputs, products wrapping as check expects)."""
     for name, (op, reduce) in OPS.items():
         if name == "avg" and not dtype.is_floating_point:
             continue
-        x = everyone if name != "product" else FACTORS(everyone)
+        x = everyone if name != "product" or not dtype.is_signed else FACTORS(everyone)
         yield name, op, x, reduce(x)
 
 
-def inputs(rank: int, n: int, low: int = -8, high: int = 8) -> torch.Tensor:
+def inputs(rank: int, n: int, dtype: torch.dtype | None = None, low: int = -8,
+           high: int = 8) -> torch.Tensor:
+    """Rank `rank`'s n values in [low, high]; [0, high] for uint8 and bool, whose reductions of
+    non-negative values are those of the values they hold (bool: nonzero is true, so sum is
+    or, min and, max or)."""
+    if dtype is not None and not dtype.is_signed:
+        low = 0
     i = torch.arange(n, dtype=torch.float64)
     return torch.remainder(i * 7 + rank * 3, high - low + 1) + low
 
 
+def held(want: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A float64 reference as `dtype` holds it: bool is nonzero, narrow integers wrap."""
+    if dtype == torch.bool:
+        return (want != 0).to(torch.float64)
+    if dtype.is_floating_point or dtype.itemsize == 8:
+        return want
+    m = float(1 << (8 * dtype.itemsize))
+    w = torch.remainder(want, m)
+    return torch.where(w >= m / 2, w - m, w) if dtype.is_signed else w
+
+
 def check(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype, what: str) -> None:
     tol = TOLERANCE[dtype]
-    torch.testing.assert_close(got.to(torch.float64), want, rtol=tol, atol=tol,
+    torch.testing.assert_close(got.to(torch.float64), held(want, dtype), rtol=tol, atol=tol,
                                msg=lambda m: f"{what}: {m}")
 
 
@@ -77,8 +97,8 @@ LARGE = (3 << 20) // 4 + 5
 def other_collectives(rank: int, world: int, n: int, dtype: torch.dtype) -> int:
     """all_gather (list and into a tensor), reduce_scatter (list and tensor), broadcast and
     all_to_all_single of `n` elements a rank against float64 references; returns how many."""
-    everyone = torch.stack([inputs(r, n) for r in range(world)])
-    t = inputs(rank, n).to(dtype)
+    everyone = torch.stack([inputs(r, n, dtype) for r in range(world)])
+    t = inputs(rank, n, dtype).to(dtype)
     outs = [torch.empty(n, dtype=dtype) for _ in range(world)]
     dist.all_gather(outs, t)
     check(torch.stack(outs), everyone, dtype, f"all_gather {dtype} n={n}")
@@ -86,20 +106,20 @@ def other_collectives(rank: int, world: int, n: int, dtype: torch.dtype) -> int:
     dist.all_gather_into_tensor(out, t)
     check(out, everyone.reshape(-1), dtype, f"all_gather_into_tensor {dtype} n={n}")
     # Rank r's block c is inputs(r * world + c); this rank's sum is over its block of each.
-    big = torch.stack([inputs(rank * world + c, n) for c in range(world)])
-    want = torch.stack([inputs(r * world + rank, n) for r in range(world)]).sum(0)
+    big = torch.stack([inputs(rank * world + c, n, dtype) for c in range(world)])
+    want = torch.stack([inputs(r * world + rank, n, dtype) for r in range(world)]).sum(0)
     out = torch.empty(n, dtype=dtype)
     dist.reduce_scatter_tensor(out, big.reshape(-1).to(dtype))
     check(out, want, dtype, f"reduce_scatter_tensor {dtype} n={n}")
     out = torch.empty(n, dtype=dtype)
     dist.reduce_scatter(out, [b.to(dtype) for b in big])
     check(out, want, dtype, f"reduce_scatter {dtype} n={n}")
-    t = inputs(rank, n).to(dtype) if rank == world - 1 else torch.zeros(n, dtype=dtype)
+    t = inputs(rank, n, dtype).to(dtype) if rank == world - 1 else torch.zeros(n, dtype=dtype)
     dist.broadcast(t, src=world - 1)
-    check(t, inputs(world - 1, n), dtype, f"broadcast {dtype} n={n}")
+    check(t, inputs(world - 1, n, dtype), dtype, f"broadcast {dtype} n={n}")
     recv = torch.empty(world * n, dtype=dtype)
     dist.all_to_all_single(recv, big.reshape(-1).to(dtype))
-    want = torch.stack([inputs(p * world + rank, n) for p in range(world)])
+    want = torch.stack([inputs(p * world + rank, n, dtype) for p in range(world)])
     check(recv, want.reshape(-1), dtype, f"all_to_all_single {dtype} n={n}")
     return 6
 
@@ -149,8 +169,8 @@ def ops_matrix(out_dir: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     checked = 0
     for n in (1, 1001, LARGE):
-        everyone = torch.stack([inputs(r, n) for r in range(world)])
         for dtype in DTYPES:
+            everyone = torch.stack([inputs(r, n, dtype) for r in range(world)])
             for name, op, x, want in reductions(dtype, everyone):
                 t = x[rank].to(dtype, copy=True)  # reduced in place: never x itself
                 dist.all_reduce(t, op=op)
@@ -359,7 +379,7 @@ def bad_arguments(out_dir: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     seen = {}
     for name, fn, kind in (
-        ("int16", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), TypeError),
+        ("uint16", lambda: dist.all_reduce(torch.ones(3, dtype=torch.uint16)), TypeError),
         ("mixed devices", lambda: dist.all_gather(
             [torch.empty(3)] * (world - 1) + [torch.empty(3, device="meta")], torch.ones(3)),
          ValueError),
@@ -368,10 +388,12 @@ def bad_arguments(out_dir: str) -> None:
          ValueError),  # torch's own check
         ("wrong output size", lambda: dist.all_gather_into_tensor(
             torch.empty(3 * world + 1), torch.ones(3)), ValueError),
-        ("uneven all_to_all", lambda: dist.all_to_all_single(
+        ("bad splits", lambda: dist.all_to_all_single(
             torch.empty(world * 2), torch.ones(world * 2),
-            output_split_sizes=[1] * (world - 1) + [world + 1],
-            input_split_sizes=[2] * world), NotImplementedError),
+            output_split_sizes=[1] * world, input_split_sizes=[2] * world), ValueError),
+        ("short gather list", lambda: ct.backend_of().gather(
+            [[torch.empty(3)] * (world + 1)], [torch.ones(3)], _rooted(dist.GatherOptions(), rank)),
+         ValueError),
         ("send", lambda: dist.send(torch.ones(1), (rank + 1) % world), NotImplementedError),
         ("bitwise and", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32),
                                                 op=dist.ReduceOp.BAND), NotImplementedError),
@@ -393,6 +415,98 @@ def bad_arguments(out_dir: str) -> None:
     with open(os.path.join(out_dir, f"rank{rank}.json")) as f:
         seen_mismatch = json.load(f)
     write(out_dir, {"local": seen, "mismatch": seen_mismatch})
+
+
+def _rooted(opts, root: int):
+    opts.rootRank = root
+    return opts
+
+
+def rooted_and_objects(out_dir: str) -> None:
+    """What real programs call beyond the all-rank collectives: reduce, gather and scatter
+    from every root, all_gather_coalesced, list and uneven all-to-all, the object
+    collectives, and a torch.distributed.checkpoint save and load."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    checked = 0
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool):
+        everyone = torch.stack([inputs(r, 1001, dtype) for r in range(world)])
+        for root in range(world):
+            for name, op, x, want in reductions(dtype, everyone):
+                t = x[rank].to(dtype, copy=True)
+                before = t.clone()
+                dist.reduce(t, dst=root, op=op)
+                if rank == root:
+                    check(t, want, dtype, f"reduce {dtype} {name} to {root}")
+                else:
+                    assert torch.equal(t, before), f"reduce {dtype} {name}: non-root changed"
+                checked += 1
+            mine = everyone[rank].to(dtype)
+            gathered = [torch.empty(1001, dtype=dtype) for _ in range(world)] if rank == root \
+                else None
+            dist.gather(mine, gathered, dst=root)
+            if rank == root:
+                check(torch.stack(gathered), everyone, dtype, f"gather {dtype} to {root}")
+            out = torch.empty(1001, dtype=dtype)
+            blocks = [inputs(root * world + p, 1001, dtype).to(dtype) for p in range(world)]
+            dist.scatter(out, blocks if rank == root else None, src=root)
+            check(out, inputs(root * world + rank, 1001, dtype), dtype,
+                  f"scatter {dtype} from {root}")
+            checked += 2
+    # all_gather_coalesced: outputs[r][j] is rank r's input j.
+    ins = [inputs(rank, 5).to(torch.float64), inputs(rank + 1, 3).to(torch.float64)]
+    outs = [[torch.empty(5, dtype=torch.float64), torch.empty(3, dtype=torch.float64)]
+            for _ in range(world)]
+    dist.all_gather_coalesced(outs, ins)
+    for r in range(world):
+        check(outs[r][0], inputs(r, 5), torch.float64, f"all_gather_coalesced rank {r} 0")
+        check(outs[r][1], inputs(r + 1, 3), torch.float64, f"all_gather_coalesced rank {r} 1")
+    checked += 1
+    # Uneven all-to-all: rank r sends r + p + 1 rows of 3 to rank p (and none to itself on
+    # rank 0), the sizes a mixture-of-experts layer's routing makes.
+    def rows(src: int, dst: int) -> int:
+        return 0 if src == dst == 0 else src + dst + 1
+
+    def block(src: int, dst: int) -> torch.Tensor:
+        return inputs(src * world + dst, rows(src, dst) * 3).reshape(-1, 3)
+
+    send = torch.cat([block(rank, p) for p in range(world)]).to(torch.int32)
+    recv = torch.empty(sum(rows(p, rank) for p in range(world)), 3, dtype=torch.int32)
+    dist.all_to_all_single(recv, send, [rows(p, rank) for p in range(world)],
+                           [rows(rank, p) for p in range(world)])
+    check(recv, torch.cat([block(p, rank) for p in range(world)]), torch.int32,
+          "uneven all_to_all_single")
+    outs = [torch.empty(rows(p, rank), 3, dtype=torch.int32) for p in range(world)]
+    dist.all_to_all(outs, [block(rank, p).to(torch.int32) for p in range(world)])
+    for p in range(world):
+        check(outs[p], block(p, rank), torch.int32, f"all_to_all list from {p}")
+    checked += 2
+    # The object collectives (pickles as uint8 tensors, sizes as int64).
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank, "text": "x" * (rank * 100)})
+    assert objs == [{"rank": r, "text": "x" * (r * 100)} for r in range(world)], objs
+    sent = [{"step": 7, "world": world}, list(range(rank + 3))]
+    dist.broadcast_object_list(sent, src=world - 1)
+    assert sent == [{"step": 7, "world": world}, list(range(world + 2))], sent
+    got = [None] * world if rank == 0 else None
+    dist.gather_object(("from", rank), got, dst=0)
+    if rank == 0:
+        assert got == [("from", r) for r in range(world)], got
+    mine = [None]
+    dist.scatter_object_list(mine, [f"to {r}" for r in range(world)] if rank == 0 else None,
+                             src=0)
+    assert mine == [f"to {rank}"], mine
+    checked += 4
+    # torch.distributed.checkpoint: each rank saves its shard, loads it back into zeros.
+    import torch.distributed.checkpoint as dcp
+    state = {"weight": torch.arange(12, dtype=torch.float32) + rank,
+             "step": torch.tensor(5 + rank)}
+    path = os.path.join(out_dir, "checkpoint")
+    dcp.save({f"rank{rank}": state}, checkpoint_id=path)
+    loaded = {f"rank{rank}": {k: torch.zeros_like(v) for k, v in state.items()}}
+    dcp.load(loaded, checkpoint_id=path)
+    assert all(torch.equal(loaded[f"rank{rank}"][k], v) for k, v in state.items()), loaded
+    checked += 1
+    write(out_dir, {"checked": checked})
 
 
 def _entries(rank: int) -> list:
@@ -419,8 +533,8 @@ def zero_copy(out_dir: str) -> None:
     entries_before = len(_entries(rank))
     checked = taken = 0  # collectives checked, and those the C++ path should take
     for n in (1, 1001):
-        everyone = torch.stack([inputs(r, n) for r in range(world)])
         for dtype in DTYPES:
+            everyone = torch.stack([inputs(r, n, dtype) for r in range(world)])
             for name, op, x, want in reductions(dtype, everyone):
                 t = ct.empty((n,), dtype=dtype)
                 t.copy_(x[rank])
@@ -429,19 +543,20 @@ def zero_copy(out_dir: str) -> None:
                 checked += 1
                 taken += name != "product"  # PRODUCT: the Python backend's all-gather
             t = ct.empty((n,), dtype=dtype)
-            t.copy_(inputs(rank, n) if rank == world - 1 else torch.zeros(n))
+            t.copy_(inputs(rank, n, dtype) if rank == world - 1 else torch.zeros(n))
             dist.broadcast(t, src=world - 1)
-            check(t, inputs(world - 1, n), dtype, f"zero-copy broadcast {dtype}")
+            check(t, inputs(world - 1, n, dtype), dtype, f"zero-copy broadcast {dtype}")
             src, out = ct.empty((n,), dtype=dtype), ct.empty((world * n,), dtype=dtype)
-            src.copy_(inputs(rank, n))
+            src.copy_(inputs(rank, n, dtype))
             dist.all_gather_into_tensor(out, src)
             check(out, everyone.reshape(-1), dtype, f"zero-copy all_gather_into_tensor {dtype}")
             big, out = ct.empty((world * n,), dtype=dtype), ct.empty((n,), dtype=dtype)
-            parts = torch.stack([inputs(rank * world + c, n) for c in range(world)])
+            parts = torch.stack([inputs(rank * world + c, n, dtype) for c in range(world)])
             big.copy_(parts.reshape(-1))
             dist.reduce_scatter_tensor(out, big, op=dist.ReduceOp.MAX)
-            want = torch.stack([torch.stack([inputs(r * world + c, n) for c in range(world)])
-                                for r in range(world)]).max(0).values[rank]
+            want = torch.stack([
+                torch.stack([inputs(r * world + c, n, dtype) for c in range(world)])
+                for r in range(world)]).max(0).values[rank]
             check(out, want, dtype, f"zero-copy reduce_scatter_tensor {dtype}")
             checked += 3
             taken += 3
@@ -611,7 +726,7 @@ def _operand(rank: int, tag: int, shape) -> torch.Tensor:
     n = 1
     for s in shape:
         n *= s
-    return (inputs(rank * 31 + tag, n, -4, 4) / 4).reshape(shape)
+    return (inputs(rank * 31 + tag, n, low=-4, high=4) / 4).reshape(shape)
 
 
 def fused_matmul(out_dir: str) -> None:
@@ -711,7 +826,7 @@ def chunked_entries(out_dir: str) -> None:
 
 SCENARIOS = {f.__name__: f for f in (ops_matrix, coalesced, ddp, fsdp, hang, nan, death,
                                      bad_arguments, fused_matmul, zero_copy, work, interrupt,
-                                     chunked_entries)}
+                                     chunked_entries, rooted_and_objects)}
 
 
 def main() -> None:
