@@ -11,6 +11,7 @@
 #include "commd/commd.h"
 #include "commd/v1/handles.pb.h"
 #include "commd/v1/node.grpc.pb.h"
+#include "common/control_block.h"
 #include "common/grpc_status.h"
 #include "common/runtime_dir.h"
 #include "common/status_macros.h"
@@ -253,6 +254,14 @@ void Client::Impl::OnAbortEvent(const std::string& group, const std::string& rea
   absl::MutexLock lock(&abort_mu);
   auto [begin, end] = abort_hooks.equal_range(group);
   for (auto it = begin; it != end; ++it) (*it->second)(reason);
+}
+
+void Client::Impl::RequestAbort(const std::string& group, const std::string& reason) const {
+  v1::AbortRequest request;
+  request.set_group(group);
+  request.set_reason(reason.substr(0, kMaxAbortReasonBytes));
+  v1::AbortResponse response;
+  (void)health->Abort(Context().get(), request, &response);
 }
 
 absl::StatusOr<v1::GetHealthResponse> Client::GetHealth(const std::string& group,

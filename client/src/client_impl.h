@@ -48,6 +48,9 @@ class Client::Impl {
   std::multimap<std::string, std::function<void(const std::string& reason)>*> abort_hooks
       ABSL_GUARDED_BY(abort_mu);
   void OnAbortEvent(const std::string& group, const std::string& reason);
+  // Asks the daemon to abort this job's `group` with `reason` (cut to what the daemon takes:
+  // a longer one would be refused and nothing aborted). Best effort: a failure is ignored.
+  void RequestAbort(const std::string& group, const std::string& reason) const;
   std::unique_ptr<Store::Impl> store_impl;
   std::unique_ptr<Store> store;
   // The Attach stream: its context (cancelled on destruction) and reader thread.

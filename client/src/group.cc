@@ -67,16 +67,9 @@ SpanCollectives MakeSpan(const GroupOptions& options, const v1::JoinGroupRespons
                   .abort_word = reinterpret_cast<const uint32_t*>(base + kAbortOffset),
                   .heartbeat_ns = reinterpret_cast<uint64_t*>(
                       base + kProgressOffset + offsetof(ControlBlockProgress, heartbeat_ns)),
+                  // The rank's own error keeps the whole reason.
                   .request_abort = [weak, group](const std::string& reason) {
-                    if (auto c = weak.lock()) {
-                      v1::AbortRequest request;
-                      request.set_group(group);
-                      // Cut to what the daemon takes (a longer reason would be refused, and
-                      // nothing aborted); the rank's own error keeps the whole text.
-                      request.set_reason(reason.substr(0, kMaxAbortReasonBytes));
-                      v1::AbortResponse response;
-                      (void)c->health->Abort(c->Context().get(), request, &response);
-                    }
+                    if (auto c = weak.lock()) c->RequestAbort(group, reason);
                   }};
   if (options.device.is_host()) return MakeHostSpanCollectives(std::move(setup));
   return MakeCudaSpanCollectives(options.device.cuda_index(), std::move(setup));
@@ -109,6 +102,12 @@ absl::StatusOr<v1::ListGroupsResponse> Client::ListGroups() {
 }
 
 absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& options) {
+  return Join(impl_, options, *impl_->WaitingContext(options.timeout));
+}
+
+absl::StatusOr<std::unique_ptr<Group>> Client::Join(const std::shared_ptr<Impl>& impl,
+                                                    const GroupOptions& options,
+                                                    grpc::ClientContext& context) {
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("group timeout ", absl::FormatDuration(options.timeout), " must be positive"));
@@ -131,11 +130,10 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   request.set_nan_sample_period(options.nan_sample_period);
   request.set_nan_policy(static_cast<v1::NanPolicy>(options.nan_policy));
   auto state = std::make_unique<Group::State>();
-  state->client = impl_;
+  state->client = impl;
   state->options = options;
   state->timeout_ms = static_cast<uint64_t>(absl::ToInt64Milliseconds(options.timeout));
-  RETURN_IF_ERROR(FromGrpcStatus(impl_->groups->JoinGroup(
-      impl_->WaitingContext(options.timeout).get(), request, &state->joined)));
+  RETURN_IF_ERROR(FromGrpcStatus(impl->groups->JoinGroup(&context, request, &state->joined)));
   for (const v1::NodeRanks& n : state->joined.layout().nodes()) {
     state->layout.push_back(NodeRanks{
         .node = n.node(), .global_ranks = {n.global_ranks().begin(), n.global_ranks().end()}});
@@ -146,7 +144,7 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
     state->peers.pidfds.emplace_back(
         self ? -1 : static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(m.pid()), 0)));
   }
-  ASSIGN_OR_RETURN(auto maps, impl_->MapBuffers({&state->joined.control_block()}, -1));
+  ASSIGN_OR_RETURN(auto maps, impl->MapBuffers({&state->joined.control_block()}, -1));
   state->control_block = std::move(maps[0]);
   // Fault the block's pages in now, writable: otherwise the ring's first pass takes a page
   // fault every few entries, which doubled the SDK's per-call cost over a group's first
@@ -168,7 +166,7 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   state->recorder = std::make_unique<Recorder>(std::move(recorder));
   if (state->joined.global_world_size() > state->joined.world_size()) {
     SpanCollectives span = MakeSpan(options, state->joined, state->layout, options.timeout,
-                                    state->control_block->data(), impl_);
+                                    state->control_block->data(), impl);
     state->close_span = std::move(span.close);
     state->backend = std::move(span.backend);
   } else {
@@ -182,15 +180,32 @@ absl::StatusOr<std::unique_ptr<Group>> Client::JoinGroup(const GroupOptions& opt
   // timeout; the SDK's own limit is a backstop for when the daemon cannot act, so by default
   // it comes later.
   state->default_wait = options.timeout + options.timeout;
+  PointToPointParent p2p{.client = impl,
+                         .options = options,
+                         .name = state->joined.name(),
+                         .self = state->joined.rank(),
+                         .ranks = state->global_world_size,
+                         .global_rank = state->joined.members(state->joined.rank()).global_rank()};
+  if (state->global_world_size > state->world_size) {
+    p2p.self = p2p.global_rank;  // a spanning group's ranks are its global ranks
+    p2p.node_of.resize(state->global_world_size, -1);
+    for (size_t n = 0; n < state->layout.size(); ++n) {
+      for (int g : state->layout[n].global_ranks) p2p.node_of.at(g) = static_cast<int>(n);
+    }
+  }
+  state->p2p = std::make_unique<PointToPointChannels>(std::move(p2p));
   Group::State* raw = state.get();
   state->hook = [raw](const std::string& reason) {
-    // First end a wait on another node, then the user's callback (which may take its time).
+    // First end a wait on another node and the point-to-point messages in flight, then the
+    // user's callback (which may take its time).
     if (raw->close_span) raw->close_span();
+    const std::string why = raw->AbortReason();
+    raw->p2p->Abort(why.empty() ? reason : why);
     raw->RunCallbackOnce(reason);
   };
   {
-    absl::MutexLock lock(&impl_->abort_mu);
-    impl_->abort_hooks.emplace(state->joined.name(), &state->hook);
+    absl::MutexLock lock(&impl->abort_mu);
+    impl->abort_hooks.emplace(state->joined.name(), &state->hook);
   }
   return std::unique_ptr<Group>(new Group(std::move(state)));
 }
@@ -224,6 +239,7 @@ Group::~Group() {
       }
     }
   }
+  state_->p2p.reset();  // ends this rank's channels and joins their threads
   state_->close_span = nullptr;
   state_->backend.reset();  // CUDA: waits for enqueued kernels before barrier_buffer_ is unmapped
 }

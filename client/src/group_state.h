@@ -18,6 +18,7 @@
 #include "client/src/client_impl.h"
 #include "client/src/collective_call.h"
 #include "client/src/group_aborted.h"
+#include "client/src/point_to_point.h"
 #include "client/src/recorder_impl.h"
 #include "client/src/span_collectives.h"
 #include "commd/group.h"
@@ -85,6 +86,8 @@ struct Group::State {
     const std::string why = AbortReason();
     callback(GroupAbortedError(joined.name(), why, why.empty() ? event_text : ""));
   }
+  // This rank's point-to-point channels in the group (Group::Send and friends).
+  std::unique_ptr<PointToPointChannels> p2p;
   // A spanning group's words (span_collectives.h), allocated by its first collective.
   std::unique_ptr<SymmetricBuffer> span_words;
   // A spanning group's abort hook (SpanCollectives::close; empty for a node-local group):

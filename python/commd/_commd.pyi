@@ -10,6 +10,7 @@ MAX_GROUP_DESCRIPTION_BYTES: int
 MIN_NAN_SAMPLE_PERIOD: int
 MAX_NAN_SAMPLE_PERIOD: int
 MAX_GLOBAL_WORLD_SIZE: int
+MAX_POINT_TO_POINT_CHANNELS: int  # channels (direction, peer, tag) a rank opens in a group
 COLLECTIVE_TYPES: tuple[str, ...]  # the types the collectives take (commd/vocabulary.h)
 REDUCE_OPS: tuple[str, ...]
 
@@ -111,6 +112,11 @@ _Operand = SymmetricBuffer | TensorView
 # bytearray, memoryview) or a TensorView; the call stages it through `staging`.
 _HostOperand = _Operand | Any
 
+class PointToPointRequest:
+    """Sends and receives in flight (Group.isend, irecv, batch_isend_irecv)."""
+    def wait(self) -> None: ...
+    def done(self) -> bool: ...
+
 class Group:
     """Ranks of this job on this node that run collectives together."""
     @property
@@ -165,6 +171,17 @@ class Group:
                   nan_check: str | None = None, nan_sample_period: int = 100, cuda_stream: int = 0,
                   staging: SymmetricBuffer | None = None,
                   part_of: RecordId | None = None) -> NanFinding: ...
+    # Point-to-point on host memory (docs/python.md, "Point-to-point").
+    def isend(self, buf: Any, peer: int, tag: int = 0, *, count: int | None = None,
+              dtype: _DType | None = None) -> PointToPointRequest: ...
+    def irecv(self, buf: Any, peer: int, tag: int = 0, *, count: int | None = None,
+              dtype: _DType | None = None) -> PointToPointRequest: ...
+    def send(self, buf: Any, peer: int, tag: int = 0, *, count: int | None = None,
+             dtype: _DType | None = None) -> None: ...
+    def recv(self, buf: Any, peer: int, tag: int = 0, *, count: int | None = None,
+             dtype: _DType | None = None) -> None: ...
+    # ops: ("send" | "recv", buf, peer[, tag]) tuples.
+    def batch_isend_irecv(self, ops: Sequence[tuple[Any, ...]]) -> PointToPointRequest: ...
     def all_to_all(self, input: _HostOperand, output: _HostOperand, count: int | None = None,
                    dtype: _DType | None = None, *, timeout: float | None = None,
                    nan_check: str | None = None, nan_sample_period: int = 100, cuda_stream: int = 0,

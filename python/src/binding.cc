@@ -226,6 +226,7 @@ PYBIND11_MODULE(_commd, m) {
   m.attr("MIN_NAN_SAMPLE_PERIOD") = commd::kMinNanSamplePeriod;
   m.attr("MAX_NAN_SAMPLE_PERIOD") = commd::kMaxNanSamplePeriod;
   m.attr("MAX_GLOBAL_WORLD_SIZE") = commd::kMaxGlobalWorldSize;
+  m.attr("MAX_POINT_TO_POINT_CHANNELS") = commd::kMaxPointToPointChannels;
   // The vocabulary's rows (commd/vocabulary.h) Python code names: the types the collectives
   // take and the reduce ops, by their names.
   cp::py::list types, ops;

@@ -336,6 +336,7 @@ void BindGroup(py::module_& m) {
   DefGroupLifetime(cls);
   DefCollectives(cls);
   DefFusedMatmuls(cls);
+  DefPointToPoint(m, cls);
 }
 
 }  // namespace commd::python

@@ -111,10 +111,12 @@ void NeedOffsetZero(const Operand& op, const char* call, const char* what);
 std::string CallDoc(const char* head);
 
 // commd.Group's methods, by concern: the collectives (and barrier, NanFinding), the fused
-// matmuls.
+// matmuls, point-to-point.
 void BindNanFinding(py::module_& m);
 void DefCollectives(py::class_<GroupObject>& cls);
 void DefFusedMatmuls(py::class_<GroupObject>& cls);
+// Group.send, recv, isend, irecv, batch_isend_irecv and commd.PointToPointRequest.
+void DefPointToPoint(py::module_& m, py::class_<GroupObject>& cls);
 
 }  // namespace commd::python
 

@@ -25,6 +25,10 @@
 #include "commd/v1/recorder.pb.h"
 #include "commd/v1/topology.pb.h"
 
+namespace grpc {
+class ClientContext;
+}  // namespace grpc
+
 namespace commd {
 
 struct ClientOptions {
@@ -113,7 +117,12 @@ class COMMD_API Client {
   class Impl;  // opaque: internal to the SDK
 
  private:
+  friend class PointToPointChannels;  // joins its channels' groups on the session
   explicit Client(std::shared_ptr<Impl> impl);
+  // JoinGroup on `impl`'s session, waiting in `context` (which its owner may cancel).
+  static absl::StatusOr<std::unique_ptr<Group>> Join(const std::shared_ptr<Impl>& impl,
+                                                     const GroupOptions& options,
+                                                     grpc::ClientContext& context);
   // Shared with every Group and buffer, so the session outlives whichever is destroyed last.
   std::shared_ptr<Impl> impl_;
 };

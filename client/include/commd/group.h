@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,36 @@ struct MatmulB {
   size_t n = 0;                      // columns, 1 to 2^31 - 1
   void* out = nullptr;               // the call's output (its shape: see the call)
   const float* col_scale = nullptr;  // n scales: out[i][j] *= col_scale[j]; null: none
+};
+
+// One send or receive of a point-to-point batch (Group::StartPointToPoint).
+struct PointToPoint {
+  enum class Kind { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  void* data = nullptr;  // a send only reads it
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int peer = -1;  // a rank of the group: [0, global_world_size())
+  int tag = 0;    // [0, kMaxPointToPointTag]
+};
+
+// Sends and receives in flight (Group::ISend, IRecv, StartPointToPoint). Their memory is in
+// use until they are done; destroying the request waits for that.
+class COMMD_API PointToPointRequest {
+ public:
+  struct State;  // internal to the SDK
+  explicit PointToPointRequest(std::unique_ptr<State> state);
+  ~PointToPointRequest();
+  PointToPointRequest(const PointToPointRequest&) = delete;
+  PointToPointRequest& operator=(const PointToPointRequest&) = delete;
+  // Blocks (sleeping) until every one is done: the first failure in the batch's order, else
+  // OK. Thread-safe; may be called again (it then returns the same).
+  absl::Status Wait();
+  // Whether every one is done, so that Wait would not block. Never blocks.
+  bool Done() const;
+
+ private:
+  std::unique_ptr<State> state_;
 };
 
 // One symmetric allocation: a buffer per rank, each laid out [signal pad | data], every rank
@@ -276,6 +307,36 @@ class COMMD_API Group {
                          SymmetricBuffer& staging, const CollectiveOptions& options = {});
   absl::Status AllToAll(const void* input, void* output, size_t count, DataType dtype,
                         SymmetricBuffer& staging, const CollectiveOptions& options = {});
+  // Point-to-point on host memory: `count` elements of `dtype` to or from rank `peer` of the
+  // group (its rank over every node for a group spanning nodes; not this rank), matched by
+  // (sender, receiver, tag). Messages of one sender, receiver and tag are received in the
+  // order they were sent; different tags or peers are independent, so a ring of ISends
+  // posted before their IRecvs (as PyTorch's pipelining schedules do) completes whatever the
+  // sizes. The receiver gives the sender's count and dtype. How it runs (docs/architecture.md
+  // "Point-to-point"): each (sender, receiver, tag) is a two-rank group of its own,
+  // "<group>/p2p/<sender>-<receiver>/<tag>", formed by the first message (the daemon then
+  // watches it as any group: a send whose receive never comes ends in that group's
+  // rendezvous or collective timeout, the watchdog naming the rank missing), and a thread of this
+  // rank that moves that channel's messages in order through a 1 MiB staging buffer; each message
+  // is one broadcast entry in that group's flight recorder. Errors, with nothing started:
+  // INVALID_ARGUMENT for a peer out of range or this rank, a tag out of range, a type that is not a
+  // collective type, or a null pointer with a nonzero count; UNIMPLEMENTED on a CUDA group;
+  // RESOURCE_EXHAUSTED past kMaxPointToPointChannels channels of this rank in the group. From the
+  // wait: the channel's join or its broadcast's error (INVALID_ARGUMENT on both ranks, naming both
+  // counts, when they differ), naming the peer and tag; ABORTED when this group is aborted
+  // (messages in flight end, later ones fail at once); CANCELLED for messages still queued
+  // when the Group is destroyed. Thread-safe: any thread may post or wait.
+  absl::Status Send(const void* data, size_t count, DataType dtype, int peer, int tag = 0);
+  absl::Status Recv(void* data, size_t count, DataType dtype, int peer, int tag = 0);
+  absl::StatusOr<std::unique_ptr<PointToPointRequest>> ISend(const void* data, size_t count,
+                                                             DataType dtype, int peer, int tag = 0);
+  absl::StatusOr<std::unique_ptr<PointToPointRequest>> IRecv(void* data, size_t count,
+                                                             DataType dtype, int peer, int tag = 0);
+  // Posts every one of `ops` (all checked first: one bad op posts none) and returns one
+  // request for them all, as PyTorch's batch_isend_irecv.
+  absl::StatusOr<std::unique_ptr<PointToPointRequest>> StartPointToPoint(
+      std::span<const PointToPoint> ops);
+
   // Many tensors of `buf` reduced in place as one collective (one barrier pair, one entry).
   absl::Status AllReduceCoalesced(SymmetricBuffer& buf, const std::vector<CoalescedTensor>& tensors,
                                   ReduceOp op, const CollectiveOptions& options = {});

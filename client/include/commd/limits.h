@@ -32,6 +32,13 @@ inline constexpr size_t kMaxGroupDescriptionBytes = 63;
 // 2048-node job of 8 GPUs each).
 inline constexpr int kMaxGlobalWorldSize = 16384;
 
+// Point-to-point (Group::Send and friends): the largest tag, and how many channels (one per
+// direction, peer and tag, each a two-rank group on the daemon) one rank may open in one
+// group. 256 covers a rank talking both ways with 127 peers on one tag; a program that makes
+// a tag per message would otherwise fill the node's group table (limits.max_groups).
+inline constexpr int kMaxPointToPointTag = 0x7fffffff;
+inline constexpr int kMaxPointToPointChannels = 256;
+
 }  // namespace commd
 
 #endif  // COMMD_CLIENT_INCLUDE_COMMD_LIMITS_H_

@@ -16,13 +16,14 @@ from commd import Client, Error, Group, RecordId, SymmetricBuffer
 from commd._commd import SymmetricRegistry
 
 from ._collectives import _Collectives
+from ._point_to_point import _PointToPoint
 from ._session import BACKEND_NAME, Options, _connect, _node_of, _Placement, _placement
 from ._staging import _OnCurrentStream, _Stager, _Staging
 from ._tensors import _ITEMSIZE, _commd_dtype, _tensors_in
 from ._work import _completed
 
 
-class ProcessGroupCommd(_Collectives, _Stager, _C10dBackend):
+class ProcessGroupCommd(_Collectives, _PointToPoint, _Stager, _C10dBackend):
     """A torch.distributed backend over one commd group (see the module's docstring)."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta,
@@ -77,6 +78,9 @@ class ProcessGroupCommd(_Collectives, _Stager, _C10dBackend):
         # commd calls (_entry): each of them is a part of it.
         self._outer: RecordId | None = None
         self._fused: dict[int, SymmetricBuffer] = {}  # the fused matmuls' buffers, by role
+        # The Works of sends and receives posted inside a coalescing block (start_coalescing
+        # to end_coalescing), else None.
+        self._coalesced: list[dist.Work] | None = None
 
     def _on_device(self, op: str, tensors: Sequence[Any]) -> "ProcessGroupCommd":
         """The backend that runs `op` on these tensors: this one for CPU tensors, the CUDA
@@ -98,6 +102,14 @@ class ProcessGroupCommd(_Collectives, _Stager, _C10dBackend):
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
         return BACKEND_NAME
+
+    @property
+    def supports_coalescing(self) -> bool:
+        """False, as the C++ backend answers: torch's batch_isend_irecv then posts each op and
+        _coalescing_manager hands all-reduces to allreduce_coalesced. Defined here because
+        torch's trampoline for a Python backend reads this property back through itself
+        (RecursionError) when the backend has none."""
+        return False
 
     @property
     def client(self) -> Client:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._tensors import _flat, _reduce_op_name, _write_back
+from ._tensors import _GATHERED, _flat, _reduce_op_name, _write_back
 from ._work import _completed
 
 
@@ -29,19 +29,19 @@ class _Collectives:
         return self._run("allreduce", lambda: self._all_reduce(t, cdtype, op), tensors)
 
     def _all_reduce(self, t: torch.Tensor, cdtype: str, op: str) -> None:
-        if op == "product":
-            self._product(t, cdtype)
+        if op in _GATHERED:
+            self._gathered(t, cdtype, op)
             return
         self._staged("all_reduce", t, t, cdtype, op=op)
 
-    def _product(self, t: torch.Tensor, cdtype: str) -> None:
-        """PRODUCT: commd reduces sum, avg, min and max; the product is taken here over an
-        all-gather (each rank multiplies the world's values in rank order)."""
+    def _gathered(self, t: torch.Tensor, cdtype: str, op: str) -> None:
+        """PRODUCT, BAND, BOR, BXOR: commd's kernels reduce sum, avg, min and max; these are
+        taken here over an all-gather (each rank reduces the world's values in rank order)."""
         world = self.size()
         flat = _flat(t)
         gathered = torch.empty((world, flat.numel()), dtype=t.dtype, device=t.device)
         self._staged("all_gather", flat, gathered, cdtype, out_slots=world)
-        flat.copy_(torch.prod(gathered, dim=0).to(t.dtype))
+        flat.copy_(_GATHERED[op](gathered).to(t.dtype))
         _write_back(t, flat)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
@@ -56,9 +56,9 @@ class _Collectives:
     def _all_reduce_coalesced(self, tensors: list[torch.Tensor], cdtype: str, op: str) -> None:
         itemsize = tensors[0].element_size()
         total = sum(t.numel() for t in tensors)
-        if op == "product" or total * itemsize > self._staging.nbytes:
+        if op in _GATHERED or total * itemsize > self._staging.nbytes:
             counts = [(t.numel(), cdtype) for t in tensors]
-            if op == "product":  # recorded as the all-gathers it runs (_product)
+            if op in _GATHERED:  # recorded as the all-gathers it runs (_gathered)
                 entry = ("all_gather", counts, [(n * self.size(), d) for n, d in counts])
             else:
                 entry = ("all_reduce", counts, counts)
@@ -76,15 +76,6 @@ class _Collectives:
         for t in tensors:
             t.copy_(self._staging.tensor(0, t.dtype, t.numel(), offset).view(t.shape))
             offset += t.numel()
-
-    # start/end_coalescing: torch's _coalescing_manager hands the captured all-reduces to
-    # allreduce_coalesced itself; anything else inside the block runs as it is called, so
-    # there is nothing to hold back here.
-    def start_coalescing(self) -> None:
-        pass
-
-    def end_coalescing(self) -> dist.Work:
-        return _completed(None)
 
     # -- broadcast -------------------------------------------------------------------
 
@@ -281,9 +272,9 @@ class _Collectives:
 
     def _reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, cdtype: str,
                         op: str) -> None:
-        if op == "product":
+        if op in _GATHERED:
             whole = input.contiguous().clone()
-            self._product(whole, cdtype)
+            self._gathered(whole, cdtype, op)
             n = output.numel()
             output.copy_(whole.view(-1)[self.rank() * n:(self.rank() + 1) * n]
                          .view(output.shape))
@@ -388,14 +379,10 @@ class _Collectives:
                 f"commd does not support {name}; supported: all_reduce, "
                 "all_reduce_coalesced, broadcast, reduce, all_gather, all_gather_into_tensor, "
                 "all_gather_coalesced, gather, scatter, reduce_scatter, reduce_scatter_tensor, "
-                "all_to_all, all_to_all_single, barrier")
+                "all_to_all, all_to_all_single, barrier, monitored_barrier, send, recv")
         method.__name__ = name
         return method
 
-    send = _unsupported("send")
-    recv = _unsupported("recv")
-    recv_anysource = _unsupported("recv_anysource")
     allreduce_sparse = _unsupported("allreduce_sparse")
-    monitored_barrier = _unsupported("monitored_barrier")
     del _unsupported
 

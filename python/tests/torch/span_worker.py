@@ -141,9 +141,7 @@ def refusals() -> dict[str, str]:
         on_gpu = torch.empty(4, device="cuda")
     opts = dist.AllreduceOptions()
     for name, fn in (
-        ("send", lambda: dist.send(torch.ones(1), (dist.get_rank() + 1) % 4)),
-        ("bitwise and", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32),
-                                                op=dist.ReduceOp.BAND)),
+        ("recv from any source", lambda: dist.recv(torch.ones(1))),
         ("fused matmul", lambda: ct.fused_matmul_reduce_scatter(
             torch.ones(8, 4), torch.ones(4, 2), "sum", 0)),
     ):
@@ -178,6 +176,15 @@ def spanning(out_dir: str) -> None:
     check(t, torch.stack([inputs(r, t.numel()) for r in range(world)]).sum(0), torch.float32,
           "all_reduce of 3 MiB in chunks")
     checked += 1 + non_contiguous(None, list(range(world))) + zero_copy(None, list(range(world)))
+    # A ring of isends posted before their irecvs, two of its links between the nodes (each
+    # such channel a group spanning the two nodes, one rank on each); 3 MiB in pieces too.
+    for n in (1001, (3 << 18) + 5):
+        out, got = inputs(rank, n).float(), torch.empty(n)
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, out, (rank + 1) % world),
+                                         dist.P2POp(dist.irecv, got, (rank - 1) % world)]):
+            w.wait()
+        assert torch.equal(got, inputs((rank - 1) % world, n).float()), n
+        checked += 1
     result["refused"] = refusals()
     t = torch.ones(4)
     dist.all_reduce(t)  # still usable after the refusals

@@ -70,10 +70,23 @@ def test_coalescing_manager_is_one_flight_recorder_entry(daemon, tmp_path):
 def test_rooted_uneven_and_object_collectives_and_checkpoint(daemon, tmp_path, world):
     code, results = torchrun(daemon, tmp_path, "rooted_and_objects", world)
     assert code == 0
-    # 5 dtypes x world roots x (4 or 5 reduce ops + gather + scatter), then 8 more.
-    ops = {torch.float32: 5, torch.bfloat16: 5, torch.int64: 4, torch.uint8: 4, torch.bool: 4}
+    # 5 dtypes x world roots x (5 or 7 reduce ops + gather + scatter), then 8 more.
+    ops = {torch.float32: 5, torch.bfloat16: 5, torch.int64: 7, torch.uint8: 7, torch.bool: 7}
     want = sum(world * (n + 2) for n in ops.values()) + 8
     assert [r["checked"] for r in results] == [want] * world, results
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_send_recv_and_a_pipeline_schedule_equal_gloo(daemon, tmp_path, world):
+    code, results = torchrun(daemon, tmp_path, "point_to_point", world)
+    assert code == 0
+    # 10 dtypes x 3 sizes, a 4th size of float32, the transposed matrices, the monitored
+    # barriers, the pipeline.
+    assert [r["checked"] for r in results] == [10 * 3 + 1 + 3] * world, results
+    assert len(results[-1]["losses"]) == 4, results
+    others = ", ".join(str(r) for r in range(1, world))
+    assert results[0]["missed"] == (
+        f"Rank{'s' if world > 2 else ''} {others} failed to pass monitoredBarrier in 2000 ms")
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -153,7 +166,8 @@ def test_bad_arguments_raise_clear_errors(daemon, tmp_path):
     assert "uint16" in local["uint16"] and "bool" in local["uint16"]
     assert "summing to the output's" in local["bad splits"]
     assert "gather list has" in local["short gather list"]
-    assert "send" in local["send"]
+    assert "name the sender" in local["recv from any source"]
+    assert "tag -1 is out of range (allowed: 0..2147483647)" in local["negative tag"]
     for r in results:
         assert r["mismatch"]["raised"] == "DistBackendError", results
 

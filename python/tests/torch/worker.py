@@ -31,7 +31,18 @@ OPS = {
     "min": (dist.ReduceOp.MIN, lambda x: x.min(0).values),
     "max": (dist.ReduceOp.MAX, lambda x: x.max(0).values),
     "product": (dist.ReduceOp.PRODUCT, lambda x: x.prod(0)),
+    # Integer and bool types only: on the values as int64 (two's complement, as they are held).
+    "band": (dist.ReduceOp.BAND, lambda x: _bitwise(torch.bitwise_and, x)),
+    "bor": (dist.ReduceOp.BOR, lambda x: _bitwise(torch.bitwise_or, x)),
+    "bxor": (dist.ReduceOp.BXOR, lambda x: _bitwise(torch.bitwise_xor, x)),
 }
+
+
+def _bitwise(fn, x: torch.Tensor) -> torch.Tensor:
+    out = x[0].to(torch.int64)
+    for row in x[1:]:
+        out = fn(out, row.to(torch.int64))
+    return out.to(torch.float64)
 
 
 def FACTORS(x: torch.Tensor) -> torch.Tensor:  # noqa: N802
@@ -47,7 +58,11 @@ def reductions(dtype: torch.dtype, everyone: torch.Tensor):
     for name, (op, reduce) in OPS.items():
         if name == "avg" and not dtype.is_floating_point:
             continue
+        if name in ("band", "bor", "bxor") and dtype.is_floating_point:
+            continue
         x = everyone if name != "product" or not dtype.is_signed else FACTORS(everyone)
+        if name in ("band", "bor", "bxor") and dtype == torch.bool:
+            x = (everyone != 0).to(torch.float64)  # the bits bool holds: 0 or 1
         yield name, op, x, reduce(x)
 
 
@@ -394,9 +409,11 @@ def bad_arguments(out_dir: str) -> None:
         ("short gather list", lambda: ct.backend_of().gather(
             [[torch.empty(3)] * (world + 1)], [torch.ones(3)], _rooted(dist.GatherOptions(), rank)),
          ValueError),
-        ("send", lambda: dist.send(torch.ones(1), (rank + 1) % world), NotImplementedError),
-        ("bitwise and", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32),
-                                                op=dist.ReduceOp.BAND), NotImplementedError),
+        ("recv from any source", lambda: dist.recv(torch.ones(1)), NotImplementedError),
+        ("negative tag", lambda: dist.send(torch.ones(1), (rank + 1) % world, tag=-1),
+         dist.DistBackendError),
+        ("bitwise and of floats", lambda: dist.all_reduce(torch.ones(3),
+                                                          op=dist.ReduceOp.BAND), TypeError),
     ):
         try:
             fn()
@@ -509,6 +526,76 @@ def rooted_and_objects(out_dir: str) -> None:
     write(out_dir, {"checked": checked})
 
 
+def point_to_point(out_dir: str) -> None:
+    """send/recv, isend/irecv and batch_isend_irecv (a ring of isends posted before their
+    irecvs) of every dtype and of sizes from nothing to several 1 MiB staging pieces, tags,
+    non-contiguous tensors, a Work's future, monitored_barrier; then a
+    torch.distributed.pipelining GPipe schedule, one stage a rank, whose losses and gradients
+    equal the same schedule's over gloo; last, a monitored barrier the other ranks miss."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    nxt, prev = (rank + 1) % world, (rank - 1) % world
+    checked = 0
+    for dtype in DTYPES:
+        for n in (0, 1, 1001) + (((1 << 19) + 3,) if dtype == torch.float32 else ()):
+            out = inputs(rank, n, dtype).to(dtype)
+            got = torch.empty(n, dtype=dtype)
+            for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, out, nxt),
+                                             dist.P2POp(dist.irecv, got, prev)]):
+                w.wait()
+            assert torch.equal(got, inputs(prev, n, dtype).to(dtype)), (dtype, n)
+            checked += 1
+    # Rank 0 sends each rank a transposed (non-contiguous) matrix on the rank's own tag, the
+    # last one first; each receives into a transposed view. A Work's future completes.
+    if rank == 0:
+        works = [dist.isend((torch.arange(12.0).view(3, 4) + r).t(), dst=r, tag=r)
+                 for r in reversed(range(1, world))]
+        torch.futures.wait_all([w.get_future() for w in works])
+        assert all(w.is_completed() for w in works)
+    else:
+        into = torch.zeros(3, 4).t()
+        dist.recv(into, src=0, tag=rank)
+        assert torch.equal(into, (torch.arange(12.0).view(3, 4) + rank).t()), into
+    checked += 1
+    # monitored_barrier, gloo's semantics on the point-to-point channels.
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=60), wait_all_ranks=True)
+    checked += 1
+    # Pipeline parallelism: the same stages, inputs and schedule over commd and over gloo.
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    gloo = dist.new_group(backend="gloo")
+    results = {}
+    for name, group in (("commd", None), ("gloo", gloo)):
+        torch.manual_seed(0)
+        stages = [torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh())
+                  for _ in range(world)]
+        stage = PipelineStage(stages[rank], rank, world, torch.device("cpu"), group=group)
+        schedule = ScheduleGPipe(stage, n_microbatches=4,
+                                 loss_fn=lambda y, t: torch.nn.functional.mse_loss(y, t))
+        x, target = torch.randn(8, 16), torch.randn(8, 16)
+        losses: list[torch.Tensor] = []
+        if rank == 0:
+            schedule.step(x)
+        elif rank == world - 1:
+            schedule.step(target=target, losses=losses)
+        else:
+            schedule.step()
+        results[name] = ([p.grad.clone() for p in stages[rank].parameters()], losses)
+    for c, g in zip(results["commd"][0], results["gloo"][0]):
+        assert torch.equal(c, g), (c - g).abs().max()
+    assert [float(v) for v in results["commd"][1]] == [float(v) for v in results["gloo"][1]]
+    assert rank != world - 1 or len(results["commd"][1]) == 4
+    # A monitored barrier only rank 0 enters names every other rank, as gloo's does.
+    missed = None
+    if rank == 0:
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=2), wait_all_ranks=True)
+        except RuntimeError as e:
+            missed = str(e)
+    dist.barrier()
+    write(out_dir, {"checked": checked + 1, "losses": [float(v) for v in results["commd"][1]],
+                    "missed": missed})
+
+
 def _entries(rank: int) -> list:
     """This rank's flight-recorder entries of the default group, as the daemon dumps them."""
     dump = ct.backend_of().client.dump(group=ct.backend_of().commd_group.name)
@@ -541,7 +628,8 @@ def zero_copy(out_dir: str) -> None:
                 dist.all_reduce(t, op=op)
                 check(t, want, dtype, f"zero-copy all_reduce {dtype} {name} n={n}")
                 checked += 1
-                taken += name != "product"  # PRODUCT: the Python backend's all-gather
+                # PRODUCT and the bitwise ops: the Python backend's all-gather.
+                taken += name not in ("product", "band", "bor", "bxor")
             t = ct.empty((n,), dtype=dtype)
             t.copy_(inputs(rank, n, dtype) if rank == world - 1 else torch.zeros(n))
             dist.broadcast(t, src=world - 1)
@@ -826,7 +914,7 @@ def chunked_entries(out_dir: str) -> None:
 
 SCENARIOS = {f.__name__: f for f in (ops_matrix, coalesced, ddp, fsdp, hang, nan, death,
                                      bad_arguments, fused_matmul, zero_copy, work, interrupt,
-                                     chunked_entries, rooted_and_objects)}
+                                     chunked_entries, rooted_and_objects, point_to_point)}
 
 
 def main() -> None:
