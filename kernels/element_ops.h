@@ -10,7 +10,10 @@
 // and bool (so kAvg is exact; the result keeps the low bits, so sums wrap at the type's width,
 // as NCCL's do); int64 with wrapping (two's complement) arithmetic for int64. bool loads any
 // nonzero byte as 1 and stores 0 or 1, so its sum is a logical or (commd/vocabulary.h defines
-// each op on each type). kMin and kMax propagate NaN. Every rank reduces in rank order 0..world-1,
+// each op on each type). kProduct multiplies in the same accumulators (int64 keeps the low 64
+// bits); kBAnd/Or/Xor act on the int64 accumulator's bits, which are the element's
+// sign- or zero-extended, so the stored low bits are the element-wise result. kMin and kMax
+// propagate NaN. Every rank reduces in rank order 0..world-1,
 // so all ranks get bit-identical results.
 #ifndef COMMD_KERNELS_ELEMENT_OPS_H_
 #define COMMD_KERNELS_ELEMENT_OPS_H_
@@ -18,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/float16.h"
 #include "kernels/host_device.h"
@@ -152,15 +156,39 @@ COMMD_HOST_DEVICE inline int64_t AddAcc(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
 }
 
+COMMD_HOST_DEVICE inline float MulAcc(float a, float b) { return a * b; }
+COMMD_HOST_DEVICE inline double MulAcc(double a, double b) { return a * b; }
+COMMD_HOST_DEVICE inline int64_t MulAcc(int64_t a, int64_t b) {
+  // As AddAcc: the low 64 bits of the product, so narrower types keep their wrapped product.
+  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
+
+// Whether Combine<Op> is defined on accumulator A: the bitwise ops on the integer ones only
+// (commd/vocabulary.h's kIntegral; ReduceOpApplies refuses the others before any kernel).
+template <ReduceOp Op, typename A>
+inline constexpr bool kCombines =
+    !(Op == ReduceOp::kBAnd || Op == ReduceOp::kBOr || Op == ReduceOp::kBXor) ||
+    std::is_integral_v<A>;
+
 template <ReduceOp Op, typename A>
 COMMD_HOST_DEVICE inline A Combine(A a, A b) {
+  static_assert(kCombines<Op, A>, "a bitwise reduce op of a floating-point type");
   if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kAvg) {
     return AddAcc(a, b);
+  } else if constexpr (Op == ReduceOp::kProduct) {
+    return MulAcc(a, b);
+  } else if constexpr (Op == ReduceOp::kBAnd) {
+    return a & b;
+  } else if constexpr (Op == ReduceOp::kBOr) {
+    return a | b;
+  } else if constexpr (Op == ReduceOp::kBXor) {
+    return a ^ b;
   } else if constexpr (Op == ReduceOp::kMin) {
     if (IsNan(a)) return a;
     if (IsNan(b)) return b;
     return b < a ? b : a;
   } else {
+    static_assert(Op == ReduceOp::kMax);
     if (IsNan(a)) return a;
     if (IsNan(b)) return b;
     return b > a ? b : a;
@@ -244,6 +272,47 @@ COMMD_HOST_DEVICE inline bool DispatchType(DataType t, F&& f) {
     default:  // not a collective type (IsCollectiveType)
       return false;
   }
+}
+
+// f.template operator()<Op>() when Op is defined on T's accumulator (kCombines), and true;
+// else false, instantiating nothing. Device code is C++17, so `f` is a functor, not a
+// lambda with template parameters.
+template <typename T, ReduceOp Op, typename F>
+inline bool CallWithOp(F& f) {
+  if constexpr (kCombines<Op, AccType<T>>) {
+    f.template operator()<Op>();
+    return true;
+  } else {
+    return false;
+  }
+}
+
+// Calls f.template operator()<Op>() with Op the value of `op`, for the ops defined on T's
+// accumulator (no bitwise op of a floating-point type is instantiated); returns false
+// (without calling) for any other value. Every reduction kernel dispatches through this, so
+// an op is one row in commd/vocabulary.h, one case in Combine and one case here.
+template <typename T, typename F>
+inline bool DispatchReduceOp(ReduceOp op, F&& f) {
+  static_assert(kReduceOpCount == 8, "a new reduce op needs its case below");
+  switch (op) {
+    case ReduceOp::kSum:
+      return CallWithOp<T, ReduceOp::kSum>(f);
+    case ReduceOp::kAvg:
+      return CallWithOp<T, ReduceOp::kAvg>(f);
+    case ReduceOp::kMin:
+      return CallWithOp<T, ReduceOp::kMin>(f);
+    case ReduceOp::kMax:
+      return CallWithOp<T, ReduceOp::kMax>(f);
+    case ReduceOp::kProduct:
+      return CallWithOp<T, ReduceOp::kProduct>(f);
+    case ReduceOp::kBAnd:
+      return CallWithOp<T, ReduceOp::kBAnd>(f);
+    case ReduceOp::kBOr:
+      return CallWithOp<T, ReduceOp::kBOr>(f);
+    case ReduceOp::kBXor:
+      return CallWithOp<T, ReduceOp::kBXor>(f);
+  }
+  return false;
 }
 
 }  // namespace commd::kernels

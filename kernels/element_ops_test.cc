@@ -28,7 +28,7 @@ TEST(TypesTest, SizesAndNames) {
   EXPECT_STREQ(AlgorithmWords(Algorithm::kOneShot),
                "one-shot (every rank reads all peers' inputs)");
   EXPECT_STREQ(DataTypeName(static_cast<DataType>(-1)), "?");
-  EXPECT_FALSE(IsValid(static_cast<ReduceOp>(4)));
+  EXPECT_FALSE(IsValid(static_cast<ReduceOp>(kReduceOpCount)));
 }
 
 TEST(ElementOpsTest, CombineAndFinalize) {
@@ -38,6 +38,21 @@ TEST(ElementOpsTest, CombineAndFinalize) {
   EXPECT_EQ((Finalize<ReduceOp::kAvg>(9.0f, 4)), 2.25f);
   EXPECT_EQ((Finalize<ReduceOp::kAvg>(int64_t{-7}, 2)), -3);  // truncates toward zero
   EXPECT_EQ((Finalize<ReduceOp::kSum>(int64_t{-7}, 2)), -7);
+  EXPECT_EQ((Combine<ReduceOp::kProduct>(1.5f, -2.0f)), -3.0f);
+  // int64 products wrap: 2^62 * 4 is 0 in the low 64 bits; int8's -128 * -1 stores as -128.
+  EXPECT_EQ((Combine<ReduceOp::kProduct>(int64_t{1} << 62, int64_t{4})), 0);
+  EXPECT_EQ(FromAcc<int8_t>(Combine<ReduceOp::kProduct>(ToAcc(int8_t{-128}), ToAcc(int8_t{-1}))),
+            int8_t{-128});
+  // The bitwise ops on the sign-extended accumulator keep the element's low bits.
+  EXPECT_EQ(FromAcc<int8_t>(Combine<ReduceOp::kBAnd>(ToAcc(int8_t{-1}), ToAcc(int8_t{5}))), 5);
+  EXPECT_EQ(FromAcc<uint8_t>(Combine<ReduceOp::kBOr>(ToAcc(uint8_t{0xF0}), ToAcc(uint8_t{0x0F}))),
+            0xFF);
+  EXPECT_EQ(FromAcc<int16_t>(Combine<ReduceOp::kBXor>(ToAcc(int16_t{-1}), ToAcc(int16_t{0x00FF}))),
+            int16_t{-256});
+  // bool: any nonzero byte is true; product is and, bxor is xor.
+  EXPECT_EQ(FromAcc<Bool8>(Combine<ReduceOp::kProduct>(ToAcc(Bool8{7}), ToAcc(Bool8{2}))).bits, 1);
+  EXPECT_EQ(FromAcc<Bool8>(Combine<ReduceOp::kBXor>(ToAcc(Bool8{7}), ToAcc(Bool8{2}))).bits, 0);
+  EXPECT_EQ(FromAcc<Bool8>(Combine<ReduceOp::kBAnd>(ToAcc(Bool8{4}), ToAcc(Bool8{0}))).bits, 0);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(std::isnan(Combine<ReduceOp::kMin>(nan, 1.0f)));
   EXPECT_TRUE(std::isnan(Combine<ReduceOp::kMin>(1.0f, nan)));
@@ -118,24 +133,13 @@ void CheckLoopMatchesElement(std::mt19937_64& rng) {
       srcs.push_back(reinterpret_cast<const std::byte*>(v.data()));
       typed.push_back(v.data());
     }
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax}) {
+    for (int o = 0; o < kReduceOpCount; ++o) {
+      const auto op = static_cast<ReduceOp>(o);
       if (!ReduceOpApplies(op, kType)) continue;
       std::vector<T> want(kCount);
       for (size_t i = 0; i < kCount; ++i) {
-        switch (op) {
-          case ReduceOp::kSum:
-            want[i] = ReduceElement<T, ReduceOp::kSum>(typed.data(), n, i, n);
-            break;
-          case ReduceOp::kAvg:
-            want[i] = ReduceElement<T, ReduceOp::kAvg>(typed.data(), n, i, n);
-            break;
-          case ReduceOp::kMin:
-            want[i] = ReduceElement<T, ReduceOp::kMin>(typed.data(), n, i, n);
-            break;
-          case ReduceOp::kMax:
-            want[i] = ReduceElement<T, ReduceOp::kMax>(typed.data(), n, i, n);
-            break;
-        }
+        DispatchReduceOp<T>(
+            op, [&]<ReduceOp Op>() { want[i] = ReduceElement<T, Op>(typed.data(), n, i, n); });
       }
       std::vector<T> got(kCount);
       ReduceInto(kType, op, srcs.data(), n, 0, kCount, reinterpret_cast<std::byte*>(got.data()), n);

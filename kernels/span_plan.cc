@@ -94,6 +94,8 @@ SpanNcclOp NcclOpOf(ReduceOp op, DataType dtype) {
       return SpanNcclOp::kMin;
     case ReduceOp::kMax:
       return SpanNcclOp::kMax;
+    case ReduceOp::kProduct:  // bool's product is an and, which NCCL's uint8 product is too
+      return SpanNcclOp::kProduct;
     default:
       return SpanNcclOp::kSum;
   }
@@ -150,6 +152,12 @@ absl::StatusOr<SpanPlan> PlanSpanAllReduce(const SpanShape& s, size_t offset, si
     return absl::UnimplementedError(
         "reductions of int16 across nodes on CUDA memory: NCCL has no 16-bit integer type; "
         "reduce int32 (or keep the group on host memory)");
+  }
+  if (op == ReduceOp::kBAnd || op == ReduceOp::kBOr || op == ReduceOp::kBXor) {
+    return absl::UnimplementedError(
+        absl::StrCat(ReduceOpName(op),
+                     " across nodes on CUDA memory: NCCL has no bitwise reductions; keep "
+                     "the group on host memory, whose path between nodes has them"));
   }
   if (op == ReduceOp::kAvg && !IsFloatingPoint(dtype)) {
     return absl::UnimplementedError(absl::StrCat(

@@ -136,6 +136,7 @@ enum class SpanNcclOp {
   kSum,           // ncclSum
   kMin,           // ncclMin
   kMax,           // ncclMax
+  kProduct,       // ncclProd
   kPreMulSumAvg,  // ncclRedOpCreatePreMulSum with 1 / global world size: the global average
 };
 

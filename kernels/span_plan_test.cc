@@ -558,13 +558,15 @@ TEST(SpanPlanTest, LargeAllReducesOnEvenNodesUseEveryLane) {
 
 // The ops: node-local steps reduce with the op (avg: sum), NCCL with its op (avg: the sum
 // premultiplied by 1/global size, so uneven nodes weigh every rank alike); integers' avg and
-// int16's reductions (NCCL has no int16) are refused, bool's sum is NCCL's max; every step carries
-// the call's type.
+// int16's reductions (NCCL has no int16, which is said first) and the bitwise ops (NCCL has
+// none) are refused, bool's
+// sum is NCCL's max; every step carries the call's type.
 TEST(SpanPlanTest, OpsAndTypesReachEveryStep) {
   for (const std::vector<int>& sizes : {std::vector<int>{2, 2}, std::vector<int>{1, 3}}) {
     for (int local = 0; local < sizes[1]; ++local) {
       const SpanShape shape{.node_sizes = sizes, .node = 1, .local_rank = local};
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax}) {
+      for (int o = 0; o < kReduceOpCount; ++o) {
+        const ReduceOp op = static_cast<ReduceOp>(o);
         for (DataType dtype : kCollectiveTypes) {
           if (!ReduceOpApplies(op, dtype)) continue;  // the SDK's checks refuse it first
           auto plan = PlanSpanAllReduce(shape, 0, 1001, dtype, op, 0);
@@ -572,6 +574,13 @@ TEST(SpanPlanTest, OpsAndTypesReachEveryStep) {
             ASSERT_FALSE(plan.ok());
             EXPECT_EQ(plan.status().code(), absl::StatusCode::kUnimplemented);
             EXPECT_NE(plan.status().message().find("NCCL has no 16-bit integer"), std::string::npos)
+                << plan.status();
+            continue;
+          }
+          if (op == ReduceOp::kBAnd || op == ReduceOp::kBOr || op == ReduceOp::kBXor) {
+            ASSERT_FALSE(plan.ok());
+            EXPECT_EQ(plan.status().code(), absl::StatusCode::kUnimplemented);
+            EXPECT_NE(plan.status().message().find("NCCL has no bitwise"), std::string::npos)
                 << plan.status();
             continue;
           }
@@ -589,6 +598,7 @@ TEST(SpanPlanTest, OpsAndTypesReachEveryStep) {
           const SpanNcclOp nccl_op = op == ReduceOp::kAvg               ? SpanNcclOp::kPreMulSumAvg
                                      : op == ReduceOp::kMin             ? SpanNcclOp::kMin
                                      : op == ReduceOp::kMax || bool_sum ? SpanNcclOp::kMax
+                                     : op == ReduceOp::kProduct         ? SpanNcclOp::kProduct
                                                                         : SpanNcclOp::kSum;
           for (const SpanStep& s : plan->steps) {
             EXPECT_EQ(s.dtype, dtype) << Describe(s);

@@ -40,8 +40,8 @@ COMMD_HOST_DEVICE constexpr bool IsValid(Algorithm a) {
 absl::Status CheckCollectiveType(DataType t);
 // OK for a reduce op of the vocabulary defined on `t` (ReduceOpApplies; any op when `t` is not
 // a collective type, which CheckCollectiveType refuses), else INVALID_ARGUMENT "reduce op 9 is
-// not one of sum, avg, min, max" or "reduce op avg is not defined on bool; allowed on bool:
-// sum, min, max".
+// not one of sum, avg, min, max, product, band, bor, bxor" or "reduce op bxor is not defined on
+// float32; allowed on float32: sum, avg, min, max, product".
 absl::Status CheckReduceOp(ReduceOp op, DataType t);
 #endif
 

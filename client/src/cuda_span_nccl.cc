@@ -243,9 +243,10 @@ absl::Status SpanNcclLane::Collective(const SpanStep& st, std::byte* region, voi
     return Finish(nccl_->broadcast(from, to, st.count, type, st.root, comm_, stream),
                   "ncclBroadcast");
   }
-  ncclRedOp_t op = st.nccl_op == SpanNcclOp::kMin   ? ncclMin
-                   : st.nccl_op == SpanNcclOp::kMax ? ncclMax
-                                                    : ncclSum;
+  ncclRedOp_t op = st.nccl_op == SpanNcclOp::kMin       ? ncclMin
+                   : st.nccl_op == SpanNcclOp::kMax     ? ncclMax
+                   : st.nccl_op == SpanNcclOp::kProduct ? ncclProd
+                                                        : ncclSum;
   const bool premul = st.nccl_op == SpanNcclOp::kPreMulSumAvg;
   if (premul) {
     Scalar scalar = InverseOf(GlobalRanks(s_), st.dtype);

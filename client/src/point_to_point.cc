@@ -2,6 +2,7 @@
 #include "client/src/point_to_point.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <thread>
 #include <utility>
@@ -12,13 +13,16 @@
 #include "client/src/group_aborted.h"
 #include "client/src/group_state.h"
 #include "common/status_macros.h"
+#include "kernels/host/barrier.h"
 #include "kernels/types.h"
 
 namespace commd {
 
-// One posted send or receive: the channel's thread writes its status, then notifies.
+// One posted send or receive: the channel's thread writes its status, then notifies. A
+// receive from any source gets its peer (and `source`) when a sender's channel takes it.
 struct PointToPointMessage {
   PointToPoint op;
+  std::atomic<int> source{-1};
   absl::Notification done;
   absl::Status status;
 };
@@ -39,6 +43,10 @@ absl::Status PointToPointRequest::Wait() {
   return first;
 }
 
+int PointToPointRequest::source(size_t i) const {
+  return i < state_->messages.size() ? state_->messages[i]->source.load() : -1;
+}
+
 bool PointToPointRequest::Done() const {
   return std::all_of(state_->messages.begin(), state_->messages.end(),
                      [](const auto& m) { return m->done.HasBeenNotified(); });
@@ -53,8 +61,9 @@ const char* KindWords(PointToPoint::Kind kind) {
 // What an op is in messages: "send of 1000 float32 to rank 1 (tag 0)".
 std::string Describe(const PointToPoint& op) {
   return absl::StrCat(KindWords(op.kind), " of ", op.count, " ", DataTypeName(op.dtype),
-                      op.kind == PointToPoint::Kind::kSend ? " to" : " from", " rank ", op.peer,
-                      " (tag ", op.tag, ")");
+                      op.kind == PointToPoint::Kind::kSend ? " to rank " : " from ",
+                      op.peer == kAnySource ? "any rank" : absl::StrCat(op.peer), " (tag ", op.tag,
+                      ")");
 }
 
 absl::Status Check(const PointToPoint& op, int self, int ranks) {
@@ -62,10 +71,12 @@ absl::Status Check(const PointToPoint& op, int self, int ranks) {
     return absl::InvalidArgumentError(absl::StrCat(
         "point-to-point kind ", static_cast<int>(op.kind), " is neither send (0) nor receive (1)"));
   }
-  if (op.peer < 0 || op.peer >= ranks) {
-    return absl::InvalidArgumentError(absl::StrCat(KindWords(op.kind), ": peer ", op.peer,
-                                                   " is out of range (allowed: 0..", ranks - 1,
-                                                   ", not this rank ", self, ")"));
+  const bool any = op.peer == kAnySource && op.kind == PointToPoint::Kind::kRecv;
+  if (!any && (op.peer < 0 || op.peer >= ranks)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(KindWords(op.kind), ": peer ", op.peer, " is out of range (allowed: 0..",
+                     ranks - 1, ", not this rank ", self,
+                     op.kind == PointToPoint::Kind::kRecv ? "; or kAnySource (-1)" : "", ")"));
   }
   if (op.peer == self) {
     return absl::InvalidArgumentError(absl::StrCat(KindWords(op.kind), ": peer ", op.peer,
@@ -134,6 +145,30 @@ class PointToPointChannels::Channel {
     queue_.push_back(std::move(m));
   }
 
+  // A receive from any source waits on this channel (this rank its receiver): form it now,
+  // before a message is posted, so that the sender's first message can be seen waiting. A
+  // failed join (the sender never came within the rendezvous timeout) is tried again by a
+  // later call, at most once a second.
+  void Ready() {
+    absl::MutexLock lock(&mu_);
+    if (own_pad_ != nullptr || form_wanted_ || absl::Now() < retry_after_) return;
+    form_wanted_ = true;
+  }
+
+  // Takes `m`, a receive from any source, when the channel has nothing of its own to move
+  // and its sender `from` waits in the message this rank has yet to receive; then posts it.
+  bool Offer(const std::shared_ptr<PointToPointMessage>& m, int from) {
+    absl::MutexLock lock(&mu_);
+    if (!ended_.ok() || !queue_.empty() || busy_ || own_pad_ == nullptr) return false;
+    // The channel's group: the sender is rank 0, this rank 1; its thread is idle (not busy,
+    // nothing queued), so this rank's exchange count holds still while it is read.
+    if (!kernels::PeerAwaitsNextExchange(own_pad_, 1, 2, 0)) return false;
+    m->op.peer = from;
+    m->source = from;
+    queue_.push_back(m);
+    return true;
+  }
+
   // Queued and later messages fail with `status`; one in flight ends too (its join is
   // cancelled, or its group aborted, which its peer's side then reports).
   void End(const absl::Status& status) {
@@ -149,7 +184,9 @@ class PointToPointChannels::Channel {
   }
 
  private:
-  bool HasWork() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !queue_.empty() || closing_; }
+  bool HasWork() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !queue_.empty() || closing_ || form_wanted_;
+  }
 
   void Run() {
     for (;;) {
@@ -158,7 +195,16 @@ class PointToPointChannels::Channel {
       {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(this, &Channel::HasWork));
-        if (queue_.empty()) return;
+        if (queue_.empty() && closing_) return;
+        if (queue_.empty()) {  // form_wanted_: Ready's early formation
+          form_wanted_ = false;
+          if (!ended_.ok()) continue;
+          mu_.Unlock();
+          const absl::Status formed = staging_ == nullptr ? Form() : absl::OkStatus();
+          mu_.Lock();
+          if (!formed.ok()) retry_after_ = absl::Now() + absl::Seconds(1);
+          continue;
+        }
         m = std::move(queue_.front());
         queue_.pop_front();
         ended = ended_;
@@ -194,6 +240,8 @@ class PointToPointChannels::Channel {
       if (!ended_.ok()) return ended_;  // ended while joining: allocate nothing
     }
     ASSIGN_OR_RETURN(staging_, group_->AllocateSymmetric(kPointToPointStagingBytes));
+    absl::MutexLock lock(&mu_);
+    own_pad_ = staging_->signal_pad(group_->rank());
     return absl::OkStatus();
   }
 
@@ -245,6 +293,11 @@ class PointToPointChannels::Channel {
   bool formed_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a message is being moved
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // Ready's: a formation wanted before any message, and when a failed one may be tried again.
+  bool form_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time retry_after_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // This rank's signal pad of the staging buffer, once formed (Offer reads it).
+  const uint32_t* own_pad_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread thread_;  // last: it starts once the rest is built
 };
 
@@ -252,7 +305,18 @@ PointToPointChannels::PointToPointChannels(PointToPointParent parent)
     : parent_(std::move(parent)) {}
 
 PointToPointChannels::~PointToPointChannels() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (dispatcher_.joinable()) dispatcher_.join();
   absl::MutexLock lock(&mu_);
+  for (AnySource& a : any_source_) {
+    a.message->status = absl::CancelledError(absl::StrCat(
+        "group ", parent_.name, " was left with this receive from any source not yet matched"));
+    a.message->done.Notify();
+  }
+  any_source_.clear();
   channels_.clear();
 }
 
@@ -280,13 +344,34 @@ absl::StatusOr<PointToPointChannels::Channel*> PointToPointChannels::ChannelFor(
   return c.get();
 }
 
+absl::Status PointToPointChannels::CheckAnySource(const PointToPoint& op) {
+  for (int from = 0; from < parent_.ranks; ++from) {
+    if (from == parent_.self) continue;
+    if (!parent_.node_of.empty() && parent_.node_of[from] != parent_.node_of[parent_.self]) {
+      return absl::UnimplementedError(absl::StrCat(
+          Describe(op), " in group ", parent_.name, ": rank ", from,
+          " is on another node, and a receive from any source looks for a sender waiting in "
+          "shared memory; name the sender on a group that spans nodes"));
+    }
+    PointToPoint from_peer = op;
+    from_peer.peer = from;
+    RETURN_IF_ERROR(ChannelFor(from_peer).status());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<PointToPointRequest>> PointToPointChannels::Start(
     std::span<const PointToPoint> ops) {
   for (const PointToPoint& op : ops) RETURN_IF_ERROR(Check(op, parent_.self, parent_.ranks));
   absl::MutexLock lock(&mu_);
   if (!aborted_.empty()) return GroupAbortedError(parent_.name, aborted_, "");
-  std::vector<Channel*> channels;
+  std::vector<Channel*> channels;  // null: a receive from any source
   for (const PointToPoint& op : ops) {
+    if (op.peer == kAnySource) {
+      RETURN_IF_ERROR(CheckAnySource(op));
+      channels.push_back(nullptr);
+      continue;
+    }
     ASSIGN_OR_RETURN(Channel * c, ChannelFor(op));
     channels.push_back(c);
   }
@@ -294,10 +379,59 @@ absl::StatusOr<std::unique_ptr<PointToPointRequest>> PointToPointChannels::Start
   for (size_t i = 0; i < ops.size(); ++i) {
     auto m = std::make_shared<PointToPointMessage>();
     m->op = ops[i];
-    channels[i]->Post(m);
+    if (channels[i] != nullptr) {
+      m->source = ops[i].peer;
+      channels[i]->Post(m);
+    } else {
+      any_source_.push_back({m, absl::Now() + parent_.options.timeout});
+      if (!dispatcher_.joinable()) dispatcher_ = std::thread([this] { Dispatch(); });
+    }
     state->messages.push_back(std::move(m));
   }
   return std::make_unique<PointToPointRequest>(std::move(state));
+}
+
+bool PointToPointChannels::MatchAnySource() {
+  bool matched = false;
+  const absl::Time now = absl::Now();
+  for (auto it = any_source_.begin(); it != any_source_.end();) {
+    const std::shared_ptr<PointToPointMessage>& m = it->message;
+    bool taken = false;
+    for (int i = 1; i < parent_.ranks && !taken; ++i) {
+      const int from = (parent_.self + i) % parent_.ranks;
+      Channel& c = *channels_.at(Key{from, parent_.self, m->op.tag});
+      c.Ready();
+      taken = c.Offer(m, from);
+    }
+    if (!taken && now < it->deadline) {
+      ++it;
+      continue;
+    }
+    if (!taken) {
+      m->status = absl::DeadlineExceededError(
+          absl::StrCat(Describe(m->op), " in group ", parent_.name, ": no rank sent it within ",
+                       absl::FormatDuration(parent_.options.timeout), " (the group's timeout)"));
+      m->done.Notify();
+    }
+    matched |= taken;
+    it = any_source_.erase(it);
+  }
+  return matched;
+}
+
+void PointToPointChannels::Dispatch() {
+  constexpr absl::Duration kFirstNap = absl::Microseconds(20), kLongestNap = absl::Milliseconds(1);
+  absl::Duration nap = kFirstNap;
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    mu_.Await(absl::Condition(this, &PointToPointChannels::DispatcherHasWork));
+    if (stopping_) return;
+    nap = MatchAnySource() ? kFirstNap : std::min(nap * 2, kLongestNap);
+    if (!any_source_.empty()) {
+      const bool stopping = mu_.AwaitWithTimeout(absl::Condition(&stopping_), nap);
+      if (stopping) return;
+    }
+  }
 }
 
 void PointToPointChannels::Abort(const std::string& why) {
@@ -306,6 +440,11 @@ void PointToPointChannels::Abort(const std::string& why) {
   aborted_ = why.empty() ? "(no reason given)" : why;
   const absl::Status status = GroupAbortedError(parent_.name, aborted_, "");
   for (auto& [key, channel] : channels_) channel->End(status);
+  for (AnySource& a : any_source_) {
+    a.message->status = status;
+    a.message->done.Notify();
+  }
+  any_source_.clear();
 }
 
 absl::StatusOr<std::unique_ptr<PointToPointRequest>> Group::StartPointToPoint(

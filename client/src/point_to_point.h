@@ -7,10 +7,12 @@
 #ifndef COMMD_CLIENT_SRC_POINT_TO_POINT_H_
 #define COMMD_CLIENT_SRC_POINT_TO_POINT_H_
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "commd/commd.h"
 #include "commd/group.h"
 
@@ -38,6 +41,14 @@ struct PointToPointParent {
   std::vector<int> node_of;  // by rank, for a spanning group: its node's index; else empty
 };
 
+struct PointToPointMessage;
+
+// Receives from any source (kAnySource) wait in the channels' dispatcher: it readies the
+// channel of every possible sender with the receive's tag, looks in each idle one for a sender
+// waiting in its next message (kernels::PeerAwaitsNextExchange: the sender's half of the
+// broadcast's exchange is already in this rank's memory), and posts the receive on the first
+// it finds, in the order the receives were posted. It looks again after a nap that grows from
+// 20 us to 1 ms while nothing comes.
 class PointToPointChannels {
  public:
   explicit PointToPointChannels(PointToPointParent parent);
@@ -61,12 +72,29 @@ class PointToPointChannels {
                                                      const GroupOptions& options,
                                                      grpc::ClientContext& context);
   using Key = std::tuple<int, int, int>;  // sender, receiver, tag
+  struct AnySource {
+    std::shared_ptr<PointToPointMessage> message;
+    absl::Time deadline;  // the parent group's timeout from the post
+  };
   absl::StatusOr<Channel*> ChannelFor(const PointToPoint& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The channels a receive from any source with `tag` may take its message from (every other
+  // rank's to this one), made if missing; INVALID_ARGUMENT, UNIMPLEMENTED or
+  // RESOURCE_EXHAUSTED as ChannelFor when one cannot be.
+  absl::Status CheckAnySource(const PointToPoint& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Offers each waiting receive from any source to the channels; true if one was taken.
+  bool MatchAnySource() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Dispatch();  // the dispatcher's thread
+  bool DispatcherHasWork() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !any_source_.empty() || stopping_;
+  }
 
   const PointToPointParent parent_;
   absl::Mutex mu_;
   std::map<Key, std::unique_ptr<Channel>> channels_ ABSL_GUARDED_BY(mu_);
-  std::string aborted_ ABSL_GUARDED_BY(mu_);  // the parent's abort, once it came
+  std::string aborted_ ABSL_GUARDED_BY(mu_);               // the parent's abort, once it came
+  std::deque<AnySource> any_source_ ABSL_GUARDED_BY(mu_);  // in the order posted
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread dispatcher_;  // started by the first receive from any source
 };
 
 }  // namespace commd

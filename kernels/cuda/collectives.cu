@@ -265,18 +265,30 @@ void LaunchTyped(const CudaCommView& v, const LaunchArgs& a, cudaStream_t s) {
   }
 }
 
+// False, launching nothing, for an op not defined on T (a bitwise op of a float, which
+// ReduceOpApplies refused before). The collectives that do not reduce ignore the op: they
+// launch as kSum's instantiation.
 template <typename T>
-void LaunchWithOp(const CudaCommView& v, const LaunchArgs& a, cudaStream_t s) {
-  switch (a.op) {
-    case ReduceOp::kSum:
-      return LaunchTyped<T, ReduceOp::kSum>(v, a, s);
-    case ReduceOp::kAvg:
-      return LaunchTyped<T, ReduceOp::kAvg>(v, a, s);
-    case ReduceOp::kMin:
-      return LaunchTyped<T, ReduceOp::kMin>(v, a, s);
-    case ReduceOp::kMax:
-      return LaunchTyped<T, ReduceOp::kMax>(v, a, s);
+struct TypedLaunch {
+  const CudaCommView& v;
+  const LaunchArgs& a;
+  cudaStream_t s;
+  template <ReduceOp Op>
+  void operator()() const {
+    LaunchTyped<T, Op>(v, a, s);
   }
+};
+
+template <typename T>
+bool LaunchWithOp(const CudaCommView& v, const LaunchArgs& a, cudaStream_t s) {
+  const ReduceOp op = CollectiveInfo(a.collective).reduces() ? a.op : ReduceOp::kSum;
+  return DispatchReduceOp<T>(op, TypedLaunch<T>{v, a, s});
+}
+
+// Calls f.template operator()<Op>() for every op defined on T.
+template <typename T, typename F>
+void ForEachReduceOp(F&& f) {
+  for (int o = 0; o < kReduceOpCount; ++o) DispatchReduceOp<T>(static_cast<ReduceOp>(o), f);
 }
 
 // Every kernel this file can launch, for PreloadKernels: cudaFuncGetAttributes loads a
@@ -295,6 +307,15 @@ cudaError_t PreloadTypedOp() {
 }
 
 template <typename T>
+struct PreloadOps {
+  cudaError_t err = cudaSuccess;
+  template <ReduceOp Op>
+  void operator()() {
+    if (err == cudaSuccess) err = PreloadTypedOp<T, Op>();
+  }
+};
+
+template <typename T>
 cudaError_t PreloadTyped() {
   cudaFuncAttributes attr;
   for (const void* f : {reinterpret_cast<const void*>(&AllGatherKernel<T>),
@@ -303,12 +324,9 @@ cudaError_t PreloadTyped() {
                         reinterpret_cast<const void*>(&CountNonFiniteKernel<T>)}) {
     if (const cudaError_t err = cudaFuncGetAttributes(&attr, f); err != cudaSuccess) return err;
   }
-  for (cudaError_t err :
-       {PreloadTypedOp<T, ReduceOp::kSum>(), PreloadTypedOp<T, ReduceOp::kAvg>(),
-        PreloadTypedOp<T, ReduceOp::kMin>(), PreloadTypedOp<T, ReduceOp::kMax>()}) {
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  PreloadOps<T> preload;
+  ForEachReduceOp<T>(preload);
+  return preload.err;
 }
 
 // The fewest resident blocks per SM over `kernels`, folded into *least.
@@ -332,18 +350,25 @@ cudaError_t OccupancyTypedOp(int* least) {
 }
 
 template <typename T>
+struct OccupancyOps {
+  cudaError_t err;
+  int* least;
+  template <ReduceOp Op>
+  void operator()() {
+    if (err == cudaSuccess) err = OccupancyTypedOp<T, Op>(least);
+  }
+};
+
+template <typename T>
 cudaError_t OccupancyTyped(int* least) {
   cudaError_t err = FoldOccupancy({reinterpret_cast<const void*>(&AllGatherKernel<T>),
                                    reinterpret_cast<const void*>(&BroadcastKernel<T>),
                                    reinterpret_cast<const void*>(&AllToAllKernel<T>),
                                    reinterpret_cast<const void*>(&CountNonFiniteKernel<T>)},
                                   least);
-  for (cudaError_t e :
-       {OccupancyTypedOp<T, ReduceOp::kSum>(least), OccupancyTypedOp<T, ReduceOp::kAvg>(least),
-        OccupancyTypedOp<T, ReduceOp::kMin>(least), OccupancyTypedOp<T, ReduceOp::kMax>(least)}) {
-    if (err == cudaSuccess) err = e;
-  }
-  return err;
+  OccupancyOps<T> occupancy{err, least};
+  ForEachReduceOp<T>(occupancy);
+  return occupancy.err;
 }
 
 }  // namespace
@@ -355,34 +380,34 @@ cudaError_t LaunchKernel(const CudaCommView& view, const LaunchArgs& args, cudaS
   }
   switch (args.dtype) {
     case DataType::kFloat32:
-      LaunchWithOp<float>(view, args, stream);
+      if (!LaunchWithOp<float>(view, args, stream)) return cudaErrorInvalidValue;
       break;
     case DataType::kFloat16:
-      LaunchWithOp<Half>(view, args, stream);
+      if (!LaunchWithOp<Half>(view, args, stream)) return cudaErrorInvalidValue;
       break;
     case DataType::kBFloat16:
-      LaunchWithOp<BFloat16>(view, args, stream);
+      if (!LaunchWithOp<BFloat16>(view, args, stream)) return cudaErrorInvalidValue;
       break;
     case DataType::kFloat64:
-      LaunchWithOp<double>(view, args, stream);
+      if (!LaunchWithOp<double>(view, args, stream)) return cudaErrorInvalidValue;
       break;
     case DataType::kInt32:
-      LaunchWithOp<int32_t>(view, args, stream);
+      if (!LaunchWithOp<int32_t>(view, args, stream)) return cudaErrorInvalidValue;
       break;
     case DataType::kInt64:
-      LaunchWithOp<int64_t>(view, args, stream);
+      if (!LaunchWithOp<int64_t>(view, args, stream)) return cudaErrorInvalidValue;
       break;
     case DataType::kInt8:
-      LaunchWithOp<int8_t>(view, args, stream);
+      if (!LaunchWithOp<int8_t>(view, args, stream)) return cudaErrorInvalidValue;
       break;
     case DataType::kUInt8:
-      LaunchWithOp<uint8_t>(view, args, stream);
+      if (!LaunchWithOp<uint8_t>(view, args, stream)) return cudaErrorInvalidValue;
       break;
     case DataType::kBool:
-      LaunchWithOp<Bool8>(view, args, stream);
+      if (!LaunchWithOp<Bool8>(view, args, stream)) return cudaErrorInvalidValue;
       break;
     case DataType::kInt16:
-      LaunchWithOp<int16_t>(view, args, stream);
+      if (!LaunchWithOp<int16_t>(view, args, stream)) return cudaErrorInvalidValue;
       break;
     default:
       return cudaErrorInvalidValue;  // not a collective type: launch.cc refuses it first

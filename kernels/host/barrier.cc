@@ -272,6 +272,23 @@ CallWords HostExchange::words(int rank) const {
   return CallWords{.call = w[0], .nan_count = w[1], .count = w[2], .shape = w[3]};
 }
 
+bool PeerAwaitsNextExchange(const uint32_t* own_pad, int rank, int world_size, int peer) {
+  const uint32_t next =
+      std::atomic_ref<uint32_t>(
+          const_cast<uint32_t&>(own_pad[PadSlot(kHostExchangeChannel, rank, world_size)]))
+          .load(std::memory_order_relaxed) +
+      1;
+  const size_t slot_bytes = ExchangeSlotBytes(world_size);
+  const size_t offset = ExchangeSlotsOffset(world_size) +
+                        (next & 1) * static_cast<size_t>(world_size) * slot_bytes +
+                        static_cast<size_t>(peer) * slot_bytes + kExchangeFlagOffset;
+  const auto* flag =
+      reinterpret_cast<const uint32_t*>(reinterpret_cast<const std::byte*>(own_pad) + offset);
+  return Reached(
+      std::atomic_ref<uint32_t>(const_cast<uint32_t&>(*flag)).load(std::memory_order_acquire),
+      next);
+}
+
 absl::Status CheckNotAborted(const HostCommView& view, absl::string_view collective) {
   if (AbortValue(view) != 0) {
     return absl::AbortedError(

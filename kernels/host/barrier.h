@@ -112,6 +112,14 @@ class HostExchange {
   HostWait wait_;
 };
 
+// Whether rank `peer` has sent this rank its message of this rank's next exchange on the
+// allocation whose pad `own_pad` is this rank's (of `world_size` ranks): whether the peer has
+// entered the collective that this rank is yet to enter. Reads this rank's own pad only and
+// never blocks; meaningful only while no collective of this rank runs on the allocation (its
+// own exchange count would move). Point-to-point's receive from any source asks it of each
+// sender's channel.
+bool PeerAwaitsNextExchange(const uint32_t* own_pad, int rank, int world_size, int peer);
+
 // ABORTED when the view's abort word is set (checked on entry to every collective).
 absl::Status CheckNotAborted(const HostCommView& view, absl::string_view collective);
 

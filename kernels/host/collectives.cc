@@ -65,8 +65,9 @@ uint64_t StagingDigest(const StagingPlan& plan) {
 
 // The op, then that it is defined on each tensor's type (float32 takes every valid op).
 absl::Status CheckOp(CollectiveOp kind, ReduceOp op, absl::Span<const TensorArgs> tensors) {
-  if (absl::Status s = CheckReduceOp(op, DataType::kFloat32); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(CollectiveName(kind), ": ", s.message()));
+  if (!IsValid(op)) {  // named once, before any tensor ("reduce op 9 is not one of ...")
+    return absl::InvalidArgumentError(
+        absl::StrCat(CollectiveName(kind), ": ", CheckReduceOp(op, DataType::kFloat32).message()));
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (absl::Status s = CheckReduceOp(op, tensors[i].dtype); !s.ok()) {

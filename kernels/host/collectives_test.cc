@@ -297,12 +297,15 @@ TEST_P(HostCollectivesTest, MatchesFloat64Reference) {
                  (static_cast<uint64_t>(p.world_size) << 32) ^ static_cast<uint64_t>(p.dtype));
   auto mem = SymmetricHostMemory::Create(p.world_size, kDataBytes);
   ASSERT_TRUE(mem.ok()) << mem.status();
-  std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax};
-  // Only all-reduce and reduce-scatter reduce.
-  if (KindOf(p.mode) != Kind::kAllReduce && KindOf(p.mode) != Kind::kReduceScatter) {
-    ops = {ReduceOp::kSum};
+  std::vector<ReduceOp> ops = {ReduceOp::kSum};
+  // Only all-reduce and reduce-scatter reduce: every op the type has (not bool's avg, not the
+  // floats' bitwise ops).
+  if (KindOf(p.mode) == Kind::kAllReduce || KindOf(p.mode) == Kind::kReduceScatter) {
+    for (int o = 1; o < kReduceOpCount; ++o) {
+      if (ReduceOpApplies(static_cast<ReduceOp>(o), p.dtype))
+        ops.push_back(static_cast<ReduceOp>(o));
+    }
   }
-  std::erase_if(ops, [&](ReduceOp op) { return !ReduceOpApplies(op, p.dtype); });  // bool's avg
   const std::vector<size_t> counts = Counts(p);
 
   const std::vector<RankOutcome> outcomes =
@@ -313,6 +316,9 @@ TEST_P(HostCollectivesTest, MatchesFloat64Reference) {
         int index = 0;
         for (ReduceOp op : ops) {
           for (size_t count : counts) {
+            // 1 MiB (the last count) with sum and avg, whose fp16/bf16 loops have vector fast
+            // paths; the other ops share the portable loops, which the smaller counts cover.
+            if (count == counts.back() && op != ReduceOp::kSum && op != ReduceOp::kAvg) continue;
             Case c = MakeCase(p, op, count, SplitMix64(base + index), index);
             const std::string label = absl::StrCat(ModeName(p.mode), " ", ReduceOpName(op),
                                                    " count ", count, " case ", index);

@@ -221,16 +221,8 @@ void ReduceTyped(ReduceOp op, const std::byte* const* srcs, int nsrc, size_t fir
   const T* typed[kMaxWorldSize];  // a source per rank at most
   for (int p = 0; p < nsrc; ++p) typed[p] = reinterpret_cast<const T*>(srcs[p]) + first;
   T* out = reinterpret_cast<T*>(dst);
-  switch (op) {
-    case ReduceOp::kSum:
-      return Reduce<T, ReduceOp::kSum>(typed, nsrc, count, out, world_size);
-    case ReduceOp::kAvg:
-      return Reduce<T, ReduceOp::kAvg>(typed, nsrc, count, out, world_size);
-    case ReduceOp::kMin:
-      return Reduce<T, ReduceOp::kMin>(typed, nsrc, count, out, world_size);
-    case ReduceOp::kMax:
-      return Reduce<T, ReduceOp::kMax>(typed, nsrc, count, out, world_size);
-  }
+  DispatchReduceOp<T>(op,
+                      [&]<ReduceOp Op>() { Reduce<T, Op>(typed, nsrc, count, out, world_size); });
 }
 
 }  // namespace

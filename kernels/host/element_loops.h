@@ -23,6 +23,7 @@ uint64_t CopyIn(DataType type, const std::byte* src, std::byte* dst, size_t coun
 // dst[i] = reduction over p in [0, nsrc) of srcs[p][first + i], i in [0, count), in source
 // order; kAvg divides by `world_size`. dst may be exactly a source's range (srcs[p] + first,
 // the same elements: each block is read before it is written), else must not overlap one.
+// An op not defined on the type (ReduceOpApplies, which callers check) writes nothing.
 void ReduceInto(DataType type, ReduceOp op, const std::byte* const* srcs, int nsrc, size_t first,
                 size_t count, std::byte* dst, int world_size);
 

@@ -49,24 +49,10 @@ void Reference(DataType type, ReduceOp op, const std::vector<const std::byte*>& 
     std::vector<const T*> typed;
     for (const std::byte* s : srcs) typed.push_back(reinterpret_cast<const T*>(s));
     T v{};
-    switch (op) {
-      case ReduceOp::kSum:
-        v = ReduceElement<T, ReduceOp::kSum>(typed.data(), static_cast<int>(typed.size()), i,
-                                             world);
-        break;
-      case ReduceOp::kAvg:
-        v = ReduceElement<T, ReduceOp::kAvg>(typed.data(), static_cast<int>(typed.size()), i,
-                                             world);
-        break;
-      case ReduceOp::kMin:
-        v = ReduceElement<T, ReduceOp::kMin>(typed.data(), static_cast<int>(typed.size()), i,
-                                             world);
-        break;
-      case ReduceOp::kMax:
-        v = ReduceElement<T, ReduceOp::kMax>(typed.data(), static_cast<int>(typed.size()), i,
-                                             world);
-        break;
-    }
+    const bool defined = DispatchReduceOp<T>(op, [&]<ReduceOp Op>() {
+      v = ReduceElement<T, Op>(typed.data(), static_cast<int>(typed.size()), i, world);
+    });
+    ASSERT_TRUE(defined) << ReduceOpName(op) << " of " << DataTypeName(type);
     std::memcpy(out, &v, sizeof(T));
   });
 }

@@ -19,6 +19,7 @@
 #include "common/status_macros.h"
 #include "common/symmetric_layout.h"
 #include "gtest/gtest.h"
+#include "kernels/float16.h"
 #include "kernels/signal_layout.h"
 
 namespace commd::kernels::testing {
@@ -411,6 +412,39 @@ struct Reference {
   double sum_abs;
 };
 
+// The product as the kernels take it: integers in wrapping int64, floats in their accumulator
+// (float for fp32, fp16 and bf16; double for fp64) in rank order, rounded once to the type,
+// so fp16 overflows to Inf and underflows to 0 as the kernels' results do.
+double ProductAt(DataType type, uint64_t seed, int world_size, size_t k) {
+  if (!IsFloatingPoint(type)) {
+    uint64_t p = 1;
+    for (int r = 0; r < world_size; ++r) {
+      p *= static_cast<uint64_t>(static_cast<int64_t>(InputValue(type, seed, r, k)));
+    }
+    return Wrap(type, static_cast<int64_t>(p));
+  }
+  if (type == DataType::kFloat64) {
+    double p = 1;
+    for (int r = 0; r < world_size; ++r) p *= InputValue(type, seed, r, k);
+    return p;
+  }
+  float p = 1;
+  for (int r = 0; r < world_size; ++r) p *= static_cast<float>(InputValue(type, seed, r, k));
+  if (type == DataType::kFloat16) return DecodeHalf(FloatToHalf(p).bits);
+  if (type == DataType::kBFloat16) return DecodeBFloat16(FloatToBFloat16(p).bits);
+  return p;
+}
+
+// band, bor, bxor of the integers' two's complement bits (bool's 0 and 1).
+double BitwiseAt(DataType type, ReduceOp op, uint64_t seed, int world_size, size_t k) {
+  int64_t acc = static_cast<int64_t>(InputValue(type, seed, 0, k));
+  for (int r = 1; r < world_size; ++r) {
+    const int64_t x = static_cast<int64_t>(InputValue(type, seed, r, k));
+    acc = op == ReduceOp::kBAnd ? acc & x : op == ReduceOp::kBOr ? acc | x : acc ^ x;
+  }
+  return Wrap(type, acc);
+}
+
 Reference ReferenceAt(DataType type, ReduceOp op, uint64_t seed, int world_size, size_t k) {
   const bool integer = !IsFloatingPoint(type);
   int64_t isum = 0;
@@ -432,6 +466,12 @@ Reference ReferenceAt(DataType type, ReduceOp op, uint64_t seed, int world_size,
       return {lo, sum_abs};
     case ReduceOp::kMax:
       return {hi, sum_abs};
+    case ReduceOp::kProduct:
+      return {ProductAt(type, seed, world_size, k), 0};
+    case ReduceOp::kBAnd:
+    case ReduceOp::kBOr:
+    case ReduceOp::kBXor:
+      return {BitwiseAt(type, op, seed, world_size, k), 0};
   }
   return {NAN, 0};
 }
@@ -440,6 +480,14 @@ double Tolerance(DataType type, ReduceOp op, int world_size, const Reference& re
   if (!IsFloatingPoint(type) || op == ReduceOp::kMin || op == ReduceOp::kMax) return 0;
   // The unit roundoff of the accumulator: fp64's for float64, fp32's for the others.
   const double u = std::ldexp(1.0, type == DataType::kFloat64 ? -53 : -24);
+  // ProductAt multiplies as the kernels do; the bound allows an ulp of the type besides.
+  if (op == ReduceOp::kProduct) {
+    const double type_u = type == DataType::kFloat16    ? std::ldexp(1.0, -10)
+                          : type == DataType::kBFloat16 ? std::ldexp(1.0, -7)
+                                                        : u;
+    return (world_size * u + type_u) * std::fabs(ref.value) +
+           (type == DataType::kFloat16 ? std::ldexp(1.0, -24) : 0);
+  }
   // Order-dependent sum of world_size terms, then (avg) one division.
   double err = world_size * u * ref.sum_abs;
   if (op == ReduceOp::kAvg) err = err / world_size + u * std::fabs(ref.value);
@@ -460,7 +508,7 @@ absl::Status CheckReduced(DataType type, ReduceOp op, uint64_t seed, int world_s
     const Reference ref = ReferenceAt(type, op, seed, world_size, first + i);
     const double got = LoadAsDouble(type, out, i);
     const double tol = Tolerance(type, op, world_size, ref);
-    if (!(std::fabs(got - ref.value) <= tol)) {
+    if (!(got == ref.value || std::fabs(got - ref.value) <= tol)) {  // ==: Inf
       return absl::InternalError(absl::StrCat(
           what, ": element ", first + i, " (", DataTypeName(type), " ", ReduceOpName(op),
           ", world ", world_size, ") is ", got, ", expected ", ref.value, " +- ", tol));

@@ -118,18 +118,23 @@ TEST_F(ValidationTest, BadEnumsAndPlacement) {
                           Algorithm::kOneShot, NanCheck::kOff, nullptr),
                 {"data type float8_e4m3fn (10) is not one of float32, float16, bfloat16, int32, "
                  "int64, float64, int8, uint8, bool, int16"});
-  // An op the type does not define: avg of bool (sum, min and max are or, and, or).
+  // An op the type does not define: avg of bool (sum, min and max are or, and, or), a bitwise
+  // op of a float.
   ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, DataType::kBool, ReduceOp::kAvg,
                           Algorithm::kOneShot, NanCheck::kOff, nullptr),
                 {"all_reduce tensor 0: reduce op avg is not defined on bool; allowed on bool: "
-                 "sum, min, max"});
+                 "sum, min, max, product, band, bor, bxor"});
+  ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, DataType::kFloat32, ReduceOp::kBXor,
+                          Algorithm::kOneShot, NanCheck::kOff, nullptr),
+                {"all_reduce tensor 0: reduce op bxor is not defined on float32; allowed on "
+                 "float32: sum, avg, min, max, product"});
   ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, static_cast<DataType>(99), ReduceOp::kSum,
                           Algorithm::kOneShot, NanCheck::kOff, nullptr),
                 {"data type 99 is not one of float32, float16, bfloat16, int32, int64, float64, "
                  "int8, uint8, bool, int16"});
   ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, DataType::kFloat32, static_cast<ReduceOp>(9),
                           Algorithm::kOneShot, NanCheck::kOff, nullptr),
-                {"reduce op 9 is not one of sum, avg, min, max"});
+                {"reduce op 9 is not one of sum, avg, min, max, product, band, bor, bxor"});
   ExpectInvalid(AllReduce(view_, in_, out_.data(), 4, DataType::kFloat32, ReduceOp::kSum,
                           static_cast<Algorithm>(5), NanCheck::kOff, nullptr),
                 {"algorithm 5"});

@@ -4,7 +4,7 @@
 // commd._commd): its Backend subclass is what torch's dispatcher calls for every collective
 // of a commd process group. Collectives on tensors that live in one of the group's symmetric
 // buffers (commd.torch.empty: the zero-copy path) call the SDK's commd::Group here, without
-// Python; everything else (staging through chunks, PRODUCT, CUDA tensors, coalescing, the ops
+// Python; everything else (staging through chunks, CUDA tensors, coalescing, the ops
 // commd does not do, groups spanning nodes, argument errors) goes to the Python
 // ProcessGroupCommd, which stays the one implementation of those. The SDK objects come from
 // commd._commd through capsules (internal.h).
@@ -67,14 +67,15 @@ std::optional<DataType> CommdType(const at::Tensor& t) {
   return table[static_cast<size_t>(t.scalar_type())];
 }
 
-// The op on t's dtype; nullopt for PRODUCT (an all-gather and a product in Python), the ops
-// commd has not, and AVG of bool (Python raises TypeError, as torch's NCCL backend does).
+// The op on t's dtype; nullopt for the ops commd has not (PREMUL_SUM) and those t's dtype has
+// not (AVG of bool, the bitwise ops of floats: Python raises TypeError, as torch's NCCL
+// backend does).
 std::optional<ReduceOp> CommdOp(const c10d::ReduceOp& op, const at::Tensor& t) {
   static constexpr std::pair<c10d::ReduceOp::RedOpType, ReduceOp> kOps[] = {
-      {c10d::ReduceOp::SUM, ReduceOp::kSum},
-      {c10d::ReduceOp::AVG, ReduceOp::kAvg},
-      {c10d::ReduceOp::MIN, ReduceOp::kMin},
-      {c10d::ReduceOp::MAX, ReduceOp::kMax}};
+      {c10d::ReduceOp::SUM, ReduceOp::kSum},         {c10d::ReduceOp::AVG, ReduceOp::kAvg},
+      {c10d::ReduceOp::MIN, ReduceOp::kMin},         {c10d::ReduceOp::MAX, ReduceOp::kMax},
+      {c10d::ReduceOp::PRODUCT, ReduceOp::kProduct}, {c10d::ReduceOp::BAND, ReduceOp::kBAnd},
+      {c10d::ReduceOp::BOR, ReduceOp::kBOr},         {c10d::ReduceOp::BXOR, ReduceOp::kBXor}};
   const auto dtype = CommdType(t);
   for (const auto& [torch_op, commd_op] : kOps) {
     if (op.op_ == torch_op && dtype && ReduceOpApplies(commd_op, *dtype)) return commd_op;
@@ -129,10 +130,27 @@ c10::intrusive_ptr<Work> Completed(const at::Tensor& tensor) {
 // (host collectives run synchronously; a CUDA one is then queued on torch's stream, which is
 // what torch's Work calls complete for CUDA). A failure raises from the call itself, as on
 // the zero-copy path, so the future never holds an error; it is still read, should one come.
+//
+// The holder forwards no sourceRank() either, which torch's recv without src reads: for a
+// receive from any source `source` is the Python Work itself, whose _source_rank() answers.
 class ForwardedWork final : public Work {
  public:
-  ForwardedWork(c10::intrusive_ptr<Work> work, c10::intrusive_ptr<c10::ivalue::Future> future)
-      : work_(std::move(work)), future_(std::move(future)) {}
+  ForwardedWork(c10::intrusive_ptr<Work> work, c10::intrusive_ptr<c10::ivalue::Future> future,
+                py::object source = py::object())
+      : work_(std::move(work)), future_(std::move(future)), source_(std::move(source)) {}
+  ~ForwardedWork() override {
+    if (source_ && Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      source_ = py::object();
+    } else {
+      (void)source_.release();  // none, or the interpreter is gone: nothing to decref
+    }
+  }
+  int sourceRank() const override {
+    if (!source_) return Work::sourceRank();  // raises, as for any Work but a receive's
+    py::gil_scoped_acquire gil;
+    return source_.attr("_source_rank")().cast<int>();
+  }
   bool isCompleted() override { return future_->completed(); }
   bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
   std::exception_ptr exception() const override {
@@ -153,15 +171,17 @@ class ForwardedWork final : public Work {
  private:
   c10::intrusive_ptr<Work> work_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  py::object source_;
 };
 
 // The future is taken at once (one Python call, the holder's getFuture()), not lazily under
 // a lock that a caller holding the GIL could then wait on while the taker waits for the GIL.
-c10::intrusive_ptr<Work> Forwarded(c10::intrusive_ptr<Work> work) {
+c10::intrusive_ptr<Work> Forwarded(c10::intrusive_ptr<Work> work,
+                                   py::object source = py::object()) {
   if (!work) return work;  // a Python backend's None
   auto future = work->getFuture();
   if (!future) return work;
-  return c10::make_intrusive<ForwardedWork>(std::move(work), std::move(future));
+  return c10::make_intrusive<ForwardedWork>(std::move(work), std::move(future), std::move(source));
 }
 
 class CommdBackend final : public c10d::Backend {
@@ -381,8 +401,13 @@ class CommdBackend final : public c10d::Backend {
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     return Forwarded(python_->recv(tensors, src, tag));
   }
+  // Called on the Python backend's own method (not through torch's holder, which would hide
+  // the Work's _source_rank), kept with the Work to answer sourceRank().
   c10::intrusive_ptr<Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
-    return Forwarded(python_->recvAnysource(tensors, tag));
+    py::gil_scoped_acquire gil;
+    py::object work = python_object_.attr("_recv_anysource")(tensors, tag);
+    auto held = work.cast<c10::intrusive_ptr<Work>>();
+    return Forwarded(std::move(held), std::move(work));
   }
   c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override {
     ++forwarded_calls_;

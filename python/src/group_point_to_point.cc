@@ -67,6 +67,22 @@ PointToPoint Op(RequestObject& r, PointToPoint::Kind kind, const py::object& buf
                       .tag = tag};
 }
 
+// `peer` as the SDK takes it: None for a receive from any source (kAnySource).
+int ParsePeer(const py::object& peer, PointToPoint::Kind kind) {
+  const bool send = kind == PointToPoint::Kind::kSend;
+  if (peer.is_none()) {
+    if (send) ThrowInvalid("send: peer None names no rank (allowed: a rank of the group)");
+    return kAnySource;
+  }
+  const int p = peer.cast<int>();
+  if (p < 0) {  // not the SDK's kAnySource: Python says None
+    ThrowInvalid(absl::StrCat(send ? "send" : "receive", ": peer ", p,
+                              " is out of range (allowed: a rank of the group",
+                              send ? ")" : ", or None for any source)"));
+  }
+  return p;
+}
+
 PointToPoint::Kind ParseKind(const py::object& kind) {
   using K = PointToPoint::Kind;
   return ParseChoice<K>(kind, "point-to-point kind", {{"send", K::kSend}, {"recv", K::kRecv}},
@@ -133,18 +149,24 @@ void DefPointToPoint(py::module_& m, py::class_<GroupObject>& cls) {
            "group.")
       .def(
           "done", [](const RequestObject& r) { return r.request->Done(); },
-          "Whether every message is done (wait() would not block).");
+          "Whether every message is done (wait() would not block).")
+      .def(
+          "source", [](const RequestObject& r, size_t i) { return r.request->source(i); },
+          py::arg("i") = 0,
+          "The peer of op `i` (0 for isend/irecv); for a receive from any source (peer None), "
+          "the rank whose message it took once done (-1 before, or after a failure).");
   using K = PointToPoint::Kind;
   // isend / irecv return the request; send / recv wait for it.
   const auto def = [&cls](const char* name, K kind, bool wait, const std::string& doc) {
     cls.def(
         name,
-        [kind, wait](const GroupObject& g, const py::object& buf, int peer, int tag,
+        [kind, wait](const GroupObject& g, const py::object& buf, const py::object& peer, int tag,
                      const py::object& count, const py::object& dtype) -> py::object {
-          std::unique_ptr<RequestObject> r = Start(g, kind, buf, peer, tag, count, dtype);
+          std::unique_ptr<RequestObject> r =
+              Start(g, kind, buf, ParsePeer(peer, kind), tag, count, dtype);
           if (!wait) return py::cast(std::move(r));
           Wait(*r);
-          return py::none();
+          return kind == K::kRecv ? py::cast(r->request->source()) : py::none();
         },
         py::arg("buf"), py::arg("peer"), py::arg("tag") = 0, py::kw_only(),
         py::arg("count") = py::none(), py::arg("dtype") = py::none(), doc.c_str());
@@ -155,9 +177,11 @@ void DefPointToPoint(py::module_& m, py::class_<GroupObject>& cls) {
           kArgsDoc);
   def("irecv", K::kRecv, false,
       "irecv(buf, peer, tag=0, *, count=None, dtype=None) -> PointToPointRequest: receives "
-      "from `peer` into `buf` without waiting (see isend).");
+      "from `peer` into `buf` without waiting (see isend). peer None: from any source, the "
+      "first message any rank sends this one with `tag` (source() names the sender; on one "
+      "node only; DeadlineExceededError after the group's timeout with none).");
   def("send", K::kSend, true, "send(...): isend(...).wait().");
-  def("recv", K::kRecv, true, "recv(...): irecv(...).wait().");
+  def("recv", K::kRecv, true, "recv(...) -> int: irecv(...).wait(), then the sender's rank.");
   cls.def(
       "batch_isend_irecv",
       [](const GroupObject& g, const py::list& ops) {
@@ -172,8 +196,8 @@ void DefPointToPoint(py::module_& m, py::class_<GroupObject>& cls) {
                              t.size(), " items"));
           }
           const int tag = t.size() == 4 ? t[3].cast<int>() : 0;
-          posted.push_back(
-              Op(*r, ParseKind(t[0]), t[1], t[2].cast<int>(), tag, py::none(), py::none()));
+          const K kind = ParseKind(t[0]);
+          posted.push_back(Op(*r, kind, t[1], ParsePeer(t[2], kind), tag, py::none(), py::none()));
         }
         return Post(std::move(r), posted);
       },

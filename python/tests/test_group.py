@@ -18,9 +18,15 @@ def inputs(rank: int, n: int) -> np.ndarray:
     return (((i * 7 + rank * 3) % 17) - 8).astype(np.float64)
 
 
+BITWISE = {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}
+
+
 def reference(world: int, n: int, op: str) -> np.ndarray:
     x = np.stack([inputs(r, n) for r in range(world)])
-    return {"sum": x.sum(0), "avg": x.mean(0), "min": x.min(0), "max": x.max(0)}[op]
+    if op in BITWISE:
+        return BITWISE[op].reduce(x.astype(np.int64), axis=0).astype(np.float64)
+    return {"sum": x.sum(0), "avg": x.mean(0), "min": x.min(0), "max": x.max(0),
+            "product": x.prod(0)}[op]
 
 
 def collectives(client, rank, world):
@@ -30,9 +36,13 @@ def collectives(client, rank, world):
     checked = 0
     for dtype in DTYPES:
         view, io = ranks.views(buf, dtype, N)
-        for op in ["sum", "avg", "min", "max"]:
+        for op in ["sum", "avg", "min", "max", "product", *BITWISE]:
             if op == "avg" and dtype.startswith("int"):
                 continue
+            if op in BITWISE and not dtype.startswith("int"):
+                continue  # integer and bool types only
+            if op == "product" and dtype in ("float16", "bfloat16"):
+                continue  # would round: the kernels' own tests check their products
             ranks.write(io, dtype, inputs(rank, N))
             finding = group.all_reduce(view, op=op)
             want = reference(world, N, op)
@@ -101,7 +111,9 @@ def coalesced_and_offsets(client, rank, world):
 @pytest.mark.parametrize("world", [2, 3])
 def test_collectives_match_float64_reference(daemon, job, world):
     checked = ranks.run(collectives, world, daemon.runtime_dir, job)
-    assert checked == [28] * world
+    # sum, avg, min, max, product of float32; 4 ops of fp16 and bf16; 7 of each integer type;
+    # all_gather and reduce_scatter of each of the 5 types.
+    assert checked == [5 + 4 + 4 + 7 + 7 + 2 * 5] * world
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -156,6 +156,7 @@ def test_a_user_pip_installs_the_root_owned_read_only_source_into_a_venv_of_thei
                     "PYTHONPATH": tools, "CMAKE_PREFIX_PATH": prefix,
                     "CMAKE_BUILD_PARALLEL_LEVEL": "2", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
                     "PYTHONDONTWRITEBYTECODE": "1"}
+        user_env.update(user_ccache(root))
         venv = os.path.join(home, "venv")
         run(as_user + ["/usr/bin/python3", "-m", "venv", "--system-site-packages",
                        "--without-pip", venv], user_env, home)
@@ -175,6 +176,27 @@ def test_a_user_pip_installs_the_root_owned_read_only_source_into_a_venv_of_thei
         assert tree(package) == before
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+USER_CCACHE = "/var/tmp/commd-pip-user-ccache"
+
+
+def user_ccache(root: str) -> dict[str, str]:
+    """The environment that gives the unprivileged user's build a compiler cache of their own
+    kept between runs (USER_CCACHE, theirs alone, mode 0700), so that a run recompiles only
+    what changed, as the other builds of scripts/test do; paths relative to `root`, which
+    differs from run to run. Nothing when ccache is missing or the directory is not theirs."""
+    ccache = shutil.which("ccache")
+    if ccache is None:
+        return {}
+    if not os.path.isdir(USER_CCACHE):
+        os.mkdir(USER_CCACHE, 0o700)
+        os.chown(USER_CCACHE, NOBODY, NOBODY)
+    st = os.lstat(USER_CCACHE)
+    if st.st_uid != NOBODY or st.st_mode & 0o077:
+        return {}
+    return {"CMAKE_CXX_COMPILER_LAUNCHER": ccache, "CCACHE_DIR": USER_CCACHE,
+            "CCACHE_BASEDIR": root, "CCACHE_NOHASHDIR": "true", "CCACHE_MAXSIZE": "1G"}
 
 
 # Where COMMD_PIP_PYTHON's scikit-build-core and the packages it imports live (their

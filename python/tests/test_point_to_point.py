@@ -90,7 +90,9 @@ def refused(client, rank, world):
     expect = ranks.refusals(messages)
     a = np.zeros(8, np.float32)
     expect("peer 2 is out of range (allowed: 0..1", lambda: group.isend(a, 2))
-    expect("peer -1 is out of range", lambda: group.irecv(a, -1))
+    expect("peer -1 is out of range (allowed: a rank of the group, or None for any source)",
+           lambda: group.irecv(a, -1))
+    expect("send: peer None names no rank", lambda: group.isend(a, None))
     expect(f"peer {rank} is this rank", lambda: group.send(a, rank))
     expect("tag -3 is out of range (allowed: 0..2147483647)", lambda: group.isend(a, 1 - rank, -3))
     expect("not a collective type", lambda: group.isend(np.zeros(8, np.uint16), 1 - rank))
@@ -114,6 +116,50 @@ def refused(client, rank, world):
         np.testing.assert_array_equal(got, np.arange(4, dtype=np.float32))
     group.barrier()
     return messages
+
+
+def any_source(client, rank, world):
+    """Rank 0 receives from any source: one message of every other rank on tag 4 (sent in
+    reverse rank order, a sleep apart), each its sender's, beside a receive naming rank 1 on
+    tag 6. Then, on a group with a 2 s timeout, one nobody sends, which ends at the timeout
+    naming its tag, and one pending when the group is closed (CANCELLED). The other ranks
+    stay until then (their exit would abort the groups)."""
+    import time
+    group = client.join_group("p", rank, world, timeout=60.0)
+    if rank != 0:
+        time.sleep(0.1 * (world - rank))
+        group.send(message(rank, 0, 6, "int32"), 0, tag=4)
+        if rank == 1:
+            group.send(message(1, 0, 2, "int64", 9), 0, tag=6)
+        client.join_group("q", rank, world, timeout=2.0)
+        client.store.wait(["closed"], timeout=60.0)
+        return None
+    named_got = np.zeros(2, np.int64)
+    named = group.irecv(named_got, 1, tag=6)
+    senders = []
+    for _ in range(world - 1):
+        got = np.zeros(6, np.int32)
+        r = group.irecv(got, None, tag=4)
+        assert r.source() in (-1, *range(1, world))
+        r.wait()
+        np.testing.assert_array_equal(got, message(r.source(), 0, 6, "int32"))
+        senders.append(r.source())
+    named.wait()
+    np.testing.assert_array_equal(named_got, message(1, 0, 2, "int64", 9))
+    assert named.source() == 1
+    short = client.join_group("q", rank, world, timeout=2.0)
+    start = time.monotonic()
+    with pytest.raises(commd.DeadlineExceededError) as late:
+        short.recv(np.zeros(1, np.float32), None, tag=8)
+    waited = time.monotonic() - start
+    pending = short.irecv(np.zeros(1, np.float32), None, tag=9)
+    short.close()
+    with pytest.raises(commd.Error) as cancelled:
+        pending.wait()
+    client.store.set("closed", b"1")
+    return {"senders": sorted(senders), "late": str(late.value), "waited": waited,
+            "cancelled": [cancelled.value.code, str(cancelled.value)],
+            "source": pending.source()}
 
 
 def hostile_tags(client, rank, world):
@@ -173,11 +219,22 @@ def test_messages_keep_their_order_within_a_tag_and_tags_are_independent(daemon,
 
 def test_bad_arguments_are_refused_and_nothing_is_sent(daemon, job):
     messages = ranks.run(refused, 2, daemon.runtime_dir, job)
-    assert len(messages[0]) == len(messages[1]) == 10
+    assert len(messages[0]) == len(messages[1]) == 11
     # Both ranks name both counts, and which of the channel's ranks is which.
     for m in (messages[0][-1], messages[1][-1]):
         assert "10 x float32" in m and "12 x float32" in m, m
         assert "channel p/p2p/0-1/3, whose rank 0 is the sender" in m, m
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_receive_from_any_source_takes_whichever_rank_sends(daemon, job, world):
+    r = ranks.run(any_source, world, daemon.runtime_dir, job)[0]
+    assert r["senders"] == list(range(1, world)), r
+    assert "receive of 1 float32 from any rank (tag 8) in group q: no rank sent it within 2s" \
+        in r["late"], r
+    assert r["waited"] >= 1.9, r  # the group's timeout, not sooner
+    assert r["cancelled"][0] == "CANCELLED" and "not yet matched" in r["cancelled"][1], r
+    assert r["source"] == -1, r
 
 
 def test_a_rank_gets_no_more_channels_than_the_limit_and_closing_ends_them(daemon, job):

@@ -76,8 +76,52 @@ double Input(const Run& run, int r, uint64_t tag, size_t i, DataType t) {
   }
 }
 
+// Product and the bitwise ops of element i, as commd/vocabulary.h defines them: integers in
+// wrapping 64-bit arithmetic stored as their low bits; floats multiplied in the kernels'
+// accumulator (float, fp64's double) in rank order and rounded once to the type, so that
+// fp16's product overflows to Inf as the kernels' does.
+double ExactReference(const Run& run, uint64_t tag, size_t i, DataType t, ReduceOp op) {
+  if (commd::IsFloatingPoint(t)) {
+    double p64 = 1;
+    float p32 = 1;
+    for (int r = 0; r < run.args.world; ++r) {
+      const double x = Input(run, r, tag, i, t);
+      p64 *= x;
+      p32 *= static_cast<float>(x);
+    }
+    if (t == DataType::kFloat64) return p64;
+    if (t == DataType::kFloat16) return k::HalfToFloat(k::FloatToHalf(p32));
+    if (t == DataType::kBFloat16) return k::BFloat16ToFloat(k::FloatToBFloat16(p32));
+    return p32;
+  }
+  uint64_t acc = static_cast<uint64_t>(static_cast<int64_t>(Input(run, 0, tag, i, t)));
+  for (int r = 1; r < run.args.world; ++r) {
+    const uint64_t x = static_cast<uint64_t>(static_cast<int64_t>(Input(run, r, tag, i, t)));
+    switch (op) {
+      case ReduceOp::kProduct:
+        acc *= x;
+        break;
+      case ReduceOp::kBAnd:
+        acc &= x;
+        break;
+      case ReduceOp::kBOr:
+        acc |= x;
+        break;
+      default:
+        acc ^= x;
+        break;
+    }
+  }
+  return Narrow(t, acc);
+}
+
 // Reference of element i over every rank's input; `abs_sum` for the float error bound.
 double Reference(const Run& run, uint64_t tag, size_t i, DataType t, ReduceOp op, double* abs_sum) {
+  if (op == ReduceOp::kProduct || op == ReduceOp::kBAnd || op == ReduceOp::kBOr ||
+      op == ReduceOp::kBXor) {
+    *abs_sum = 0;
+    return ExactReference(run, tag, i, t, op);
+  }
   double acc = 0;
   *abs_sum = 0;
   for (int r = 0; r < run.args.world; ++r) {
@@ -102,12 +146,13 @@ double Reference(const Run& run, uint64_t tag, size_t i, DataType t, ReduceOp op
 
 bool Close(const Run& run, double got, double want, double abs_sum, DataType t, ReduceOp op) {
   if (!commd::IsFloatingPoint(t)) return got == want;
-  if (op == ReduceOp::kMin || op == ReduceOp::kMax) return got == want;
+  if (op == ReduceOp::kMin || op == ReduceOp::kMax || got == want) return got == want;
   // Any summation order: |error| <= (n - 1) * u * sum|x| plus the final rounding.
   const double u = t == DataType::kFloat64   ? 0x1p-53
                    : t == DataType::kFloat32 ? 0x1p-24
                    : t == DataType::kFloat16 ? 0x1p-11
                                              : 0x1p-8;
+  // A product's reference multiplies as the kernels do (abs_sum 0): the last term alone.
   return std::fabs(got - want) <= (run.args.world + 1) * u * abs_sum + u * std::fabs(want) + 1e-30;
 }
 
@@ -233,14 +278,16 @@ void AllToAllOne(Run& run, size_t n, DataType t) {
 
 // ---- The modes: each a function of the rank's Run, named by a row of kModes. ----
 
-// Every collective x type x op at 1 element, odd, not divisible by the world size, 4 KiB of
-// fp32 (broadcast from the first and the last rank); then a barrier and a coalesced all-reduce of
-// three tensors of different types.
+// Every collective x type at 1 element, odd, not divisible by the world size, 4 KiB of fp32
+// (broadcast from the first and the last rank), every op a type has at the two odd counts
+// (the others reduce with sum: the ops share the loops, which the counts exercise); then a
+// barrier and a coalesced all-reduce of three tensors of different types.
 void Matrix(Run& run) {
-  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax};
   for (size_t n : {size_t{1}, size_t{7}, size_t{4099}, size_t{1024}}) {
+    const bool every_op = n == 7 || n == 4099;
     for (DataType t : commd::kCollectiveTypes) {
-      for (ReduceOp op : ops) {
+      for (int o = 0; o < (every_op ? commd::kReduceOpCount : 1); ++o) {
+        const auto op = static_cast<ReduceOp>(o);
         if (!commd::ReduceOpApplies(op, t)) continue;  // bool's avg: Invalid's
         AllReduceOne(run, n, t, op);
         ReduceScatterOne(run, n, t, op);
@@ -337,9 +384,10 @@ void Invalid(Run& run) {
                 "data type float8_e4m3fn (10) is not one of float32, float16, bfloat16, int32, "
                 "int64, float64, int8, uint8, bool, int16");
   ExpectInvalid(run, "op the type has not", g.AllReduce(run.in, 1, DataType::kBool, ReduceOp::kAvg),
-                "reduce op avg is not defined on bool; allowed on bool: sum, min, max");
-  ExpectInvalid(run, "bad op", g.AllReduce(run.in, 1, DataType::kInt32, static_cast<ReduceOp>(7)),
-                "reduce op 7 is not one of sum, avg, min, max");
+                "reduce op avg is not defined on bool; allowed on bool: sum, min, max, product, "
+                "band, bor, bxor");
+  ExpectInvalid(run, "bad op", g.AllReduce(run.in, 1, DataType::kInt32, static_cast<ReduceOp>(9)),
+                "reduce op 9 is not one of sum, avg, min, max, product, band, bor, bxor");
   ExpectInvalid(run, "same buffer", g.AllGather(run.in, run.in, 1, DataType::kInt32),
                 "same buffer");
   ExpectInvalid(

@@ -69,6 +69,7 @@ struct Run {
 };
 
 using commd::testing::Load;
+using commd::testing::Narrow;
 using commd::testing::Size;
 using commd::testing::Store;
 // Input value i of rank r for test `tag` (exactly representable in the type).

@@ -74,4 +74,21 @@ double Load(const void* p, size_t i, DataType t) {
   }
 }
 
+double Narrow(DataType t, uint64_t u) {
+  switch (t) {
+    case DataType::kInt8:
+      return static_cast<int8_t>(static_cast<uint8_t>(u));
+    case DataType::kUInt8:
+      return static_cast<uint8_t>(u);
+    case DataType::kInt16:
+      return static_cast<int16_t>(static_cast<uint16_t>(u));
+    case DataType::kInt32:
+      return static_cast<int32_t>(static_cast<uint32_t>(u));
+    case DataType::kBool:
+      return u != 0 ? 1 : 0;
+    default:
+      return static_cast<double>(static_cast<int64_t>(u));
+  }
+}
+
 }  // namespace commd::testing

@@ -196,6 +196,12 @@ void CheckCombination(const Options& o) {
         "--path sdk,kernel with --runtime-dir: the kernel path could not know which all-reduce "
         "algorithm that daemon makes the SDK choose; use a private daemon");
   }
+  if (CollectiveInfo(o.op).reduces() && !ReduceOpApplies(o.redop, o.dtype)) {
+    BadFlag(absl::StrCat("-o ", ReduceOpName(o.redop), " is not defined on -d ",
+                         DataTypeName(o.dtype), " (", ReduceOpName(o.redop),
+                         IsFloatingPoint(o.dtype) ? " takes integer and bool types)"
+                                                  : " takes every type but bool)"));
+  }
   if (o.path == Path::kSdk && !o.runtime_dir.empty() && o.one_shot_max_read_bytes_set) {
     BadFlag(
         "--one-shot-max-read-bytes with --runtime-dir and --path sdk: that daemon's "

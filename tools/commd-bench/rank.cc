@@ -49,6 +49,25 @@ double AsStored(DataType t, double v) {
   return ReadAs(t, b, 0);
 }
 
+// The ranks' inputs folded with `op` in rank order in the type's accumulator, as commd/
+// vocabulary.h defines product and the bitwise ops (products wrap or overflow, which a double
+// sum would not follow).
+double Folded(ReduceOp op, DataType t, int world, size_t i) {
+  double v = 0;
+  kernels::DispatchType(t, [&]<typename T>() {
+    kernels::DispatchReduceOp<T>(op, [&]<ReduceOp Op>() {
+      const auto input = [&](int r) {
+        return kernels::ToAcc(
+            kernels::FromAcc<T>(static_cast<kernels::AccType<T>>(InputValue(r, i))));
+      };
+      kernels::AccType<T> acc = input(0);
+      for (int r = 1; r < world; ++r) acc = kernels::Combine<Op>(acc, input(r));
+      v = static_cast<double>(kernels::ToAcc(kernels::FromAcc<T>(acc)));
+    });
+  });
+  return v;
+}
+
 double Expected(ReduceOp op, DataType t, int world, size_t i) {
   double sum = 0, lo = 1e300, hi = -1e300;
   for (int r = 0; r < world; ++r) {
@@ -68,6 +87,11 @@ double Expected(ReduceOp op, DataType t, int world, size_t i) {
       if (!IsFloatingPoint(t))
         return AsStored(t, static_cast<double>(static_cast<int64_t>(sum) / world));
       return sum / world;
+    case ReduceOp::kProduct:
+    case ReduceOp::kBAnd:
+    case ReduceOp::kBOr:
+    case ReduceOp::kBXor:
+      return Folded(op, t, world, i);
   }
   return 0;
 }

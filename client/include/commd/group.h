@@ -134,6 +134,11 @@ struct MatmulB {
   const float* col_scale = nullptr;  // n scales: out[i][j] *= col_scale[j]; null: none
 };
 
+// PointToPoint::peer of a receive that takes the first message any rank sends it with its
+// tag (PyTorch's recv without src, MPI's MPI_ANY_SOURCE); PointToPointRequest::source names
+// the sender once it is done.
+inline constexpr int kAnySource = -1;
+
 // One send or receive of a point-to-point batch (Group::StartPointToPoint).
 struct PointToPoint {
   enum class Kind { kSend, kRecv };
@@ -141,7 +146,7 @@ struct PointToPoint {
   void* data = nullptr;  // a send only reads it
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
-  int peer = -1;  // a rank of the group: [0, global_world_size())
+  int peer = -1;  // a rank of the group: [0, global_world_size()); a receive: or kAnySource
   int tag = 0;    // [0, kMaxPointToPointTag]
 };
 
@@ -159,6 +164,10 @@ class COMMD_API PointToPointRequest {
   absl::Status Wait();
   // Whether every one is done, so that Wait would not block. Never blocks.
   bool Done() const;
+  // The peer of op `i` of the batch (0 for ISend/IRecv): for a receive from kAnySource, the
+  // rank whose message it took, once it has taken one (-1 before, and after a failure that
+  // took none). -1 for `i` out of range. Never blocks.
+  int source(size_t i = 0) const;
 
  private:
   std::unique_ptr<State> state_;
@@ -326,6 +335,11 @@ class COMMD_API Group {
   // counts, when they differ), naming the peer and tag; ABORTED when this group is aborted
   // (messages in flight end, later ones fail at once); CANCELLED for messages still queued
   // when the Group is destroyed. Thread-safe: any thread may post or wait.
+  // A receive from kAnySource takes the first message that any rank sends this rank with its
+  // tag and that no receive naming the sender was posted for: it readies the channel from
+  // every other rank with that tag (each counts against kMaxPointToPointChannels), looks for
+  // a sender waiting in one of them, then receives from that one (its source() is the
+  // sender). With none after the group's timeout: DEADLINE_EXCEEDED naming the tag.
   absl::Status Send(const void* data, size_t count, DataType dtype, int peer, int tag = 0);
   absl::Status Recv(void* data, size_t count, DataType dtype, int peer, int tag = 0);
   absl::StatusOr<std::unique_ptr<PointToPointRequest>> ISend(const void* data, size_t count,

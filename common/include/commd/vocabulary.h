@@ -90,17 +90,26 @@
   X(Float8E5M2, 11, "float8_e5m2", "Float8_e5m2", 1, "f8e5m2", nullptr, kFloat)
 
 // Reductions. X(Name, value, name, applies): `applies` is which element types it is defined
-// on (kAnyType: every collective type; kNotBool: all but bool, as in NCCL and PyTorch).
+// on (kAnyType: every collective type; kNotBool: all but bool, as in NCCL and PyTorch;
+// kIntegral: the integer types and bool, as PyTorch's BAND/BOR/BXOR). `name` is PyTorch's
+// ReduceOp name in lower case.
 // Integers (int8 to int64, uint8) accumulate in int64 and are stored back as the result's low
-// bits, so sums wrap at the type's width as NCCL's do; avg divides the int64 sum by the world
-// size, truncating toward zero, before it is stored. bool reads any nonzero byte as true and
-// writes 0 or 1: sum is logical or (as NCCL's bool sum, which PyTorch maps to max), min is
-// logical and, max is logical or.
-#define COMMD_REDUCE_OPS(X)  \
-  X(Sum, 0, "sum", kAnyType) \
-  X(Avg, 1, "avg", kNotBool) \
-  X(Min, 2, "min", kAnyType) \
-  X(Max, 3, "max", kAnyType)
+// bits, so sums and products wrap at the type's width as NCCL's do; avg divides the int64 sum
+// by the world size, truncating toward zero, before it is stored; band, bor and bxor act on
+// the two's complement bits. bool reads any nonzero byte as true and writes 0 or 1: sum is
+// logical or (as NCCL's bool sum, which PyTorch maps to max), product and min are logical
+// and, max is logical or, band / bor / bxor are and / or / xor (xor: an odd number of trues).
+// Floating-point types accumulate in float (fp16, bf16, fp32) or double (fp64) in rank order
+// and round once when stored; product overflows to +-Inf and underflows to 0 as IEEE does.
+#define COMMD_REDUCE_OPS(X)          \
+  X(Sum, 0, "sum", kAnyType)         \
+  X(Avg, 1, "avg", kNotBool)         \
+  X(Min, 2, "min", kAnyType)         \
+  X(Max, 3, "max", kAnyType)         \
+  X(Product, 4, "product", kAnyType) \
+  X(BAnd, 5, "band", kIntegral)      \
+  X(BOr, 6, "bor", kIntegral)        \
+  X(BXor, 7, "bxor", kIntegral)
 
 namespace commd {
 
@@ -122,7 +131,7 @@ enum CollectiveFlags : uint8_t {
   kWideOut = 1u << 5,
 };
 enum DataTypeFlags : uint8_t { kFloat = 1u << 0, kCollectiveType = 1u << 1 };
-enum ReduceApplies : uint8_t { kAnyType, kNotBool };
+enum ReduceApplies : uint8_t { kAnyType, kNotBool, kIntegral };
 
 struct CollectiveRow {
   CollectiveOp op;
@@ -256,7 +265,15 @@ constexpr bool IsCollectiveType(DataType t) { return DataTypeInfo(t).collective(
 // Whether `op` is defined on `t` (a collective type).
 constexpr bool ReduceOpApplies(ReduceOp op, DataType t) {
   if (!IsValid(op) || !IsCollectiveType(t)) return false;
-  return ReduceOpInfo(op).applies == vocabulary::kAnyType || t != DataType::kBool;
+  switch (ReduceOpInfo(op).applies) {
+    case vocabulary::kAnyType:
+      return true;
+    case vocabulary::kNotBool:
+      return t != DataType::kBool;
+    case vocabulary::kIntegral:
+      return !IsFloatingPoint(t);
+  }
+  return false;
 }
 
 // One tensor argument of a recorded collective (Recorder::Begin, the ring's writer): `dims`

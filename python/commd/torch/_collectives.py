@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._tensors import _GATHERED, _flat, _reduce_op_name, _write_back
+from ._tensors import _reduce_op_name
 from ._work import _completed
 
 
@@ -29,20 +29,7 @@ class _Collectives:
         return self._run("allreduce", lambda: self._all_reduce(t, cdtype, op), tensors)
 
     def _all_reduce(self, t: torch.Tensor, cdtype: str, op: str) -> None:
-        if op in _GATHERED:
-            self._gathered(t, cdtype, op)
-            return
         self._staged("all_reduce", t, t, cdtype, op=op)
-
-    def _gathered(self, t: torch.Tensor, cdtype: str, op: str) -> None:
-        """PRODUCT, BAND, BOR, BXOR: commd's kernels reduce sum, avg, min and max; these are
-        taken here over an all-gather (each rank reduces the world's values in rank order)."""
-        world = self.size()
-        flat = _flat(t)
-        gathered = torch.empty((world, flat.numel()), dtype=t.dtype, device=t.device)
-        self._staged("all_gather", flat, gathered, cdtype, out_slots=world)
-        flat.copy_(_GATHERED[op](gathered).to(t.dtype))
-        _write_back(t, flat)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any) -> dist.Work:
         """One commd coalesced all-reduce for the tensors, when they fit the staging buffer
@@ -56,13 +43,9 @@ class _Collectives:
     def _all_reduce_coalesced(self, tensors: list[torch.Tensor], cdtype: str, op: str) -> None:
         itemsize = tensors[0].element_size()
         total = sum(t.numel() for t in tensors)
-        if op in _GATHERED or total * itemsize > self._staging.nbytes:
+        if total * itemsize > self._staging.nbytes:
             counts = [(t.numel(), cdtype) for t in tensors]
-            if op in _GATHERED:  # recorded as the all-gathers it runs (_gathered)
-                entry = ("all_gather", counts, [(n * self.size(), d) for n, d in counts])
-            else:
-                entry = ("all_reduce", counts, counts)
-            with self._entry(*entry):
+            with self._entry("all_reduce", counts, counts):
                 for t in tensors:
                     self._all_reduce(t, cdtype, op)
             return
@@ -272,13 +255,6 @@ class _Collectives:
 
     def _reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, cdtype: str,
                         op: str) -> None:
-        if op in _GATHERED:
-            whole = input.contiguous().clone()
-            self._gathered(whole, cdtype, op)
-            n = output.numel()
-            output.copy_(whole.view(-1)[self.rank() * n:(self.rank() + 1) * n]
-                         .view(output.shape))
-            return
         self._staged("reduce_scatter", input, output, cdtype, in_slots=self.size(), op=op)
 
     # -- all-to-all ---------------------------------------------------------------------

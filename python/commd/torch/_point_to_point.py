@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from commd import Error
+from commd.errors import UnimplementedError
 
 from ._tensors import _host
 from ._work import _AllWork, _PendingWork, _completed
@@ -32,7 +33,7 @@ class _PointToPoint:
         return self._post("send", lambda: self._group.isend(_host(src), dst_rank, tag,
                                                              dtype=cdtype), tensors, None)
 
-    def recv(self, tensors: list[torch.Tensor], src_rank: int, tag: int) -> dist.Work:
+    def recv(self, tensors: list[torch.Tensor], src_rank: int | None, tag: int) -> dist.Work:
         t = self._one("recv", tensors)
         cdtype = self._check("recv", [t])
         into = t.detach() if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype)
@@ -41,8 +42,18 @@ class _PointToPoint:
                                                              dtype=cdtype), tensors, then)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> dist.Work:
+        """torch's own call on the Python backend alone (a process group spanning nodes, or
+        COMMD_TORCH_CPP=0): torch then holds the Work in a wrapper that hides its sender."""
         raise NotImplementedError(
-            "commd recv from any source: not supported; name the sender (dist.recv(t, src=...))")
+            "commd recv from any source: this process group runs on commd's Python backend "
+            "alone (it spans nodes, or COMMD_TORCH_CPP=0), whose Work torch cannot ask for the "
+            "sender; name the sender (dist.recv(t, src=...))")
+
+    def _recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> dist.Work:
+        """The first message any rank sends this one with `tag` (commd.Group.irecv with peer
+        None, within one node); commd._c10d calls it, and answers torch's sourceRank() from
+        the Work's _source_rank()."""
+        return self.recv(tensors, None, tag)
 
     def monitored_barrier(self, opts: Any, wait_all_ranks: bool = False) -> None:
         """gloo's monitored barrier, on the point-to-point channels: every other rank sends
@@ -105,6 +116,8 @@ class _PointToPoint:
               then: Callable[[], None] | None) -> dist.Work:
         try:
             request = start()
+        except UnimplementedError as e:  # what commd refuses: torch's NotImplementedError
+            raise NotImplementedError(f"commd {op}: {e}") from e
         except Error as e:
             raise self._backend_error(op, e) from e
 

@@ -4,7 +4,6 @@ and commd's binding, nothing of commd.torch."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Sequence
 
 import torch
@@ -18,25 +17,10 @@ _DTYPES = {getattr(torch, name): name for name in _commd.COLLECTIVE_TYPES}
 
 _ITEMSIZE = {d: torch.empty((), dtype=d).element_size() for d in _DTYPES}
 
-_REDUCE_OPS = (
-    (dist.ReduceOp.SUM, "sum"),
-    (dist.ReduceOp.AVG, "avg"),
-    (dist.ReduceOp.MIN, "min"),
-    (dist.ReduceOp.MAX, "max"),
-    (dist.ReduceOp.PRODUCT, "product"),
-    (dist.ReduceOp.BAND, "band"),
-    (dist.ReduceOp.BOR, "bor"),
-    (dist.ReduceOp.BXOR, "bxor"),
-)
-
-# The reduce ops commd's kernels do not have yet: an all-gather, then this reduction over the
-# world's values (dim 0 of the gathered tensor) on each rank, in rank order.
-_GATHERED = {
-    "product": lambda x: torch.prod(x, dim=0),
-    "band": lambda x: functools.reduce(torch.bitwise_and, x.unbind(0)),
-    "bor": lambda x: functools.reduce(torch.bitwise_or, x.unbind(0)),
-    "bxor": lambda x: functools.reduce(torch.bitwise_xor, x.unbind(0)),
-}
+# torch's reduce op -> commd's name for it: the vocabulary's reduce ops (commd/vocabulary.h),
+# whose names are torch's in lower case.
+_REDUCE_OPS = tuple((getattr(dist.ReduceOp, name.upper()), name) for name in _commd.REDUCE_OPS)
+_BITWISE = ("band", "bor", "bxor")
 
 
 def _commd_dtype(t: torch.Tensor, op: str) -> str:
@@ -56,16 +40,14 @@ def _reduce_op_name(op: Any, what: str, dtype: torch.dtype) -> str:
             if name == "avg" and dtype == torch.bool:
                 raise TypeError(f"commd {what}: ReduceOp.AVG is not defined on bool; allowed "
                                 "SUM (or), MIN (and), MAX (or), PRODUCT (and), BAND, BOR, BXOR")
-            if name in ("band", "bor", "bxor") and (dtype.is_floating_point or
-                                                    dtype.is_complex):
+            if name in _BITWISE and (dtype.is_floating_point or dtype.is_complex):
                 raise TypeError(f"commd {what}: ReduceOp.{name.upper()} is not defined on "
                                 f"{dtype}; allowed on integer and bool tensors")
             return name
     # torch hands a ReduceOp object whose repr names no op; its `op` (a RedOpType) does.
     name = getattr(getattr(op, "op", op), "name", op)
-    raise NotImplementedError(
-        f"commd {what}: reduce op {name} is not supported; allowed SUM, AVG, MIN, MAX, PRODUCT, "
-        "BAND, BOR, BXOR")
+    allowed = ", ".join(n.upper() for _, n in _REDUCE_OPS)
+    raise NotImplementedError(f"commd {what}: reduce op {name} is not supported; allowed {allowed}")
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:

@@ -52,6 +52,7 @@ class _PendingWork(dist.Work):
         super().__init__()
         self._future: torch.futures.Future = torch.futures.Future()
         self._error: BaseException | None = None
+        self._request = request
         self._thread = threading.Thread(target=self._finish, args=(request, result, then, wrap),
                                         name="commd-p2p-work", daemon=True)
         self._thread.start()
@@ -67,6 +68,11 @@ class _PendingWork(dist.Work):
             self._future.set_exception(self._error)
             return
         self._future.set_result(result)
+
+    def _source_rank(self) -> int:
+        """The rank a receive's message came from (torch's recv without src reads it after
+        wait()): the sender a receive from any source took its message from."""
+        return self._request.source()
 
     def done_within(self, seconds: float) -> bool:
         """Whether the messages are done (failed or not) within `seconds` from now."""
