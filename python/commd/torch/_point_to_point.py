@@ -14,7 +14,6 @@ import torch
 import torch.distributed as dist
 
 from commd import Error
-from commd.errors import UnimplementedError
 
 from ._tensors import _host
 from ._work import _AllWork, _PendingWork, _completed
@@ -116,8 +115,6 @@ class _PointToPoint:
               then: Callable[[], None] | None) -> dist.Work:
         try:
             request = start()
-        except UnimplementedError as e:  # what commd refuses: torch's NotImplementedError
-            raise NotImplementedError(f"commd {op}: {e}") from e
         except Error as e:
             raise self._backend_error(op, e) from e
 
